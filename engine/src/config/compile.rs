@@ -1,0 +1,525 @@
+//! The one compile step: what the file says becomes a runnable pipeline, or
+//! every problem found, each with its key path.
+
+use std::collections::{BTreeSet, HashMap};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use config::{Map, Value};
+
+use super::file::{
+    LimitSection, OnError, PipelineSection, SourceCommon, StageCommon, SOURCE_KEYS, STAGE_KEYS,
+};
+use super::{join, problem_from, Problem};
+use crate::limit::{Limiter, LimiterKind, Limits, Oversize, RateKey};
+use crate::pipeline::{Pipeline, SourcePlan, StagePlan};
+use crate::registry::{Registry, Settings};
+use crate::units::{parse_duration, CountValue};
+
+const SECTIONS: &[&str] = &["pipeline", "source", "limits", "stages"];
+const DEFAULT_DEADLINE: &str = "30s";
+
+/// Checks a name given to a limiter or a stage.
+fn check_name(path: &str, name: &str, problems: &mut Vec<Problem>) -> bool {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !ok {
+        problems.push(Problem::new(
+            path,
+            format!(
+                "invalid name {name:?}: use lowercase letters, digits and `_` only, so that \
+                 WARPLINE__ environment overrides (which are lowercased) can address it"
+            ),
+        ));
+    }
+    ok
+}
+
+/// Splits a table into the keys the engine reads and the kind's own keys.
+fn split(table: Map<String, Value>, engine_keys: &[&str]) -> (Map<String, Value>, Map<String, Value>) {
+    table
+        .into_iter()
+        .partition(|(k, _)| engine_keys.contains(&k.as_str()))
+}
+
+fn parse<T: serde::de::DeserializeOwned>(path: &str, value: Value, problems: &mut Vec<Problem>) -> Option<T> {
+    match value.try_deserialize::<T>() {
+        Ok(t) => Some(t),
+        Err(e) => {
+            problems.push(problem_from(path, e));
+            None
+        }
+    }
+}
+
+fn table(path: &str, value: Value, problems: &mut Vec<Problem>) -> Option<Map<String, Value>> {
+    match value.into_table() {
+        Ok(t) => Some(t),
+        Err(e) => {
+            problems.push(Problem::new(path, format!("expected a table: {e}")));
+            None
+        }
+    }
+}
+
+fn count(path: &str, value: &Option<CountValue>, default: u32, problems: &mut Vec<Problem>) -> u32 {
+    match value {
+        None => default,
+        Some(v) => v.resolve().unwrap_or_else(|m| {
+            problems.push(Problem::new(path, m));
+            default
+        }),
+    }
+}
+
+fn known(names: impl Iterator<Item = impl AsRef<str>>) -> String {
+    let v: Vec<String> = names.map(|n| format!("`{}`", n.as_ref())).collect();
+    if v.is_empty() {
+        "none".to_owned()
+    } else {
+        v.join(", ")
+    }
+}
+
+pub(super) fn compile(
+    mut root: Map<String, Value>,
+    registry: &Registry,
+    default_name: &str,
+) -> Result<Pipeline, Vec<Problem>> {
+    let mut problems = Vec::new();
+    for key in root.keys() {
+        if !SECTIONS.contains(&key.as_str()) {
+            problems.push(Problem::new(
+                key.clone(),
+                format!("unknown section; expected one of {}", known(SECTIONS.iter())),
+            ));
+        }
+    }
+
+    // [pipeline]
+    let section: PipelineSection = match root.shift_remove("pipeline") {
+        Some(v) => parse("pipeline", v, &mut problems),
+        None => None,
+    }
+    .unwrap_or(PipelineSection {
+        name: None,
+        flow: None,
+        on_error: None,
+        shutdown_deadline: None,
+    });
+    let on_error = match section.on_error.as_deref() {
+        None | Some("continue") => OnError::Continue,
+        Some("abort") => OnError::Abort,
+        Some(other) => {
+            problems.push(Problem::new(
+                "pipeline.on_error",
+                format!("expected \"continue\" or \"abort\", got {other:?}"),
+            ));
+            OnError::Continue
+        }
+    };
+    let deadline = parse_duration(section.shutdown_deadline.as_deref().unwrap_or(DEFAULT_DEADLINE))
+        .unwrap_or_else(|m| {
+            problems.push(Problem::new("pipeline.shutdown_deadline", m));
+            std::time::Duration::from_secs(30)
+        });
+
+    // [limits.NAME], in declaration order: that order is the global
+    // acquisition order.
+    let mut limits = Limits::default();
+    if let Some(v) = root.shift_remove("limits") {
+        for (name, value) in table("limits", v, &mut problems).unwrap_or_default() {
+            let path = join("limits", &name);
+            if !check_name(&path, &name, &mut problems) {
+                continue;
+            }
+            let Some(section) = parse::<LimitSection>(&path, value, &mut problems) else {
+                continue;
+            };
+            if let Some(l) = build_limiter(&path, &name, limits.len(), &section, &mut problems) {
+                limits.push(l);
+            }
+        }
+    }
+
+    // [stages.NAME]
+    let mut declared: Vec<(String, StagePlan)> = Vec::new();
+    let mut stage_names: Vec<String> = Vec::new();
+    if let Some(v) = root.shift_remove("stages") {
+        for (name, value) in table("stages", v, &mut problems).unwrap_or_default() {
+            let path = join("stages", &name);
+            stage_names.push(name.clone());
+            if !check_name(&path, &name, &mut problems) {
+                continue;
+            }
+            let Some(t) = table(&path, value, &mut problems) else {
+                continue;
+            };
+            if let Some(plan) = build_stage(&path, &name, t, registry, &limits, &mut problems) {
+                declared.push((name, plan));
+            }
+        }
+    }
+
+    // [source]
+    let source = match root.shift_remove("source") {
+        None => {
+            problems.push(Problem::new(
+                "source",
+                "missing: a pipeline needs a [source] table with a `kind`",
+            ));
+            None
+        }
+        Some(v) => table("source", v, &mut problems)
+            .and_then(|t| build_source(t, registry, &limits, &mut problems)),
+    };
+
+    // The flow: every declared stage exactly once, in order.
+    let mut stages = Vec::new();
+    match &section.flow {
+        None => problems.push(Problem::new(
+            "pipeline.flow",
+            format!(
+                "missing: list the stages in the order items pass through them, e.g. flow = [{}]",
+                stage_names
+                    .iter()
+                    .map(|n| format!("{n:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+        Some(flow) if flow.is_empty() => {
+            problems.push(Problem::new("pipeline.flow", "must name at least one stage"))
+        }
+        Some(flow) => {
+            let mut by_name: HashMap<String, StagePlan> = declared.into_iter().collect();
+            let mut seen = BTreeSet::new();
+            for (i, name) in flow.iter().enumerate() {
+                let path = format!("pipeline.flow[{i}]");
+                if !seen.insert(name.clone()) {
+                    problems.push(Problem::new(
+                        path,
+                        format!("duplicate stage `{name}`: a stage appears in the flow once"),
+                    ));
+                } else if let Some(plan) = by_name.remove(name) {
+                    stages.push(plan);
+                } else if !stage_names.contains(name) {
+                    problems.push(Problem::new(
+                        path,
+                        format!(
+                            "unknown stage `{name}`; declared stages: {}",
+                            known(stage_names.iter())
+                        ),
+                    ));
+                }
+            }
+            for name in &stage_names {
+                if !seen.contains(name) {
+                    problems.push(Problem::new(
+                        join("stages", name),
+                        "declared but not in pipeline.flow: add it to the flow or remove it",
+                    ));
+                }
+            }
+        }
+    }
+
+    if let Some(source) = &source {
+        check_carried(source, &stages, &mut problems);
+    }
+
+    match source {
+        Some(source) if problems.is_empty() => Ok(Pipeline {
+            name: section.name.unwrap_or_else(|| default_name.to_owned()),
+            on_error,
+            shutdown_deadline: deadline,
+            source,
+            stages,
+            limits,
+        }),
+        _ => Err(problems),
+    }
+}
+
+fn build_limiter(
+    path: &str,
+    name: &str,
+    order: usize,
+    s: &LimitSection,
+    problems: &mut Vec<Problem>,
+) -> Option<Limiter> {
+    let given = [s.permits.is_some(), s.budget.is_some(), s.per_second.is_some()]
+        .iter()
+        .filter(|x| **x)
+        .count();
+    if given != 1 {
+        problems.push(Problem::new(
+            path,
+            "give exactly one of `permits` (a count), `budget` (bytes) or `per_second` (a rate)",
+        ));
+        return None;
+    }
+    let misplaced = |key: &str, set: bool, problems: &mut Vec<Problem>| {
+        if set {
+            problems.push(Problem::new(
+                join(path, key),
+                format!("`{key}` does not apply to this kind of limiter"),
+            ));
+        }
+    };
+    if let Some(p) = &s.permits {
+        misplaced("oversize", s.oversize.is_some(), problems);
+        misplaced("burst", s.burst.is_some(), problems);
+        misplaced("per", s.per.is_some(), problems);
+        let n = p
+            .resolve()
+            .map_err(|m| problems.push(Problem::new(join(path, "permits"), m)))
+            .ok()?;
+        return Some(Limiter::count(name, order, NonZeroU32::new(n)?));
+    }
+    if let Some(b) = &s.budget {
+        misplaced("burst", s.burst.is_some(), problems);
+        misplaced("per", s.per.is_some(), problems);
+        let oversize = match s.oversize.as_deref() {
+            None | Some("fail") => Oversize::Fail,
+            Some("alone") => Oversize::Alone,
+            Some(other) => {
+                problems.push(Problem::new(
+                    join(path, "oversize"),
+                    format!("expected \"fail\" or \"alone\", got {other:?}"),
+                ));
+                Oversize::Fail
+            }
+        };
+        let bytes = match b.bytes() {
+            Ok(0) => {
+                problems.push(Problem::new(join(path, "budget"), "must be more than 0 bytes"));
+                return None;
+            }
+            Ok(n) => n,
+            Err(m) => {
+                problems.push(Problem::new(join(path, "budget"), m));
+                return None;
+            }
+        };
+        return Some(Limiter::bytes(name, order, bytes, oversize));
+    }
+    let rate = s.per_second.unwrap_or_default();
+    misplaced("oversize", s.oversize.is_some(), problems);
+    let key = match s.per.as_deref() {
+        None | Some("all") => RateKey::Global,
+        Some("host") => RateKey::Host,
+        Some(other) => {
+            problems.push(Problem::new(
+                join(path, "per"),
+                format!("expected \"host\" (one bucket per remote host) or \"all\", got {other:?}"),
+            ));
+            RateKey::Global
+        }
+    };
+    let burst = count(&join(path, "burst"), &s.burst, 1, problems);
+    if !(rate.is_finite() && rate > 0.0) {
+        problems.push(Problem::new(
+            join(path, "per_second"),
+            format!("must be a positive number of tokens per second, got {rate}"),
+        ));
+        return None;
+    }
+    let limiter = Limiter::rate(name, order, rate, NonZeroU32::new(burst)?, key);
+    if limiter.is_none() {
+        problems.push(Problem::new(
+            join(path, "per_second"),
+            format!("{rate} per second is too small to schedule"),
+        ));
+    }
+    limiter
+}
+
+/// Resolves a list of limiter names against the declared limiters.
+fn resolve_limits(
+    path: &str,
+    names: &[String],
+    limits: &Limits,
+    problems: &mut Vec<Problem>,
+) -> Vec<Limiter> {
+    let mut out: Vec<Limiter> = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        match limits.get(name) {
+            None => problems.push(Problem::new(
+                p,
+                format!(
+                    "unknown limiter `{name}`; declared limiters: {}",
+                    known(limits.iter().map(|l| l.name()))
+                ),
+            )),
+            Some(_) if out.iter().any(|l| l.name() == name) => {
+                problems.push(Problem::new(p, format!("duplicate limiter `{name}`")))
+            }
+            Some(l) => out.push(l.clone()),
+        }
+    }
+    // One global order, whatever order the stage listed them in.
+    out.sort_by_key(Limiter::order);
+    out
+}
+
+fn build_stage(
+    path: &str,
+    name: &str,
+    table: Map<String, Value>,
+    registry: &Registry,
+    limits: &Limits,
+    problems: &mut Vec<Problem>,
+) -> Option<StagePlan> {
+    let (common, own) = split(table, STAGE_KEYS);
+    let common: StageCommon = parse(path, Value::from(common), problems)?;
+    let workers = count(&join(path, "workers"), &common.workers, 1, problems);
+    let mailbox = count(&join(path, "mailbox"), &common.mailbox, workers, problems);
+    let acquire = resolve_limits(&join(path, "limits"), &common.limits, limits, problems);
+    for (i, name) in common.carry.iter().enumerate() {
+        match acquire.iter().find(|l| l.name() == name) {
+            None => problems.push(Problem::new(
+                format!("{path}.carry[{i}]"),
+                format!("`{name}` is not in this stage's `limits`; a stage can only carry what it holds"),
+            )),
+            Some(l) if l.kind() == LimiterKind::Rate => problems.push(Problem::new(
+                format!("{path}.carry[{i}]"),
+                format!("`{name}` is a rate limiter: a token is spent, not held, so it cannot be carried"),
+            )),
+            Some(_) => {}
+        }
+    }
+    let Some(kind) = common.kind else {
+        problems.push(Problem::new(
+            join(path, "kind"),
+            format!("missing; known stage kinds: {}", known(registry.stage_kinds().iter())),
+        ));
+        return None;
+    };
+    let Some(factory) = registry.stage(&kind) else {
+        problems.push(Problem::new(
+            join(path, "kind"),
+            format!(
+                "unknown stage kind {kind:?}; known stage kinds: {}",
+                known(registry.stage_kinds().iter())
+            ),
+        ));
+        return None;
+    };
+    let handler = match factory(&Settings::new(path.to_owned(), own)) {
+        Ok(h) => h,
+        Err(mut p) => {
+            problems.append(&mut p);
+            return None;
+        }
+    };
+    Some(StagePlan {
+        name: name.to_owned(),
+        kind,
+        workers,
+        mailbox,
+        handler,
+        limits: acquire,
+        carry: common.carry,
+        release: common.release,
+    })
+}
+
+fn build_source(
+    table: Map<String, Value>,
+    registry: &Registry,
+    limits: &Limits,
+    problems: &mut Vec<Problem>,
+) -> Option<SourcePlan> {
+    let (common, own) = split(table, SOURCE_KEYS);
+    let common: SourceCommon = parse("source", Value::from(common), problems)?;
+    let held = resolve_limits("source.limits", &common.limits, limits, problems);
+    for (i, l) in held.iter().enumerate() {
+        if l.kind() == LimiterKind::Rate {
+            problems.push(Problem::new(
+                format!("source.limits[{i}]"),
+                format!("`{}` is a rate limiter; the source holds count or bytes limiters from admission to the item's end", l.name()),
+            ));
+        }
+    }
+    let Some(kind) = common.kind else {
+        problems.push(Problem::new(
+            "source.kind",
+            format!("missing; known source kinds: {}", known(registry.source_kinds().iter())),
+        ));
+        return None;
+    };
+    let Some(factory) = registry.source(&kind) else {
+        problems.push(Problem::new(
+            "source.kind",
+            format!(
+                "unknown source kind {kind:?}; known source kinds: {}",
+                known(registry.source_kinds().iter())
+            ),
+        ));
+        return None;
+    };
+    match factory(&Settings::new("source".to_owned(), own)) {
+        Ok(spec) => Some(SourcePlan {
+            kind,
+            spec: Arc::clone(&spec),
+            limits: held,
+        }),
+        Err(mut p) => {
+            problems.append(&mut p);
+            None
+        }
+    }
+}
+
+/// Checks what items carry from stage to stage: a release must name something
+/// carried, and no stage may wait for a limiter ordered before one its items
+/// already hold (that wait could close a cycle: a deadlock).
+fn check_carried(source: &SourcePlan, stages: &[StagePlan], problems: &mut Vec<Problem>) {
+    // limiter name -> (order, kind, who carries it)
+    let mut carried: Vec<(Limiter, String)> = source
+        .limits
+        .iter()
+        .map(|l| (l.clone(), "source".to_owned()))
+        .collect();
+    for stage in stages {
+        let path = join("stages", &stage.name);
+        for (i, name) in stage.release.iter().enumerate() {
+            if !carried.iter().any(|(l, _)| l.name() == name) {
+                problems.push(Problem::new(
+                    format!("{path}.release[{i}]"),
+                    format!("items reaching this stage carry no `{name}`: only a limiter carried by the source or an earlier stage can be released"),
+                ));
+            }
+        }
+        for want in &stage.limits {
+            for (held, from) in &carried {
+                let same = held.name() == want.name();
+                if same && want.kind() == LimiterKind::Count {
+                    problems.push(Problem::new(
+                        join(&path, "limits"),
+                        format!("items already hold a `{}` slot (carried from {from}); taking a second slot of the same count limiter can deadlock", want.name()),
+                    ));
+                } else if !same && want.kind() != LimiterKind::Rate && held.order() > want.order() {
+                    problems.push(Problem::new(
+                        join(&path, "limits"),
+                        format!(
+                            "waits for `{}` while items hold `{}` (carried from {from}), but `{}` is declared after `{}`; \
+                             declare [limits.{}] before [limits.{}] so every acquisition follows one order",
+                            want.name(), held.name(), held.name(), want.name(), held.name(), want.name()
+                        ),
+                    ));
+                }
+            }
+        }
+        carried.retain(|(l, _)| !stage.release.iter().any(|r| r == l.name()));
+        for name in &stage.carry {
+            if let Some(l) = stage.limits.iter().find(|l| l.name() == name) {
+                carried.push((l.clone(), format!("stage `{}`", stage.name)));
+            }
+        }
+    }
+}

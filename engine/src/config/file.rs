@@ -1,0 +1,81 @@
+//! What a pipeline file says, section by section, as plain serde structs.
+//! Every struct denies unknown keys, so a misspelt key is an error with its
+//! path, not a silently ignored setting. The compile step turns these into a
+//! runnable [`Pipeline`](crate::Pipeline).
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::{CountValue, SizeValue};
+
+/// `[pipeline]`: the run as a whole.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSection {
+    /// A name for logs and reports; defaults to the file's stem.
+    pub name: Option<String>,
+    /// The stages in the order items pass through them.
+    pub flow: Option<Vec<String>>,
+    /// What a failed item does to the run: `"continue"` (default) or `"abort"`.
+    pub on_error: Option<String>,
+    /// How long a stopped run may drain before what is left is aborted.
+    pub shutdown_deadline: Option<String>,
+}
+
+/// What a failed item does to the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Record the failure and go on with the other items.
+    Continue,
+    /// Record the failure and abort the run.
+    Abort,
+}
+
+/// `[source]`: the keys the engine reads; the rest belong to the kind.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SourceCommon {
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub limits: Vec<String>,
+}
+
+/// The keys of a `[source]` table the engine reads itself.
+pub(crate) const SOURCE_KEYS: &[&str] = &["kind", "limits"];
+
+/// `[stages.NAME]`: the keys the engine reads; the rest belong to the kind.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StageCommon {
+    pub kind: Option<String>,
+    pub workers: Option<CountValue>,
+    pub mailbox: Option<CountValue>,
+    #[serde(default)]
+    pub limits: Vec<String>,
+    #[serde(default)]
+    pub carry: Vec<String>,
+    #[serde(default)]
+    pub release: Vec<String>,
+}
+
+/// The keys of a `[stages.NAME]` table the engine reads itself.
+pub(crate) const STAGE_KEYS: &[&str] = &["kind", "workers", "mailbox", "limits", "carry", "release"];
+
+/// `[limits.NAME]`: exactly one of `permits`, `budget` or `per_second`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSection {
+    /// A count limiter: a number of slots, or `"cores"`.
+    pub permits: Option<CountValue>,
+    /// A byte budget: `"512MiB"` or a number of bytes.
+    pub budget: Option<SizeValue>,
+    /// For a byte budget: `"fail"` (default) or `"alone"`.
+    pub oversize: Option<String>,
+    /// A rate limiter: tokens per second.
+    pub per_second: Option<f64>,
+    /// For a rate limiter: how many tokens may be taken at once (default 1).
+    pub burst: Option<CountValue>,
+    /// For a rate limiter: `"host"` for one bucket per remote host; by
+    /// default one bucket for everything.
+    pub per: Option<String>,
+}

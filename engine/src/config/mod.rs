@@ -1,0 +1,235 @@
+//! Loading a pipeline file: TOML read with the `config` crate (the file, then
+//! `WARPLINE__...` environment overrides when asked for, then `--set
+//! key=value` overrides), then one compile step ([`compile`]) that checks
+//! everything and returns every problem at once, each naming its key path.
+
+mod compile;
+mod file;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::pipeline::Pipeline;
+use crate::registry::Registry;
+
+pub use file::{LimitSection, OnError, PipelineSection};
+
+/// One thing wrong with a pipeline, at a key path such as
+/// `stages.decode.workers`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    /// Where in the pipeline file (dotted key path; `<file>` for the whole).
+    pub path: String,
+    /// What is wrong and, where it helps, what would be right.
+    pub message: String,
+}
+
+impl Problem {
+    /// A problem at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Problem {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Every problem found in a pipeline.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors {
+    /// What file (or `<string>`) the problems are in.
+    pub origin: String,
+    /// The problems, in the order they were found.
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        write!(
+            f,
+            "{}: {n} problem{}",
+            self.origin,
+            if n == 1 { "" } else { "s" }
+        )?;
+        for p in &self.problems {
+            write!(f, "\n  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Turns an error from the `config` crate into a problem at `path`, naming
+/// the key when the crate knows it.
+pub(crate) fn problem_from(path: &str, error: config::ConfigError) -> Problem {
+    match error {
+        config::ConfigError::Type {
+            unexpected,
+            expected,
+            key: Some(key),
+            ..
+        } => Problem::new(
+            join(path, &key),
+            format!("invalid type: {unexpected}, expected {expected}"),
+        ),
+        config::ConfigError::At {
+            error,
+            key: Some(key),
+            ..
+        } => Problem::new(join(path, &key), error.to_string()),
+        other => Problem::new(path, other.to_string()),
+    }
+}
+
+pub(crate) fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+enum Text {
+    Path(PathBuf),
+    Inline(String),
+}
+
+/// Reads a pipeline file with its overrides and compiles it.
+///
+/// ```
+/// use warpline_engine::{config::Loader, Registry};
+///
+/// let pipeline = Loader::from_toml_str(r#"
+///     [pipeline]
+///     flow = ["work"]
+///     [source]
+///     kind = "generate"
+///     count = 10
+///     [stages.work]
+///     kind = "hold"
+///     duration = "1ms"
+/// "#)
+/// .set("stages.work.workers", "3")
+/// .load(&Registry::with_builtins())
+/// .unwrap();
+/// assert_eq!(pipeline.stages()[0].workers, 3);
+/// ```
+pub struct Loader {
+    text: Text,
+    env: bool,
+    sets: Vec<(String, String)>,
+}
+
+impl fmt::Debug for Loader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Loader")
+            .field("origin", &self.origin())
+            .field("env", &self.env)
+            .field("sets", &self.sets)
+            .finish()
+    }
+}
+
+/// The environment variable prefix for overrides: `WARPLINE__STAGES__DECODE__WORKERS=4`.
+pub const ENV_PREFIX: &str = "WARPLINE";
+
+impl Loader {
+    /// Reads the pipeline from a TOML file.
+    pub fn from_path(path: impl AsRef<Path>) -> Self {
+        Loader {
+            text: Text::Path(path.as_ref().to_owned()),
+            env: false,
+            sets: Vec::new(),
+        }
+    }
+
+    /// Reads the pipeline from TOML text.
+    pub fn from_toml_str(text: &str) -> Self {
+        Loader {
+            text: Text::Inline(text.to_owned()),
+            env: false,
+            sets: Vec::new(),
+        }
+    }
+
+    /// Also applies `WARPLINE__SECTION__KEY=value` environment variables
+    /// (double underscores separate keys; names are lowercased).
+    pub fn with_env(mut self) -> Self {
+        self.env = true;
+        self
+    }
+
+    /// Applies `key = value` last, as `--set key=value` does (`key` is a dotted
+    /// path such as `stages.decode.workers`).
+    pub fn set(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.sets.push((key.into(), value.into()));
+        self
+    }
+
+    fn origin(&self) -> String {
+        match &self.text {
+            Text::Path(p) => p.display().to_string(),
+            Text::Inline(_) => "<string>".to_owned(),
+        }
+    }
+
+    /// Reads, overrides and compiles, returning every problem at once.
+    pub fn load(self, registry: &Registry) -> Result<Pipeline, ConfigErrors> {
+        let origin = self.origin();
+        let fail = |problems: Vec<Problem>| ConfigErrors {
+            origin: origin.clone(),
+            problems,
+        };
+        let mut builder = config::Config::builder();
+        let default_name = match &self.text {
+            Text::Path(p) => {
+                if !p.is_file() {
+                    return Err(fail(vec![Problem::new(
+                        "<file>",
+                        format!("cannot read pipeline file {}: no such file", p.display()),
+                    )]));
+                }
+                builder = builder.add_source(
+                    config::File::from(p.as_path()).format(config::FileFormat::Toml),
+                );
+                p.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "pipeline".to_owned())
+            }
+            Text::Inline(t) => {
+                builder =
+                    builder.add_source(config::File::from_str(t, config::FileFormat::Toml));
+                "pipeline".to_owned()
+            }
+        };
+        if self.env {
+            builder = builder.add_source(
+                config::Environment::with_prefix(ENV_PREFIX)
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true),
+            );
+        }
+        let mut problems = Vec::new();
+        for (key, value) in &self.sets {
+            match builder.set_override(key.as_str(), value.as_str()) {
+                Ok(b) => builder = b,
+                Err(e) => {
+                    problems.push(Problem::new(key.clone(), format!("cannot set: {e}")));
+                    return Err(fail(problems));
+                }
+            }
+        }
+        let root = builder
+            .build()
+            .and_then(|c| c.try_deserialize::<config::Map<String, config::Value>>())
+            .map_err(|e| fail(vec![Problem::new("<file>", e.to_string())]))?;
+        compile::compile(root, registry, &default_name).map_err(fail)
+    }
+}

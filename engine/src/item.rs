@@ -1,0 +1,199 @@
+//! What travels through a pipeline: an [`Item`] (one input and what becomes
+//! of it), the [`Outcome`] a stage gives it, and a [`StageError`] when a
+//! stage fails it.
+
+use std::any::Any;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::limit::Ticket;
+
+/// One input as a source produces it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    /// A stable id, unique within the run (used for output names, resume and
+    /// failure records).
+    pub id: String,
+    /// Where the input comes from: a URL, a path, or a synthetic name.
+    pub source: String,
+    /// A size in bytes known before any work, if the source knows one. Stages
+    /// charge their byte limiters by it unless they know better.
+    pub size_hint: Option<u64>,
+}
+
+/// One unit of work travelling between stages, with the permits it still
+/// holds.
+pub struct Item {
+    /// The input's id.
+    pub id: String,
+    /// The input's source.
+    pub source: String,
+    /// A size in bytes known before the current stage allocates.
+    pub size_hint: Option<u64>,
+    /// How many times the current stage has tried this item (1 on the first).
+    pub attempts: u32,
+    payload: Option<Box<dyn Any + Send>>,
+    tickets: Vec<Ticket>,
+}
+
+impl fmt::Debug for Item {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Item")
+            .field("id", &self.id)
+            .field("source", &self.source)
+            .field("size_hint", &self.size_hint)
+            .field("has_payload", &self.payload.is_some())
+            .field("tickets", &self.tickets)
+            .finish()
+    }
+}
+
+impl Item {
+    /// A new item for `input`, holding no payload and no tickets.
+    pub fn new(input: Input) -> Self {
+        Item {
+            id: input.id,
+            source: input.source,
+            size_hint: input.size_hint,
+            attempts: 0,
+            payload: None,
+            tickets: Vec::new(),
+        }
+    }
+
+    /// Replaces the payload (what the previous stage made of the input).
+    pub fn set_payload<T: Any + Send>(&mut self, value: T) {
+        self.payload = Some(Box::new(value));
+    }
+
+    /// Takes the payload out if it is a `T`; leaves it in place otherwise.
+    pub fn take_payload<T: Any + Send>(&mut self) -> Option<T> {
+        match self.payload.take()?.downcast::<T>() {
+            Ok(b) => Some(*b),
+            Err(other) => {
+                self.payload = Some(other);
+                None
+            }
+        }
+    }
+
+    /// Borrows the payload if it is a `T`.
+    pub fn payload<T: Any + Send>(&self) -> Option<&T> {
+        self.payload.as_ref()?.downcast_ref::<T>()
+    }
+
+    /// Drops the payload (a sink's job).
+    pub fn clear_payload(&mut self) {
+        self.payload = None;
+    }
+
+    /// Keeps a ticket with the item until it ends or a stage releases it.
+    pub fn keep(&mut self, ticket: Ticket) {
+        self.tickets.push(ticket);
+    }
+
+    /// Gives back every ticket this item holds on the limiter `name`.
+    pub fn release(&mut self, name: &str) {
+        self.tickets.retain(|t| t.limiter().name() != name);
+    }
+
+    /// The tickets this item carries.
+    pub fn tickets(&self) -> &[Ticket] {
+        &self.tickets
+    }
+}
+
+/// What a stage did with an item that did not fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Hand the item to the next stage (or, after the last, count it done).
+    Continue,
+    /// Stop here and count the item skipped (for example: its output is
+    /// already complete from an earlier run).
+    Skip(String),
+}
+
+/// How an error should be treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// May succeed if tried again (timeouts, resets, 5xx, 429).
+    Transient,
+    /// Will fail again (bad input, 4xx, decode errors).
+    Permanent,
+    /// The item asked for more than a whole budget allows.
+    OverBudget,
+    /// The stage's code panicked.
+    Panicked,
+    /// The run was aborted before the item finished.
+    Interrupted,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::Transient => "transient",
+            ErrorKind::Permanent => "permanent",
+            ErrorKind::OverBudget => "over_budget",
+            ErrorKind::Panicked => "panicked",
+            ErrorKind::Interrupted => "interrupted",
+        })
+    }
+}
+
+/// Why a stage failed an item.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct StageError {
+    /// How the error should be treated.
+    pub kind: ErrorKind,
+    /// What went wrong, naming the input where it helps.
+    pub message: String,
+}
+
+impl StageError {
+    /// An error that will not go away if tried again.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        StageError {
+            kind: ErrorKind::Permanent,
+            message: message.into(),
+        }
+    }
+
+    /// An error that may go away if tried again.
+    pub fn transient(message: impl Into<String>) -> Self {
+        StageError {
+            kind: ErrorKind::Transient,
+            message: message.into(),
+        }
+    }
+
+    /// An error of the given kind.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        StageError {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_of_the_wrong_type_stays_in_place() {
+        let mut item = Item::new(Input {
+            id: "a".into(),
+            source: "s".into(),
+            size_hint: None,
+        });
+        item.set_payload(5u32);
+        assert_eq!(item.take_payload::<String>(), None);
+        assert_eq!(item.payload::<u32>(), Some(&5));
+        assert_eq!(item.take_payload::<u32>(), Some(5));
+        assert_eq!(item.take_payload::<u32>(), None);
+    }
+}

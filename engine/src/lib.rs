@@ -1,0 +1,70 @@
+//! # warpline-engine
+//!
+//! The generic runtime of warpline: stage actors with bounded mailboxes,
+//! limiters named after the resource they protect, token buckets, and TOML
+//! pipelines. It knows nothing of GDAL or HTTP; `warpline-stages` plugs the
+//! raster stages into it.
+//!
+//! Where things live:
+//!
+//! - [`pipeline`]: a compiled [`Pipeline`], its [`admission
+//!   bound`](Pipeline::admission_bound), and [`Pipeline::run`];
+//! - [`run`]: the source loop, the workers (tokio tasks or OS threads), and
+//!   shutdown through [`RunControl`];
+//! - [`limit`]: count, bytes and rate [`Limiter`]s and the [`Ticket`]s that
+//!   give their share back on drop;
+//! - [`stage`]: the [`AsyncStage`], [`BlockingStage`] and [`Source`] traits a
+//!   kind implements;
+//! - [`item`]: the [`Item`] that travels, its [`Outcome`] and [`StageError`];
+//! - [`config`]: loading a TOML file with overrides, and the compile step
+//!   that reports every problem at once;
+//! - [`registry`]: the stage and source kinds a file may name;
+//! - [`report`]: the [`RunReport`];
+//! - [`synthetic`]: the `generate` source and the `hold` and `discard` stages,
+//!   for exercising and benchmarking the engine;
+//! - [`units`]: sizes, durations and counts as a file writes them.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use warpline_engine::{Pipeline, Registry};
+//!
+//! let pipeline = Pipeline::from_toml_str(r#"
+//!     [pipeline]
+//!     flow = ["work"]
+//!     [source]
+//!     kind = "generate"
+//!     count = 20
+//!     [stages.work]
+//!     kind = "hold"
+//!     duration = "1ms"
+//!     workers = 4
+//! "#, &Registry::with_builtins()).expect("valid pipeline");
+//! assert_eq!(pipeline.admission_bound(), 1 + 4 + 4);
+//! let report = pipeline.run().await.expect("run");
+//! assert_eq!(report.items.done, 20);
+//! # }
+//! ```
+
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(unsafe_code)]
+
+pub mod config;
+pub mod item;
+pub mod limit;
+pub mod pipeline;
+pub mod registry;
+pub mod report;
+pub mod run;
+pub mod stage;
+pub mod synthetic;
+pub mod units;
+
+pub use config::{ConfigErrors, Loader, Problem};
+pub use item::{ErrorKind, Input, Item, Outcome, StageError};
+pub use limit::{Limiter, LimiterKind, Limits, Ticket};
+pub use pipeline::Pipeline;
+pub use registry::{Registry, Settings};
+pub use report::RunReport;
+pub use run::{RunControl, RunError};
+pub use stage::{AsyncStage, BlockingStage, Handler, Source, SourceError, SourceSpec};

@@ -1,0 +1,566 @@
+//! Limiters, named after the resource they protect and shared by every stage
+//! that lists them.
+//!
+//! Three kinds:
+//! - **count**: a fixed number of interchangeable slots (sockets, cores,
+//!   descriptors); an item holds one slot;
+//! - **bytes**: a budget charged by each item's size, known before allocating;
+//!   counted in KiB internally because one semaphore call takes at most
+//!   `u32::MAX` permits;
+//! - **rate**: a token bucket (per second, with burst), optionally one bucket
+//!   per key such as the remote host. It holds nothing, so it has no ticket.
+//!
+//! Acquiring a count or bytes limiter yields a [`Ticket`], which releases its
+//! share when dropped, so an error, a panic or a cancellation can never leak
+//! a permit. Several limiters are always acquired in one global order (their
+//! `order`, the order of declaration), which makes deadlock between stages
+//! impossible.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::keyed::HashMapStateStore;
+use governor::{Quota, RateLimiter};
+use serde::Serialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// What an item larger than a whole byte budget does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Oversize {
+    /// Fail the item with a clear error (the default).
+    Fail,
+    /// Wait until the whole budget is free and run alone.
+    Alone,
+}
+
+/// The kind of a limiter, as the report shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimiterKind {
+    /// A fixed number of slots.
+    Count,
+    /// A byte budget.
+    Bytes,
+    /// A token bucket.
+    Rate,
+}
+
+impl fmt::Display for LimiterKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LimiterKind::Count => "count",
+            LimiterKind::Bytes => "bytes",
+            LimiterKind::Rate => "rate",
+        })
+    }
+}
+
+/// Why an acquisition failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// The item asks for more than the whole budget and the policy is `fail`.
+    #[error(
+        "needs {requested} bytes of `{limiter}` but its whole budget is {budget} bytes \
+         (set `oversize = \"alone\"` on [limits.{limiter}] to run such items alone)"
+    )]
+    OverBudget {
+        /// The limiter's name.
+        limiter: String,
+        /// What the item asked for, in bytes.
+        requested: u64,
+        /// The whole budget, in bytes.
+        budget: u64,
+    },
+    /// The limiter was closed while waiting (the run is ending).
+    #[error("limiter `{0}` was closed")]
+    Closed(String),
+}
+
+/// How a rate limiter chooses its bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateKey {
+    /// One bucket for everything.
+    Global,
+    /// One bucket per remote host of the item's source.
+    Host,
+}
+
+/// A clock for governor that reads tokio's clock, so rate limits follow
+/// paused time in tests and `tokio::time::sleep` waits exactly as long as
+/// governor asks.
+#[derive(Debug, Clone)]
+struct TokioClock {
+    base: tokio::time::Instant,
+}
+
+impl Clock for TokioClock {
+    type Instant = Nanos;
+
+    fn now(&self) -> Nanos {
+        Nanos::from(tokio::time::Instant::now().saturating_duration_since(self.base))
+    }
+}
+
+type Buckets = RateLimiter<String, HashMapStateStore<String>, TokioClock, NoOpMiddleware<Nanos>>;
+
+/// Live use of a count or bytes limiter, for the report.
+#[derive(Debug, Default)]
+struct Gauge {
+    in_use: AtomicU64,
+    peak: AtomicU64,
+    /// Total nanoseconds spent waiting to acquire.
+    waited_ns: AtomicU64,
+}
+
+impl Gauge {
+    fn add(&self, n: u64) {
+        let now = self.in_use.fetch_add(n, Ordering::AcqRel) + n;
+        self.peak.fetch_max(now, Ordering::AcqRel);
+    }
+    fn sub(&self, n: u64) {
+        self.in_use.fetch_sub(n, Ordering::AcqRel);
+    }
+    fn waited(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.waited_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+enum State {
+    Count {
+        sem: Arc<Semaphore>,
+        permits: u32,
+    },
+    Bytes {
+        sem: Arc<Semaphore>,
+        budget: u64,
+        budget_kib: u32,
+        oversize: Oversize,
+    },
+    Rate {
+        buckets: Buckets,
+        clock: TokioClock,
+        per_second: f64,
+        burst: u32,
+        key: RateKey,
+        /// Per key, a time before which no token is handed out (set when a
+        /// server says `Retry-After`).
+        paused_until: Mutex<HashMap<String, tokio::time::Instant>>,
+    },
+}
+
+struct Inner {
+    name: String,
+    order: usize,
+    state: State,
+    gauge: Gauge,
+}
+
+/// One named limiter. Cloning is cheap and shares the same slots.
+#[derive(Clone)]
+pub struct Limiter {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limiter")
+            .field("name", &self.inner.name)
+            .field("kind", &self.kind())
+            .field("capacity", &self.capacity())
+            .field("in_use", &self.in_use())
+            .finish()
+    }
+}
+
+const KIB: u64 = 1024;
+
+impl Limiter {
+    /// A count limiter with `permits` slots (at least 1).
+    pub fn count(name: impl Into<String>, order: usize, permits: NonZeroU32) -> Self {
+        let permits = permits.get();
+        Self::new(
+            name,
+            order,
+            State::Count {
+                sem: Arc::new(Semaphore::new(permits as usize)),
+                permits,
+            },
+        )
+    }
+
+    /// A byte budget of `budget` bytes (rounded up to whole KiB, at least 1 KiB,
+    /// at most `u32::MAX` KiB, about 4 TiB).
+    pub fn bytes(name: impl Into<String>, order: usize, budget: u64, oversize: Oversize) -> Self {
+        let budget_kib = u32::try_from(budget.div_ceil(KIB).max(1)).unwrap_or(u32::MAX);
+        Self::new(
+            name,
+            order,
+            State::Bytes {
+                sem: Arc::new(Semaphore::new(budget_kib as usize)),
+                budget: u64::from(budget_kib) * KIB,
+                budget_kib,
+                oversize,
+            },
+        )
+    }
+
+    /// A token bucket refilling `per_second` tokens a second and holding at
+    /// most `burst`. Returns `None` when `per_second` is not a positive,
+    /// finite number.
+    pub fn rate(
+        name: impl Into<String>,
+        order: usize,
+        per_second: f64,
+        burst: NonZeroU32,
+        key: RateKey,
+    ) -> Option<Self> {
+        if !(per_second.is_finite() && per_second > 0.0) {
+            return None;
+        }
+        let period = Duration::try_from_secs_f64(1.0 / per_second).ok()?;
+        let quota = Quota::with_period(period)?.allow_burst(burst);
+        let clock = TokioClock {
+            base: tokio::time::Instant::now(),
+        };
+        let buckets = RateLimiter::new(quota, HashMapStateStore::default(), clock.clone());
+        Some(Self::new(
+            name,
+            order,
+            State::Rate {
+                buckets,
+                clock,
+                per_second,
+                burst: burst.get(),
+                key,
+                paused_until: Mutex::new(HashMap::new()),
+            },
+        ))
+    }
+
+    fn new(name: impl Into<String>, order: usize, state: State) -> Self {
+        Limiter {
+            inner: Arc::new(Inner {
+                name: name.into(),
+                order,
+                state,
+                gauge: Gauge::default(),
+            }),
+        }
+    }
+
+    /// The resource name (`cpu`, `memory`, `connections`, ...).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The position in the global acquisition order.
+    pub fn order(&self) -> usize {
+        self.inner.order
+    }
+
+    /// Count, bytes or rate.
+    pub fn kind(&self) -> LimiterKind {
+        match self.inner.state {
+            State::Count { .. } => LimiterKind::Count,
+            State::Bytes { .. } => LimiterKind::Bytes,
+            State::Rate { .. } => LimiterKind::Rate,
+        }
+    }
+
+    /// Slots for a count limiter, bytes for a byte budget, the burst for a rate.
+    pub fn capacity(&self) -> u64 {
+        match &self.inner.state {
+            State::Count { permits, .. } => u64::from(*permits),
+            State::Bytes { budget, .. } => *budget,
+            State::Rate { burst, .. } => u64::from(*burst),
+        }
+    }
+
+    /// Tokens per second, for a rate limiter.
+    pub fn per_second(&self) -> Option<f64> {
+        match &self.inner.state {
+            State::Rate { per_second, .. } => Some(*per_second),
+            _ => None,
+        }
+    }
+
+    /// How a rate limiter picks its bucket (`None` for other kinds).
+    pub fn rate_key(&self) -> Option<RateKey> {
+        match &self.inner.state {
+            State::Rate { key, .. } => Some(*key),
+            _ => None,
+        }
+    }
+
+    /// What the policy is for items larger than a whole byte budget.
+    pub fn oversize(&self) -> Option<Oversize> {
+        match &self.inner.state {
+            State::Bytes { oversize, .. } => Some(*oversize),
+            _ => None,
+        }
+    }
+
+    /// Slots or bytes held right now (0 for a rate limiter).
+    pub fn in_use(&self) -> u64 {
+        self.inner.gauge.in_use.load(Ordering::Acquire)
+    }
+
+    /// The most slots or bytes ever held at once (0 for a rate limiter).
+    pub fn peak_in_use(&self) -> u64 {
+        self.inner.gauge.peak.load(Ordering::Acquire)
+    }
+
+    /// Total time spent waiting to acquire this limiter, over all items.
+    pub fn total_wait(&self) -> Duration {
+        Duration::from_nanos(self.inner.gauge.waited_ns.load(Ordering::Relaxed))
+    }
+
+    /// Slots or bytes free right now; equals [`capacity`](Self::capacity) when
+    /// nothing is held. For a rate limiter, the burst.
+    pub fn available(&self) -> u64 {
+        match &self.inner.state {
+            State::Count { sem, .. } => sem.available_permits() as u64,
+            State::Bytes { sem, .. } => sem.available_permits() as u64 * KIB,
+            State::Rate { burst, .. } => u64::from(*burst),
+        }
+    }
+
+    /// Waits for a share of this limiter.
+    ///
+    /// - count: one slot (`amount` is ignored);
+    /// - bytes: `amount` bytes, rounded up to KiB; more than the whole budget
+    ///   follows the limiter's [`Oversize`] policy;
+    /// - rate: one token from the bucket for `key` (ignored unless the limiter
+    ///   is keyed); returns `Ok(None)` as a token is not held.
+    ///
+    /// Cancel-safe: dropping the future gives nothing back because nothing
+    /// was taken.
+    pub async fn acquire(&self, amount: u64, key: Option<&str>) -> Result<Option<Ticket>, LimitError> {
+        let started = tokio::time::Instant::now();
+        let result = match &self.inner.state {
+            State::Count { sem, .. } => self.take(sem, 1, 1).await.map(Some),
+            State::Bytes {
+                sem,
+                budget,
+                budget_kib,
+                oversize,
+            } => {
+                let want_kib = amount.div_ceil(KIB);
+                let kib = if want_kib > u64::from(*budget_kib) {
+                    match oversize {
+                        Oversize::Fail => {
+                            return Err(LimitError::OverBudget {
+                                limiter: self.inner.name.clone(),
+                                requested: amount,
+                                budget: *budget,
+                            })
+                        }
+                        Oversize::Alone => *budget_kib,
+                    }
+                } else {
+                    // Fits: `want_kib <= budget_kib <= u32::MAX`.
+                    u32::try_from(want_kib).unwrap_or(*budget_kib)
+                };
+                self.take(sem, kib, u64::from(kib) * KIB).await.map(Some)
+            }
+            State::Rate {
+                buckets,
+                clock,
+                key: keying,
+                paused_until,
+                ..
+            } => {
+                let bucket = match keying {
+                    RateKey::Global => String::new(),
+                    RateKey::Host => key.unwrap_or_default().to_owned(),
+                };
+                loop {
+                    let resume = paused_until
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .get(&bucket)
+                        .copied();
+                    if let Some(at) = resume {
+                        if at > tokio::time::Instant::now() {
+                            tokio::time::sleep_until(at).await;
+                            continue;
+                        }
+                    }
+                    match buckets.check_key(&bucket) {
+                        Ok(()) => break,
+                        Err(not_until) => {
+                            tokio::time::sleep(not_until.wait_time_from(clock.now())).await
+                        }
+                    }
+                }
+                Ok(None)
+            }
+        };
+        self.inner.gauge.waited(started.elapsed());
+        result
+    }
+
+    /// Tells a rate limiter to hand out no token for `key` before `delay` has
+    /// passed (a server answered 429 or 503 with `Retry-After`): every item
+    /// that draws on that bucket slows, not only the one that was refused.
+    /// No effect on other kinds.
+    pub fn pause_key(&self, key: Option<&str>, delay: Duration) {
+        if let State::Rate {
+            key: keying,
+            paused_until,
+            ..
+        } = &self.inner.state
+        {
+            let bucket = match keying {
+                RateKey::Global => String::new(),
+                RateKey::Host => key.unwrap_or_default().to_owned(),
+            };
+            let until = tokio::time::Instant::now() + delay;
+            let mut map = paused_until
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let entry = map.entry(bucket).or_insert(until);
+            *entry = (*entry).max(until);
+        }
+    }
+
+    async fn take(&self, sem: &Arc<Semaphore>, permits: u32, gauge: u64) -> Result<Ticket, LimitError> {
+        let permit = sem
+            .clone()
+            .acquire_many_owned(permits)
+            .await
+            .map_err(|_| LimitError::Closed(self.inner.name.clone()))?;
+        self.inner.gauge.add(gauge);
+        Ok(Ticket {
+            limiter: self.clone(),
+            amount: gauge,
+            _permit: permit,
+        })
+    }
+}
+
+/// A share of a count or bytes limiter. Dropping it gives the share back.
+pub struct Ticket {
+    limiter: Limiter,
+    amount: u64,
+    // Dropped after `Drop::drop` has lowered the gauge, so the gauge never
+    // shows more in use than the semaphore has handed out.
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Ticket {
+    /// The limiter this ticket belongs to.
+    pub fn limiter(&self) -> &Limiter {
+        &self.limiter
+    }
+
+    /// Slots (count) or bytes (bytes, rounded up to KiB) held.
+    pub fn amount(&self) -> u64 {
+        self.amount
+    }
+}
+
+impl fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticket")
+            .field("limiter", &self.limiter.name())
+            .field("amount", &self.amount)
+            .finish()
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.limiter.inner.gauge.sub(self.amount);
+    }
+}
+
+/// The named limiters of a pipeline, in their global acquisition order.
+#[derive(Debug, Clone, Default)]
+pub struct Limits {
+    by_order: Vec<Limiter>,
+}
+
+impl Limits {
+    /// Adds a limiter; its order must be the next position.
+    pub(crate) fn push(&mut self, limiter: Limiter) {
+        debug_assert_eq!(limiter.order(), self.by_order.len());
+        self.by_order.push(limiter);
+    }
+
+    /// The limiter with this name.
+    pub fn get(&self, name: &str) -> Option<&Limiter> {
+        self.by_order.iter().find(|l| l.name() == name)
+    }
+
+    /// All limiters, in acquisition order.
+    pub fn iter(&self) -> impl Iterator<Item = &Limiter> {
+        self.by_order.iter()
+    }
+
+    /// How many limiters there are.
+    pub fn len(&self) -> usize {
+        self.by_order.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_order.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nz(n: u32) -> NonZeroU32 {
+        NonZeroU32::new(n).expect("test uses non-zero")
+    }
+
+    #[tokio::test]
+    async fn tickets_give_back_on_drop() {
+        let l = Limiter::count("cpu", 0, nz(2));
+        let a = l.acquire(1, None).await.unwrap();
+        let b = l.acquire(1, None).await.unwrap();
+        assert_eq!(l.available(), 0);
+        assert_eq!(l.in_use(), 2);
+        drop(a);
+        drop(b);
+        assert_eq!(l.available(), 2);
+        assert_eq!(l.in_use(), 0);
+        assert_eq!(l.peak_in_use(), 2);
+    }
+
+    #[tokio::test]
+    async fn bytes_round_up_to_kib_and_enforce_oversize_policy() {
+        let fail = Limiter::bytes("memory", 0, 10 * 1024, Oversize::Fail);
+        let t = fail.acquire(1, None).await.unwrap().unwrap();
+        assert_eq!(t.amount(), 1024);
+        drop(t);
+        let err = fail.acquire(10 * 1024 + 1, None).await.unwrap_err();
+        assert!(matches!(err, LimitError::OverBudget { .. }), "{err}");
+        assert!(err.to_string().contains("memory"));
+
+        let alone = Limiter::bytes("memory", 0, 10 * 1024, Oversize::Alone);
+        let t = alone.acquire(1 << 30, None).await.unwrap().unwrap();
+        assert_eq!(alone.available(), 0);
+        assert_eq!(t.amount(), 10 * 1024);
+    }
+
+    #[test]
+    fn rate_rejects_non_positive() {
+        assert!(Limiter::rate("r", 0, 0.0, nz(1), RateKey::Global).is_none());
+        assert!(Limiter::rate("r", 0, f64::NAN, nz(1), RateKey::Global).is_none());
+        assert!(Limiter::rate("r", 0, -1.0, nz(1), RateKey::Global).is_none());
+    }
+}

@@ -1,0 +1,167 @@
+//! A compiled pipeline: the source, the stages in flow order and the named
+//! limiters, all validated and ready to run.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{ConfigErrors, Loader, OnError};
+use crate::limit::{Limiter, Limits};
+use crate::registry::Registry;
+use crate::report::RunReport;
+use crate::run::{RunControl, RunError};
+use crate::stage::{Handler, SourceSpec};
+
+/// The source as it will run.
+#[derive(Clone)]
+pub struct SourcePlan {
+    /// The source kind (`generate`, `list`, ...).
+    pub kind: String,
+    pub(crate) spec: Arc<dyn SourceSpec>,
+    /// Limiters held from admission until the item ends, in acquisition order.
+    pub limits: Vec<Limiter>,
+}
+
+impl fmt::Debug for SourcePlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SourcePlan")
+            .field("kind", &self.kind)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+/// One stage as it will run.
+#[derive(Debug, Clone)]
+pub struct StagePlan {
+    /// The stage's name in the pipeline file.
+    pub name: String,
+    /// The stage kind.
+    pub kind: String,
+    /// How many workers take from the mailbox.
+    pub workers: u32,
+    /// How many items may wait in the mailbox.
+    pub mailbox: u32,
+    /// The implementation; blocking stages run on OS threads.
+    pub handler: Handler,
+    /// Limiters acquired for each item, in the global order.
+    pub limits: Vec<Limiter>,
+    /// Limiters whose tickets travel on with the item after this stage.
+    pub carry: Vec<String>,
+    /// Carried limiters given back when this stage finishes an item.
+    pub release: Vec<String>,
+}
+
+/// A validated pipeline, ready to run.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use warpline_engine::{Pipeline, Registry};
+///
+/// let pipeline = Pipeline::from_toml_str(r#"
+///     [pipeline]
+///     flow = ["work", "sink"]
+///     [source]
+///     kind = "generate"
+///     count = 100
+///     [limits.cpu]
+///     permits = 2
+///     [stages.work]
+///     kind = "hold"
+///     workers = 4
+///     limits = ["cpu"]
+///     [stages.sink]
+///     kind = "discard"
+/// "#, &Registry::with_builtins()).unwrap();
+/// let report = pipeline.run().await.unwrap();
+/// assert_eq!(report.items.done, 100);
+/// assert!(report.limiter("cpu").unwrap().peak_in_use <= 2);
+/// # }
+/// ```
+pub struct Pipeline {
+    pub(crate) name: String,
+    pub(crate) on_error: OnError,
+    pub(crate) shutdown_deadline: Duration,
+    pub(crate) source: SourcePlan,
+    pub(crate) stages: Vec<StagePlan>,
+    pub(crate) limits: Limits,
+}
+
+impl fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("name", &self.name)
+            .field("source", &self.source)
+            .field("stages", &self.stages)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+impl Pipeline {
+    /// Reads and compiles a pipeline file (no environment overrides; see
+    /// [`Loader`] for those).
+    pub fn from_path(path: impl AsRef<Path>, registry: &Registry) -> Result<Self, ConfigErrors> {
+        Loader::from_path(path).load(registry)
+    }
+
+    /// Compiles a pipeline from TOML text.
+    pub fn from_toml_str(text: &str, registry: &Registry) -> Result<Self, ConfigErrors> {
+        Loader::from_toml_str(text).load(registry)
+    }
+
+    /// The pipeline's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The source as it will run.
+    pub fn source(&self) -> &SourcePlan {
+        &self.source
+    }
+
+    /// The stages in flow order.
+    pub fn stages(&self) -> &[StagePlan] {
+        &self.stages
+    }
+
+    /// The named limiters, in acquisition order.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// What a failed item does to the run.
+    pub fn on_error(&self) -> OnError {
+        self.on_error
+    }
+
+    /// How long a stopped run may drain before it is aborted.
+    pub fn shutdown_deadline(&self) -> Duration {
+        self.shutdown_deadline
+    }
+
+    /// The most items that can exist in the pipeline at once, whatever the
+    /// input size: `1 + sum over stages of (workers + mailbox)`. Each stage
+    /// holds at most W items in its workers (working, or waiting to hand on)
+    /// and Q in its mailbox; the one more is the item the source has made and
+    /// is waiting to send.
+    pub fn admission_bound(&self) -> u64 {
+        1 + self
+            .stages
+            .iter()
+            .map(|s| u64::from(s.workers) + u64::from(s.mailbox))
+            .sum::<u64>()
+    }
+
+    /// Runs the pipeline to the end on the caller's tokio runtime.
+    pub async fn run(&self) -> Result<RunReport, RunError> {
+        self.run_with(&RunControl::new()).await
+    }
+
+    /// Runs the pipeline, stopping or aborting when `control` says so.
+    pub async fn run_with(&self, control: &RunControl) -> Result<RunReport, RunError> {
+        crate::run::run(self, control).await
+    }
+}

@@ -1,0 +1,132 @@
+//! The kinds a pipeline file can name: `kind = "hold"` under a stage, `kind =
+//! "generate"` under the source. Each kind is a factory that reads its own
+//! settings (strictly: unknown keys are errors) and returns a ready stage or
+//! source. The engine registers its synthetic kinds; `warpline-stages` adds
+//! the raster ones; embedders add their own.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use crate::config::Problem;
+use crate::stage::{Handler, SourceSpec};
+
+/// The settings of one stage or source, without the keys the engine reads
+/// itself (`kind`, `workers`, `mailbox`, `limits`, `carry`, `release`).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    path: String,
+    table: config::Map<String, config::Value>,
+}
+
+impl Settings {
+    pub(crate) fn new(path: String, table: config::Map<String, config::Value>) -> Self {
+        Settings { path, table }
+    }
+
+    /// Settings from TOML text, for tests and for building kinds in code.
+    pub fn from_toml(path: &str, text: &str) -> Result<Self, Problem> {
+        let cfg = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .map_err(|e| Problem::new(path, e.to_string()))?;
+        let table = cfg
+            .try_deserialize::<config::Map<String, config::Value>>()
+            .map_err(|e| Problem::new(path, e.to_string()))?;
+        Ok(Settings::new(path.to_owned(), table))
+    }
+
+    /// Where these settings live in the pipeline file (`stages.decode`).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// A problem at `key` within these settings.
+    pub fn problem(&self, key: &str, message: impl Into<String>) -> Problem {
+        Problem::new(format!("{}.{key}", self.path), message)
+    }
+
+    /// Reads the settings into `T`, which should use
+    /// `#[serde(deny_unknown_fields)]` so a misspelt key is an error.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, Vec<Problem>> {
+        config::Value::new(None, config::ValueKind::Table(self.table.clone()))
+            .try_deserialize::<T>()
+            .map_err(|e| vec![crate::config::problem_from(&self.path, e)])
+    }
+}
+
+/// Builds a stage from its settings.
+pub type StageFactory = Arc<dyn Fn(&Settings) -> Result<Handler, Vec<Problem>> + Send + Sync>;
+
+/// Builds a source from its settings.
+pub type SourceFactory =
+    Arc<dyn Fn(&Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> + Send + Sync>;
+
+/// The stage and source kinds a pipeline may name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    stages: BTreeMap<String, StageFactory>,
+    sources: BTreeMap<String, SourceFactory>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("stages", &self.stages.keys().collect::<Vec<_>>())
+            .field("sources", &self.sources.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Registry {
+    /// A registry with no kinds at all.
+    pub fn empty() -> Self {
+        Registry::default()
+    }
+
+    /// A registry with the engine's synthetic kinds: source `generate`,
+    /// stages `hold` and `discard`.
+    pub fn with_builtins() -> Self {
+        let mut r = Registry::empty();
+        crate::synthetic::register(&mut r);
+        r
+    }
+
+    /// Adds (or replaces) a stage kind.
+    pub fn register_stage<F>(&mut self, kind: &str, factory: F) -> &mut Self
+    where
+        F: Fn(&Settings) -> Result<Handler, Vec<Problem>> + Send + Sync + 'static,
+    {
+        self.stages.insert(kind.to_owned(), Arc::new(factory));
+        self
+    }
+
+    /// Adds (or replaces) a source kind.
+    pub fn register_source<F>(&mut self, kind: &str, factory: F) -> &mut Self
+    where
+        F: Fn(&Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> + Send + Sync + 'static,
+    {
+        self.sources.insert(kind.to_owned(), Arc::new(factory));
+        self
+    }
+
+    pub(crate) fn stage(&self, kind: &str) -> Option<&StageFactory> {
+        self.stages.get(kind)
+    }
+
+    pub(crate) fn source(&self, kind: &str) -> Option<&SourceFactory> {
+        self.sources.get(kind)
+    }
+
+    /// The stage kinds, sorted.
+    pub fn stage_kinds(&self) -> Vec<&str> {
+        self.stages.keys().map(String::as_str).collect()
+    }
+
+    /// The source kinds, sorted.
+    pub fn source_kinds(&self) -> Vec<&str> {
+        self.sources.keys().map(String::as_str).collect()
+    }
+}

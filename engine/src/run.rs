@@ -1,0 +1,510 @@
+//! Running a pipeline: the source loop, the stage workers, shutdown.
+//!
+//! Each stage has one bounded mailbox (`async-channel`) and `workers`
+//! workers. Async stages' workers are tokio tasks; blocking stages' workers
+//! are OS threads owned by the stage, each driving the same worker loop with
+//! `Handle::block_on`, so a blocking call only ever blocks its own thread.
+//! A worker hands a finished item on with a send that waits while the next
+//! mailbox is full: a slow stage fills its mailbox, upstream workers wait, and
+//! the wait reaches the source, which pulls an input only after its previous
+//! item was accepted.
+//!
+//! Shutdown follows vector's topology: [`RunControl::stop`] stops the source;
+//! each stage drains as its mailbox closes (a mailbox closes when every
+//! upstream worker has finished). After the pipeline's `shutdown_deadline`,
+//! or on [`RunControl::abort`], every wait is cancelled and what is left is
+//! counted failed as `interrupted`. Tickets release on drop, so no permit
+//! outlives the run either way.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_channel::{Receiver, Sender, TrySendError};
+use futures::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::OnError;
+use crate::item::{ErrorKind, Item, Outcome, StageError};
+use crate::limit::{LimitError, LimiterKind, RateKey};
+use crate::pipeline::{Pipeline, StagePlan};
+use crate::report::{Failure, RunOutcome, RunReport};
+use crate::stage::{Handler, Source, SourceError};
+
+/// How many failures the report lists one by one; the rest are counted.
+pub const REPORTED_FAILURES: usize = 1000;
+
+/// Stops or aborts a running pipeline. Clones control the same run.
+#[derive(Debug, Clone)]
+pub struct RunControl {
+    abort: CancellationToken,
+    stop: CancellationToken,
+}
+
+impl Default for RunControl {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RunControl {
+    /// A control that has not been used.
+    pub fn new() -> Self {
+        let abort = CancellationToken::new();
+        // Aborting also stops.
+        let stop = abort.child_token();
+        RunControl { abort, stop }
+    }
+
+    /// Stops admitting inputs; items already in the pipeline finish, until
+    /// the shutdown deadline passes.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Aborts at once: every wait is cancelled, items in flight are counted
+    /// failed as `interrupted`. A blocking call already running finishes
+    /// first; its item is then counted interrupted too.
+    pub fn abort(&self) {
+        self.abort.cancel();
+    }
+
+    /// Whether [`stop`](Self::stop) or [`abort`](Self::abort) was called.
+    pub fn is_stopped(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    /// Whether [`abort`](Self::abort) was called (or the deadline passed).
+    pub fn is_aborted(&self) -> bool {
+        self.abort.is_cancelled()
+    }
+}
+
+/// Why a run could not start or finish.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The source could not be opened.
+    #[error("cannot open source `{kind}`: {message}")]
+    Source {
+        /// The source kind.
+        kind: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The operating system refused a worker thread.
+    #[error("cannot start a worker thread for stage `{stage}`: {error}")]
+    Spawn {
+        /// The stage.
+        stage: String,
+        /// The OS error.
+        error: std::io::Error,
+    },
+}
+
+/// Per-stage counters.
+#[derive(Debug, Default)]
+pub(crate) struct StageStats {
+    pub processed: AtomicU64,
+    pub busy_ns: AtomicU64,
+}
+
+/// Every item's end, counted once.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    pub total: AtomicU64,
+    pub done: AtomicU64,
+    pub skipped: AtomicU64,
+    pub failed: AtomicU64,
+    pub failures: Mutex<Vec<Failure>>,
+}
+
+struct Shared {
+    ledger: Ledger,
+    stats: Vec<StageStats>,
+    control: RunControl,
+    on_error: OnError,
+    aborted_on_error: AtomicBool,
+}
+
+impl Shared {
+    fn done(&self) {
+        self.ledger.done.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn skipped(&self, item: &Item, stage: &str, reason: &str) {
+        tracing::debug!(item = %item.id, stage, reason, "skipped");
+        self.ledger.skipped.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn failed(&self, id: &str, source: &str, stage: &str, attempts: u32, error: StageError) {
+        if error.kind == ErrorKind::Interrupted {
+            tracing::debug!(item = %id, stage, "interrupted: {}", error.message);
+        } else {
+            tracing::warn!(item = %id, stage, kind = %error.kind, "failed: {}", error.message);
+        }
+        self.ledger.failed.fetch_add(1, Ordering::AcqRel);
+        {
+            let mut failures = self
+                .ledger
+                .failures
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if failures.len() < REPORTED_FAILURES {
+                failures.push(Failure {
+                    id: id.to_owned(),
+                    source: source.to_owned(),
+                    stage: stage.to_owned(),
+                    kind: error.kind,
+                    message: error.message,
+                    attempts,
+                });
+            }
+        }
+        if self.on_error == OnError::Abort
+            && error.kind != ErrorKind::Interrupted
+            && !self.control.is_aborted()
+        {
+            self.aborted_on_error.store(true, Ordering::Release);
+            tracing::error!(item = %id, stage, "aborting the run: on_error = \"abort\"");
+            self.control.abort();
+        }
+    }
+
+    fn interrupted(&self, item: Item, stage: &str, when: &str) {
+        let attempts = item.attempts;
+        self.failed(
+            &item.id,
+            &item.source,
+            stage,
+            attempts,
+            StageError::new(ErrorKind::Interrupted, format!("run aborted {when}")),
+        );
+    }
+}
+
+/// The host of a URL source, for rate limiters with one bucket per host.
+fn host_of(source: &str) -> Option<String> {
+    url::Url::parse(source)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> StageError {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned());
+    StageError::new(ErrorKind::Panicked, format!("stage panicked: {text}"))
+}
+
+struct Worker {
+    index: usize,
+    plan: StagePlan,
+    rx: Receiver<Item>,
+    tx: Option<Sender<Item>>,
+    shared: Arc<Shared>,
+    _alive: tokio::sync::mpsc::Sender<()>,
+}
+
+impl Worker {
+    async fn run(self) {
+        let abort = self.shared.control.abort.clone();
+        loop {
+            let item = tokio::select! {
+                biased;
+                _ = abort.cancelled() => break,
+                received = self.rx.recv() => match received {
+                    Ok(item) => item,
+                    Err(_) => break, // closed and empty: upstream has finished
+                },
+            };
+            self.handle(item, &abort).await;
+        }
+    }
+
+    async fn handle(&self, mut item: Item, abort: &CancellationToken) {
+        let stage = self.plan.name.as_str();
+        let shared = &self.shared;
+
+        // Acquire in the global order (the plan's limits are sorted).
+        let mut held = Vec::with_capacity(self.plan.limits.len());
+        for limiter in &self.plan.limits {
+            let amount = match limiter.kind() {
+                LimiterKind::Bytes => self.plan.handler.demand(&item).unwrap_or(0),
+                _ => 1,
+            };
+            let key = match limiter.rate_key() {
+                Some(RateKey::Host) => host_of(&item.source),
+                _ => None,
+            };
+            let acquired = tokio::select! {
+                biased;
+                _ = abort.cancelled() => {
+                    shared.interrupted(item, stage, "while waiting for a limiter");
+                    return;
+                }
+                r = limiter.acquire(amount, key.as_deref()) => r,
+            };
+            match acquired {
+                Ok(Some(ticket)) => held.push(ticket),
+                Ok(None) => {}
+                Err(e @ LimitError::OverBudget { .. }) => {
+                    let error = StageError::new(ErrorKind::OverBudget, e.to_string());
+                    shared.failed(&item.id, &item.source, stage, item.attempts, error);
+                    return;
+                }
+                Err(e @ LimitError::Closed(_)) => {
+                    let error = StageError::new(ErrorKind::Interrupted, e.to_string());
+                    shared.failed(&item.id, &item.source, stage, item.attempts, error);
+                    return;
+                }
+            }
+        }
+
+        item.attempts = 1;
+        let started = Instant::now();
+        let result = match &self.plan.handler {
+            Handler::Async(h) => {
+                tokio::select! {
+                    biased;
+                    _ = abort.cancelled() => Err(StageError::new(ErrorKind::Interrupted, "run aborted while the stage was working")),
+                    r = AssertUnwindSafe(h.process(&mut item)).catch_unwind() => r.unwrap_or_else(|p| Err(panic_message(p))),
+                }
+            }
+            Handler::Blocking(h) => {
+                // This is an OS thread of the stage's own, not a runtime
+                // thread: blocking here blocks no other work.
+                std::panic::catch_unwind(AssertUnwindSafe(|| h.process(&mut item)))
+                    .unwrap_or_else(|p| Err(panic_message(p)))
+            }
+        };
+        let stats = &shared.stats[self.index];
+        stats.processed.fetch_add(1, Ordering::Relaxed);
+        let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
+
+        // Tickets this stage carries travel on; the rest are given back now.
+        for ticket in held {
+            if self.plan.carry.iter().any(|c| c == ticket.limiter().name()) {
+                item.keep(ticket);
+            }
+        }
+        for name in &self.plan.release {
+            item.release(name);
+        }
+
+        match result {
+            Ok(Outcome::Continue) => match &self.tx {
+                None => shared.done(),
+                Some(tx) => forward(tx, item, shared, abort, stage).await,
+            },
+            Ok(Outcome::Skip(reason)) => shared.skipped(&item, stage, &reason),
+            Err(error) => {
+                shared.failed(&item.id, &item.source, stage, item.attempts, error);
+            }
+        }
+    }
+}
+
+/// Hands an item to the next mailbox, waiting while it is full (unless the
+/// run is aborted).
+async fn forward(
+    tx: &Sender<Item>,
+    item: Item,
+    shared: &Shared,
+    abort: &CancellationToken,
+    stage: &str,
+) {
+    let item = match tx.try_send(item) {
+        Ok(()) => return,
+        Err(TrySendError::Full(item)) => item,
+        Err(TrySendError::Closed(item)) => {
+            shared.interrupted(item, stage, "before the next stage could take the item");
+            return;
+        }
+    };
+    // The slow path keeps the names, as the send future owns the item.
+    let (id, source, attempts) = (item.id.clone(), item.source.clone(), item.attempts);
+    tokio::select! {
+        biased;
+        _ = abort.cancelled() => shared.failed(
+            &id, &source, stage, attempts,
+            StageError::new(ErrorKind::Interrupted, "run aborted while handing the item on"),
+        ),
+        sent = tx.send(item) => if let Err(e) = sent {
+            shared.interrupted(e.into_inner(), stage, "before the next stage could take the item");
+        },
+    }
+}
+
+async fn drive_source(
+    pipeline: &Pipeline,
+    mut source: Box<dyn Source>,
+    tx: Sender<Item>,
+    shared: &Shared,
+) {
+    let stop = shared.control.stop.clone();
+    let abort = shared.control.abort.clone();
+    'inputs: loop {
+        // Admission tickets first: nothing is made for an input before its
+        // unit of the admission budget is free.
+        let mut tickets = Vec::with_capacity(pipeline.source.limits.len());
+        for limiter in &pipeline.source.limits {
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => break 'inputs,
+                r = limiter.acquire(1, None) => match r {
+                    Ok(Some(t)) => tickets.push(t),
+                    Ok(None) => {}
+                    Err(_) => break 'inputs,
+                },
+            }
+        }
+        let next = tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            next = source.next() => next,
+        };
+        shared.ledger.total.fetch_add(1, Ordering::AcqRel);
+        let input = match next {
+            None => {
+                shared.ledger.total.fetch_sub(1, Ordering::AcqRel);
+                break;
+            }
+            Some(Err(SourceError { id, message })) => {
+                shared.failed(&id, &id, "source", 0, StageError::permanent(message));
+                continue;
+            }
+            Some(Ok(input)) => input,
+        };
+        let mut item = Item::new(input);
+        for t in tickets {
+            item.keep(t);
+        }
+        if abort.is_cancelled() {
+            shared.interrupted(item, "source", "before the item was admitted");
+            break;
+        }
+        forward(&tx, item, shared, &abort, "source").await;
+    }
+}
+
+pub(crate) async fn run(pipeline: &Pipeline, control: &RunControl) -> Result<RunReport, RunError> {
+    let started = Instant::now();
+    let source = pipeline
+        .source
+        .spec
+        .open()
+        .map_err(|message| RunError::Source {
+            kind: pipeline.source.kind.clone(),
+            message,
+        })?;
+    tracing::info!(pipeline = %pipeline.name, stages = pipeline.stages.len(), "run starting");
+
+    let shared = Arc::new(Shared {
+        ledger: Ledger::default(),
+        stats: pipeline.stages.iter().map(|_| StageStats::default()).collect(),
+        control: control.clone(),
+        on_error: pipeline.on_error,
+        aborted_on_error: AtomicBool::new(false),
+    });
+    let mailboxes: Vec<(Sender<Item>, Receiver<Item>)> = pipeline
+        .stages
+        .iter()
+        .map(|s| async_channel::bounded(s.mailbox as usize))
+        .collect();
+    let (alive_tx, mut alive_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let runtime = tokio::runtime::Handle::current();
+
+    // The deadline: once stopped, the run may drain this long.
+    let watchdog = {
+        let (stop, abort) = (control.stop.clone(), control.abort.clone());
+        let deadline = pipeline.shutdown_deadline;
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            tokio::select! {
+                _ = abort.cancelled() => {}
+                _ = tokio::time::sleep(deadline) => {
+                    tracing::warn!("shutdown deadline of {deadline:?} passed: aborting what is left");
+                    abort.cancel();
+                }
+            }
+        })
+    };
+
+    let mut spawn_error = None;
+    'spawn: for (index, plan) in pipeline.stages.iter().enumerate() {
+        for n in 0..plan.workers {
+            let worker = Worker {
+                index,
+                plan: plan.clone(),
+                rx: mailboxes[index].1.clone(),
+                tx: mailboxes.get(index + 1).map(|(tx, _)| tx.clone()),
+                shared: Arc::clone(&shared),
+                _alive: alive_tx.clone(),
+            };
+            if plan.handler.is_blocking() {
+                let rt = runtime.clone();
+                let spawned = std::thread::Builder::new()
+                    .name(format!("{}-{n}", plan.name))
+                    .spawn(move || rt.block_on(worker.run()));
+                if let Err(error) = spawned {
+                    spawn_error = Some(RunError::Spawn {
+                        stage: plan.name.clone(),
+                        error,
+                    });
+                    break 'spawn;
+                }
+            } else {
+                tokio::spawn(worker.run());
+            }
+        }
+    }
+    drop(alive_tx);
+    // Only workers hold senders now (and the source, the first): a mailbox
+    // closes when everything upstream of it has finished.
+    let first = mailboxes.first().map(|(tx, _)| tx.clone());
+    let receivers: Vec<Receiver<Item>> = mailboxes.into_iter().map(|(_, rx)| rx).collect();
+
+    match (&spawn_error, first) {
+        (Some(_), _) => control.abort(),
+        (None, Some(tx)) => drive_source(pipeline, source, tx, &shared).await,
+        (None, None) => {}
+    }
+    // Every worker has finished when the last `_alive` sender is dropped.
+    let _ = alive_rx.recv().await;
+    watchdog.abort();
+
+    // After an abort, items may still sit in mailboxes: count them.
+    for (rx, plan) in receivers.iter().zip(&pipeline.stages) {
+        while let Ok(item) = rx.try_recv() {
+            shared.interrupted(item, &plan.name, "while the item waited in the mailbox");
+        }
+    }
+    if let Some(err) = spawn_error {
+        return Err(err);
+    }
+
+    let outcome = if shared.aborted_on_error.load(Ordering::Acquire) {
+        RunOutcome::AbortedOnError
+    } else if control.is_aborted() {
+        RunOutcome::Aborted
+    } else if control.is_stopped() {
+        RunOutcome::Stopped
+    } else {
+        RunOutcome::Completed
+    };
+    let report = RunReport::build(pipeline, &shared.ledger, &shared.stats, outcome, started.elapsed());
+    tracing::info!(
+        pipeline = %pipeline.name,
+        done = report.items.done,
+        skipped = report.items.skipped,
+        failed = report.items.failed,
+        elapsed_s = report.elapsed_s,
+        "run finished: {}", report.outcome
+    );
+    Ok(report)
+}

@@ -1,0 +1,113 @@
+//! The traits a stage kind implements, and the [`Source`] trait for inputs.
+//!
+//! A stage is either async (its workers are tokio tasks: for I/O such as
+//! HTTP) or blocking (its workers are OS threads the stage owns: for CPU work
+//! and blocking C libraries such as GDAL, which must never run on the async
+//! runtime). The engine does everything around the call: it takes the item
+//! from the mailbox, acquires the stage's limiters in the global order,
+//! catches panics, releases or carries the tickets, and hands the item on.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::item::{Input, Item, Outcome, StageError};
+
+/// A stage whose work is asynchronous I/O. Runs on tokio tasks.
+#[async_trait]
+pub trait AsyncStage: Send + Sync + 'static {
+    /// Does this stage's work on `item`.
+    async fn process(&self, item: &mut Item) -> Result<Outcome, StageError>;
+
+    /// Bytes to charge on each byte limiter the stage lists, before
+    /// [`process`](Self::process) runs. Defaults to the item's size hint.
+    fn demand(&self, item: &Item) -> Option<u64> {
+        item.size_hint
+    }
+}
+
+/// A stage whose work blocks (CPU, GDAL, file I/O). Runs on OS threads the
+/// stage owns, never on the async runtime.
+pub trait BlockingStage: Send + Sync + 'static {
+    /// Does this stage's work on `item`.
+    fn process(&self, item: &mut Item) -> Result<Outcome, StageError>;
+
+    /// Bytes to charge on each byte limiter the stage lists, before
+    /// [`process`](Self::process) runs. Defaults to the item's size hint.
+    fn demand(&self, item: &Item) -> Option<u64> {
+        item.size_hint
+    }
+}
+
+/// A stage implementation, async or blocking.
+#[derive(Clone)]
+pub enum Handler {
+    /// Runs on tokio tasks.
+    Async(Arc<dyn AsyncStage>),
+    /// Runs on OS threads.
+    Blocking(Arc<dyn BlockingStage>),
+}
+
+impl std::fmt::Debug for Handler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Handler::Async(_) => "Handler::Async",
+            Handler::Blocking(_) => "Handler::Blocking",
+        })
+    }
+}
+
+impl Handler {
+    /// Wraps an async stage.
+    pub fn from_async(stage: impl AsyncStage) -> Self {
+        Handler::Async(Arc::new(stage))
+    }
+
+    /// Wraps a blocking stage.
+    pub fn from_blocking(stage: impl BlockingStage) -> Self {
+        Handler::Blocking(Arc::new(stage))
+    }
+
+    /// Whether workers are OS threads.
+    pub fn is_blocking(&self) -> bool {
+        matches!(self, Handler::Blocking(_))
+    }
+
+    pub(crate) fn demand(&self, item: &Item) -> Option<u64> {
+        match self {
+            Handler::Async(s) => s.demand(item),
+            Handler::Blocking(s) => s.demand(item),
+        }
+    }
+}
+
+/// An input the source could not turn into an item (a malformed line, an
+/// unreadable list). It is counted as a failed item, not dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{id}: {message}")]
+pub struct SourceError {
+    /// What names the bad input (for a list file, `path:line`).
+    pub id: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// Produces inputs lazily, one at a time: the engine asks for the next only
+/// when the first mailbox can take it.
+#[async_trait]
+pub trait Source: Send + 'static {
+    /// The next input, `None` when there are no more.
+    async fn next(&mut self) -> Option<Result<Input, SourceError>>;
+
+    /// How many inputs there will be, if known (for progress).
+    fn len_hint(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// A validated source setting, opened once per run.
+pub trait SourceSpec: Send + Sync + 'static {
+    /// Opens the source for a run. An error here fails the whole run (for
+    /// example: the list file does not exist).
+    fn open(&self) -> Result<Box<dyn Source>, String>;
+}

@@ -1,0 +1,124 @@
+//! Parsing of the human-friendly values a pipeline file holds: byte sizes
+//! (`"512MiB"`), durations (`"250ms"`) and counts that may say `"cores"`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A byte size as written in a pipeline: an integer number of bytes or a
+/// string with a unit (`"64KiB"`, `"1.5GiB"`, `"10MB"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum SizeValue {
+    /// A plain number of bytes.
+    Bytes(u64),
+    /// A number with a unit, parsed by [`parse_size`].
+    Text(String),
+}
+
+impl SizeValue {
+    /// The size in bytes, or a message saying what is wrong with it.
+    pub fn bytes(&self) -> Result<u64, String> {
+        match self {
+            SizeValue::Bytes(n) => Ok(*n),
+            SizeValue::Text(s) => parse_size(s),
+        }
+    }
+}
+
+/// A count as written in a pipeline: a positive integer or `"cores"` (the
+/// number of CPUs this process may use).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum CountValue {
+    /// A plain number.
+    Number(i64),
+    /// A keyword; only `"cores"` is understood.
+    Text(String),
+}
+
+impl CountValue {
+    /// The count, or a message saying what is wrong with it. Zero is an error:
+    /// a stage with no workers or a limiter with no permits never runs.
+    pub fn resolve(&self) -> Result<u32, String> {
+        match self {
+            CountValue::Number(n) if *n <= 0 => Err(format!("must be at least 1, got {n}")),
+            CountValue::Number(n) => {
+                u32::try_from(*n).map_err(|_| format!("{n} is too large (at most {})", u32::MAX))
+            }
+            CountValue::Text(s) if s.trim() == "cores" => Ok(cores()),
+            CountValue::Text(s) => match s.trim().parse::<i64>() {
+                Ok(n) => CountValue::Number(n).resolve(),
+                Err(_) => Err(format!(
+                    "expected a positive whole number or \"cores\", got {s:?}"
+                )),
+            },
+        }
+    }
+}
+
+/// The number of CPUs this process may use (at least 1).
+pub fn cores() -> u32 {
+    std::thread::available_parallelism()
+        .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+        .unwrap_or(1)
+}
+
+/// Parses a byte size such as `"512MiB"`, `"64 KiB"`, `"1.5GiB"` or `"1000"`.
+/// Binary units (KiB, MiB, GiB, TiB) are powers of 1024; decimal units (KB,
+/// MB, GB, TB) are powers of 1000.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err("expected a size such as \"512MiB\", got an empty string".into());
+    }
+    if t.starts_with('-') {
+        return Err(format!("a size cannot be negative, got {text:?}"));
+    }
+    t.parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|_| {
+            format!("expected a size such as \"512MiB\", \"64KiB\" or a number of bytes, got {text:?}")
+        })
+}
+
+/// Parses a duration such as `"250ms"`, `"30s"`, `"2m"` or `"1h 30m"`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("expected a duration such as \"250ms\" or \"30s\", got {text:?} ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_and_decimal_units() {
+        assert_eq!(parse_size("512MiB"), Ok(512 * 1024 * 1024));
+        assert_eq!(parse_size("64 KiB"), Ok(64 * 1024));
+        assert_eq!(parse_size("10MB"), Ok(10_000_000));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("-5MiB").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn durations_parse_and_reject_garbage() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("30").is_err());
+    }
+
+    #[test]
+    fn counts_reject_zero_and_accept_cores() {
+        assert_eq!(CountValue::Number(3).resolve(), Ok(3));
+        assert!(CountValue::Number(0).resolve().is_err());
+        assert!(CountValue::Number(-2).resolve().is_err());
+        assert_eq!(CountValue::Text("cores".into()).resolve(), Ok(cores()));
+        assert_eq!(CountValue::Text("7".into()).resolve(), Ok(7));
+        assert!(CountValue::Text("many".into()).resolve().is_err());
+    }
+}
