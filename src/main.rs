@@ -1,1 +1,7 @@
-fn main() {}
+//! The `warpline` binary. See `warpline --help` and docs/pipeline.md.
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}

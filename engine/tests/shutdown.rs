@@ -1,0 +1,209 @@
+//! Accounting and shutdown: every admitted item ends done, skipped or
+//! failed; a stop drains, a deadline aborts, `on_error = "abort"` aborts, and
+//! a panicking stage fails its item without taking the run down.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::{Gate, Inside, Produced};
+use warpline_engine::report::RunOutcome;
+use warpline_engine::{
+    AsyncStage, ErrorKind, Handler, Item, Outcome, Pipeline, Registry, RunControl, StageError,
+};
+
+fn gated(deadline: &str) -> (Arc<Pipeline>, Gate, Registry) {
+    let (p, gate, inside) = (Produced::default(), Gate::default(), Inside::default());
+    let registry = common::registry(&p, &gate, &inside, u64::MAX);
+    let pipeline = Pipeline::from_toml_str(
+        &format!(
+            r#"
+            [pipeline]
+            flow = ["first", "blocked"]
+            shutdown_deadline = "{deadline}"
+            [source]
+            kind = "generate"
+            count = 500
+            [limits.cpu]
+            permits = 2
+            [stages.first]
+            kind = "hold"
+            workers = 2
+            [stages.blocked]
+            kind = "gate"
+            workers = 2
+            mailbox = 3
+            limits = ["cpu"]
+            "#
+        ),
+        &registry,
+    )
+    .unwrap();
+    (Arc::new(pipeline), gate, registry)
+}
+
+fn assert_accounted(report: &warpline_engine::RunReport) {
+    let i = report.items;
+    assert_eq!(i.done + i.skipped + i.failed, i.total, "{i:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_drains_what_was_admitted_and_admits_nothing_more() {
+    let (pipeline, gate, _registry) = gated("1h");
+    let control = RunControl::new();
+    let run = {
+        let (pipeline, control) = (Arc::clone(&pipeline), control.clone());
+        tokio::spawn(async move { pipeline.run_with(&control).await })
+    };
+    gate.wait_entered(2).await;
+    tokio::time::sleep(Duration::from_secs(1)).await; // quiescent: the pipeline is full
+    control.stop();
+    gate.open();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!(report.outcome, RunOutcome::Stopped);
+    assert_accounted(&report);
+    assert_eq!(report.items.failed, 0, "a drained stop fails nothing");
+    assert_eq!(report.items.total, pipeline.admission_bound(), "nothing admitted after the stop");
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_the_shutdown_deadline_what_is_left_is_aborted() {
+    let (pipeline, gate, _registry) = gated("5s");
+    let control = RunControl::new();
+    let run = {
+        let (pipeline, control) = (Arc::clone(&pipeline), control.clone());
+        tokio::spawn(async move { pipeline.run_with(&control).await })
+    };
+    gate.wait_entered(2).await;
+    let stopped_at = tokio::time::Instant::now();
+    control.stop(); // the gate never opens: only the deadline ends the run
+    let report = run.await.unwrap().unwrap();
+    assert_eq!(stopped_at.elapsed(), Duration::from_secs(5));
+    assert_eq!(report.outcome, RunOutcome::Aborted);
+    assert_accounted(&report);
+    assert_eq!(report.items.done, 0);
+    assert_eq!(report.items.failed, report.items.total);
+    assert!(report.failures.iter().all(|f| f.kind == ErrorKind::Interrupted));
+    for l in pipeline.limits().iter() {
+        assert_eq!(l.available(), l.capacity());
+    }
+}
+
+#[tokio::test]
+async fn on_error_abort_stops_the_run_at_the_first_failure() {
+    let pipeline = Pipeline::from_toml_str(
+        r#"
+        [pipeline]
+        flow = ["work"]
+        on_error = "abort"
+        [source]
+        kind = "generate"
+        count = 10000
+        [stages.work]
+        kind = "hold"
+        fail_every = 10
+        "#,
+        &Registry::with_builtins(),
+    )
+    .unwrap();
+    let report = pipeline.run().await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::AbortedOnError);
+    assert_accounted(&report);
+    assert!(report.items.total < 10000);
+    assert_eq!(
+        report
+            .failures
+            .iter()
+            .filter(|f| f.kind == ErrorKind::Permanent)
+            .count(),
+        1,
+        "one real failure, the rest interrupted"
+    );
+}
+
+#[tokio::test]
+async fn on_error_continue_counts_failures_and_goes_on() {
+    let pipeline = Pipeline::from_toml_str(
+        r#"
+        [pipeline]
+        flow = ["work"]
+        [source]
+        kind = "generate"
+        count = 100
+        [stages.work]
+        kind = "hold"
+        workers = 1
+        fail_every = 10
+        "#,
+        &Registry::with_builtins(),
+    )
+    .unwrap();
+    let report = pipeline.run().await.unwrap();
+    assert_eq!(report.outcome, RunOutcome::Completed);
+    assert_eq!((report.items.done, report.items.failed), (90, 10));
+    let f = &report.failures[0];
+    assert_eq!((f.stage.as_str(), f.kind, f.attempts), ("work", ErrorKind::Permanent, 1));
+    assert!(f.message.contains(&f.id), "the message names the item: {}", f.message);
+}
+
+struct Panics;
+
+#[async_trait]
+impl AsyncStage for Panics {
+    async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
+        if item.id.ends_with('3') {
+            panic!("boom on {}", item.id);
+        }
+        Ok(Outcome::Continue)
+    }
+}
+
+struct Skips;
+
+#[async_trait]
+impl AsyncStage for Skips {
+    async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
+        if item.id.ends_with('5') {
+            return Ok(Outcome::Skip("already there".into()));
+        }
+        Ok(Outcome::Continue)
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_stage_fails_its_item_and_the_run_goes_on() {
+    let mut registry = Registry::with_builtins();
+    registry.register_stage("panics", |_| Ok(Handler::from_async(Panics)));
+    registry.register_stage("skips", |_| Ok(Handler::from_async(Skips)));
+    let pipeline = Pipeline::from_toml_str(
+        r#"
+        [pipeline]
+        flow = ["skip", "boom"]
+        [source]
+        kind = "generate"
+        count = 100
+        [limits.cpu]
+        permits = 1
+        [stages.skip]
+        kind = "skips"
+        [stages.boom]
+        kind = "panics"
+        workers = 2
+        limits = ["cpu"]
+        "#,
+        &registry,
+    )
+    .unwrap();
+    let report = pipeline.run().await.unwrap();
+    assert_accounted(&report);
+    assert_eq!(report.items.skipped, 10);
+    assert_eq!(report.items.failed, 10);
+    assert_eq!(report.items.done, 80);
+    assert!(report
+        .failures
+        .iter()
+        .all(|f| f.kind == ErrorKind::Panicked && f.message.contains("boom")));
+    assert_eq!(pipeline.limits().get("cpu").unwrap().available(), 1);
+}

@@ -1,0 +1,232 @@
+//! Command-line interface: `warpline run` and `warpline validate`.
+//! Exit codes are documented in docs/pipeline.md ("Exit codes").
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use warpline::engine::report::RunOutcome;
+use warpline::{Loader, RunControl, RunReport};
+
+/// Every input ended done or skipped.
+const EXIT_OK: u8 = 0;
+/// warpline could not start or finish the run (unreadable source, unwritable
+/// report file, ...).
+const EXIT_ERROR: u8 = 1;
+/// The command line or a pipeline file is invalid.
+const EXIT_INVALID: u8 = 2;
+/// The run finished but some items failed.
+const EXIT_ITEMS_FAILED: u8 = 3;
+/// The run was aborted because an item failed and `on_error = "abort"`.
+const EXIT_ABORTED_ON_ERROR: u8 = 4;
+/// The run was interrupted by Ctrl-C / SIGINT or SIGTERM.
+const EXIT_INTERRUPTED: u8 = 130;
+
+const AFTER_HELP: &str = "\
+Examples:
+  warpline validate pipelines/*.toml
+  warpline run pipelines/synthetic.toml
+  warpline run pipelines/synthetic.toml --set source.count=5000 --report report.json
+  WARPLINE__STAGES__WORK__WORKERS=8 warpline run pipelines/synthetic.toml
+
+Exit codes: 0 all items done or skipped; 1 could not run; 2 invalid pipeline or
+usage; 3 some items failed; 4 aborted on error (on_error = \"abort\");
+130 interrupted (Ctrl-C or SIGTERM).
+
+Logs go to stderr; set WARPLINE_LOG (like RUST_LOG), e.g. WARPLINE_LOG=debug.
+The pipeline file reference is docs/pipeline.md.";
+
+/// warpline: fetch, decode, reproject and write raster tiles, with every
+/// resource bounded and every input accounted for.
+#[derive(Debug, Parser)]
+#[command(name = "warpline", version, about, after_help = AFTER_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a pipeline and print its report.
+    Run {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+        /// Override a setting, e.g. `--set stages.decode.workers=4`; applied
+        /// after the file and WARPLINE__ environment variables. Repeatable.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Also write the report as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+    },
+    /// Check pipeline files and print every problem found; exit 0 when all
+    /// are valid.
+    Validate {
+        /// The pipeline files (TOML).
+        #[arg(required = true)]
+        pipelines: Vec<PathBuf>,
+        /// Override a setting before checking, as for `run`. Repeatable.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+    },
+}
+
+pub(crate) fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_INVALID } else { EXIT_OK };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    init_logging();
+    let code = match cli.command {
+        Command::Validate { pipelines, sets } => validate(&pipelines, &sets),
+        Command::Run {
+            pipeline,
+            sets,
+            report,
+        } => match run(&pipeline, &sets, report) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                EXIT_ERROR
+            }
+        },
+    };
+    ExitCode::from(code)
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WARPLINE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn loader(path: &PathBuf, sets: &[String]) -> Result<Loader, String> {
+    let mut loader = Loader::from_path(path).with_env();
+    for s in sets {
+        let Some((key, value)) = s.split_once('=') else {
+            return Err(format!("--set {s:?}: expected KEY=VALUE, e.g. --set stages.decode.workers=4"));
+        };
+        loader = loader.set(key.trim(), value.trim());
+    }
+    Ok(loader)
+}
+
+fn validate(paths: &[PathBuf], sets: &[String]) -> u8 {
+    let registry = warpline::registry();
+    let mut code = EXIT_OK;
+    for path in paths {
+        let result = loader(path, sets).map(|l| l.load(&registry));
+        match result {
+            Err(usage) => {
+                eprintln!("error: {usage}");
+                return EXIT_INVALID;
+            }
+            Ok(Ok(p)) => println!(
+                "{}: valid ({} stages, admission bound {} items)",
+                path.display(),
+                p.stages().len(),
+                p.admission_bound()
+            ),
+            Ok(Err(errors)) => {
+                println!("{errors}");
+                code = EXIT_INVALID;
+            }
+        }
+    }
+    code
+}
+
+fn run(path: &PathBuf, sets: &[String], report_path: Option<PathBuf>) -> anyhow::Result<u8> {
+    let registry = warpline::registry();
+    let pipeline = match loader(path, sets).map(|l| l.load(&registry)) {
+        Err(usage) => {
+            eprintln!("error: {usage}");
+            return Ok(EXIT_INVALID);
+        }
+        Ok(Err(errors)) => {
+            eprintln!("{errors}");
+            return Ok(EXIT_INVALID);
+        }
+        Ok(Ok(p)) => p,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let control = RunControl::new();
+    let mut signalled = false;
+    let report = runtime.block_on(async {
+        let run = pipeline.run_with(&control);
+        tokio::pin!(run);
+        loop {
+            tokio::select! {
+                report = &mut run => break report,
+                () = interrupted() => {
+                    if control.is_stopped() {
+                        eprintln!("warpline: second interrupt: aborting now");
+                        control.abort();
+                    } else {
+                        signalled = true;
+                        eprintln!(
+                            "warpline: stopping: no new inputs; items in flight have {:?} to finish \
+                             (interrupt again to abort now)",
+                            pipeline.shutdown_deadline()
+                        );
+                        control.stop();
+                    }
+                }
+            }
+        }
+    })?;
+    print!("{report}");
+    if let Some(path) = report_path {
+        write_report(&report, &path)?;
+    }
+    Ok(exit_code(&report, signalled))
+}
+
+fn exit_code(report: &RunReport, signalled: bool) -> u8 {
+    match report.outcome {
+        RunOutcome::AbortedOnError => EXIT_ABORTED_ON_ERROR,
+        RunOutcome::Stopped | RunOutcome::Aborted if signalled => EXIT_INTERRUPTED,
+        _ if report.items.failed > 0 => EXIT_ITEMS_FAILED,
+        _ => EXIT_OK,
+    }
+}
+
+fn write_report(report: &RunReport, path: &PathBuf) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(report).context("cannot serialise the report")?;
+    std::fs::write(path, json + "\n")
+        .with_context(|| format!("cannot write the report to {}", path.display()))
+}
+
+/// Resolves on Ctrl-C / SIGINT or SIGTERM.
+async fn interrupted() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
