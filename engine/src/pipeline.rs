@@ -77,7 +77,7 @@ pub struct StagePlan {
 /// "#, &Registry::with_builtins()).unwrap();
 /// let report = pipeline.run().await.unwrap();
 /// assert_eq!(report.items.done, 100);
-/// assert!(report.limiter("cpu").unwrap().peak_in_use <= 2);
+/// assert!(report.limiter("cpu").unwrap().peak_in_use.unwrap() <= 2);
 /// # }
 /// ```
 pub struct Pipeline {

@@ -129,20 +129,27 @@ pub(super) fn compile(
     // [limits.NAME], in declaration order: that order is the global
     // acquisition order.
     let mut limits = Limits::default();
+    // Declared but invalid: already reported, so not "unknown" where used.
+    let mut broken = BTreeSet::new();
     if let Some(v) = root.shift_remove("limits") {
         for (name, value) in table("limits", v, &mut problems).unwrap_or_default() {
             let path = join("limits", &name);
-            if !check_name(&path, &name, &mut problems) {
-                continue;
-            }
-            let Some(section) = parse::<LimitSection>(&path, value, &mut problems) else {
-                continue;
-            };
-            if let Some(l) = build_limiter(&path, &name, limits.len(), &section, &mut problems) {
-                limits.push(l);
+            let built = check_name(&path, &name, &mut problems)
+                .then(|| parse::<LimitSection>(&path, value, &mut problems))
+                .flatten()
+                .and_then(|s| build_limiter(&path, &name, limits.len(), &s, &mut problems));
+            match built {
+                Some(l) => limits.push(l),
+                None => {
+                    broken.insert(name);
+                }
             }
         }
     }
+    let known_limits = Declared {
+        limits: &limits,
+        broken: &broken,
+    };
 
     // [stages.NAME]
     let mut declared: Vec<(String, StagePlan)> = Vec::new();
@@ -157,7 +164,7 @@ pub(super) fn compile(
             let Some(t) = table(&path, value, &mut problems) else {
                 continue;
             };
-            if let Some(plan) = build_stage(&path, &name, t, registry, &limits, &mut problems) {
+            if let Some(plan) = build_stage(&path, &name, t, registry, &known_limits, &mut problems) {
                 declared.push((name, plan));
             }
         }
@@ -173,7 +180,7 @@ pub(super) fn compile(
             None
         }
         Some(v) => table("source", v, &mut problems)
-            .and_then(|t| build_source(t, registry, &limits, &mut problems)),
+            .and_then(|t| build_source(t, registry, &known_limits, &mut problems)),
     };
 
     // The flow: every declared stage exactly once, in order.
@@ -337,17 +344,26 @@ fn build_limiter(
     limiter
 }
 
+/// The limiters declared in the file: those that compiled, and the names of
+/// those that did not.
+struct Declared<'a> {
+    limits: &'a Limits,
+    broken: &'a BTreeSet<String>,
+}
+
 /// Resolves a list of limiter names against the declared limiters.
 fn resolve_limits(
     path: &str,
     names: &[String],
-    limits: &Limits,
+    declared: &Declared<'_>,
     problems: &mut Vec<Problem>,
 ) -> Vec<Limiter> {
+    let limits = declared.limits;
     let mut out: Vec<Limiter> = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let p = format!("{path}[{i}]");
         match limits.get(name) {
+            None if declared.broken.contains(name) => {}
             None => problems.push(Problem::new(
                 p,
                 format!(
@@ -371,14 +387,14 @@ fn build_stage(
     name: &str,
     table: Map<String, Value>,
     registry: &Registry,
-    limits: &Limits,
+    declared: &Declared<'_>,
     problems: &mut Vec<Problem>,
 ) -> Option<StagePlan> {
     let (common, own) = split(table, STAGE_KEYS);
     let common: StageCommon = parse(path, Value::from(common), problems)?;
     let workers = count(&join(path, "workers"), &common.workers, 1, problems);
     let mailbox = count(&join(path, "mailbox"), &common.mailbox, workers, problems);
-    let acquire = resolve_limits(&join(path, "limits"), &common.limits, limits, problems);
+    let acquire = resolve_limits(&join(path, "limits"), &common.limits, declared, problems);
     for (i, name) in common.carry.iter().enumerate() {
         match acquire.iter().find(|l| l.name() == name) {
             None => problems.push(Problem::new(
@@ -431,17 +447,22 @@ fn build_stage(
 fn build_source(
     table: Map<String, Value>,
     registry: &Registry,
-    limits: &Limits,
+    declared: &Declared<'_>,
     problems: &mut Vec<Problem>,
 ) -> Option<SourcePlan> {
     let (common, own) = split(table, SOURCE_KEYS);
     let common: SourceCommon = parse("source", Value::from(common), problems)?;
-    let held = resolve_limits("source.limits", &common.limits, limits, problems);
+    let held = resolve_limits("source.limits", &common.limits, declared, problems);
     for (i, l) in held.iter().enumerate() {
-        if l.kind() == LimiterKind::Rate {
+        if l.kind() != LimiterKind::Count {
             problems.push(Problem::new(
                 format!("source.limits[{i}]"),
-                format!("`{}` is a rate limiter; the source holds count or bytes limiters from admission to the item's end", l.name()),
+                format!(
+                    "`{}` is a {} limiter; the source holds one slot of a count limiter (a unit \
+                     budget such as `descriptors`) from admission until the item ends",
+                    l.name(),
+                    l.kind()
+                ),
             ));
         }
     }

@@ -1,0 +1,265 @@
+//! The pipeline file: one test per error class, each asserting the message
+//! names the key; every error reported at once; overrides from the
+//! environment and `--set`.
+
+use warpline_engine::{ConfigErrors, Loader, Pipeline, Registry};
+
+const GOOD: &str = r#"
+[pipeline]
+flow = ["work", "sink"]
+[source]
+kind = "generate"
+count = 10
+[limits.cpu]
+permits = 2
+[limits.memory]
+budget = "1MiB"
+[limits.api]
+per_second = 10
+[stages.work]
+kind = "hold"
+duration = "1ms"
+limits = ["cpu", "memory", "api"]
+[stages.sink]
+kind = "discard"
+"#;
+
+fn errors(toml: &str) -> ConfigErrors {
+    match Pipeline::from_toml_str(toml, &Registry::with_builtins()) {
+        Ok(_) => panic!("expected errors for:\n{toml}"),
+        Err(e) => e,
+    }
+}
+
+/// Asserts one problem is at `path` and its message contains `words`.
+fn assert_problem(e: &ConfigErrors, path: &str, words: &str) {
+    assert!(
+        e.problems
+            .iter()
+            .any(|p| p.path == path && p.message.contains(words)),
+        "no problem at `{path}` containing {words:?} in:\n{e}"
+    );
+}
+
+fn with(replace: &str, by: &str) -> String {
+    assert!(GOOD.contains(replace), "test setup: {replace:?} not in GOOD");
+    GOOD.replacen(replace, by, 1)
+}
+
+#[test]
+fn the_reference_pipeline_is_valid() {
+    let p = Pipeline::from_toml_str(GOOD, &Registry::with_builtins()).unwrap();
+    assert_eq!(p.stages().len(), 2);
+    assert_eq!(p.limits().len(), 3);
+}
+
+#[test]
+fn unknown_limiter_names_the_stage_key() {
+    let e = errors(&with(r#"limits = ["cpu", "memory", "api"]"#, r#"limits = ["cpu", "gpu"]"#));
+    assert_problem(&e, "stages.work.limits[1]", "unknown limiter `gpu`");
+    assert_problem(&e, "stages.work.limits[1]", "`cpu`, `memory`, `api`");
+}
+
+#[test]
+fn unknown_stage_kind_names_the_kind_key_and_lists_known_kinds() {
+    let e = errors(&with(r#"kind = "discard""#, r#"kind = "blackhole""#));
+    assert_problem(&e, "stages.sink.kind", "unknown stage kind \"blackhole\"");
+    assert_problem(&e, "stages.sink.kind", "`discard`");
+}
+
+#[test]
+fn unknown_source_kind_names_the_source_kind_key() {
+    let e = errors(&with(r#"kind = "generate""#, r#"kind = "ftp""#));
+    assert_problem(&e, "source.kind", "unknown source kind \"ftp\"");
+}
+
+#[test]
+fn duplicate_names_are_errors() {
+    // A stage twice in the flow.
+    let e = errors(&with(r#"flow = ["work", "sink"]"#, r#"flow = ["work", "sink", "work"]"#));
+    assert_problem(&e, "pipeline.flow[2]", "duplicate stage `work`");
+    // A limiter twice in a stage.
+    let e = errors(&with(r#"limits = ["cpu", "memory", "api"]"#, r#"limits = ["cpu", "cpu"]"#));
+    assert_problem(&e, "stages.work.limits[1]", "duplicate limiter `cpu`");
+    // A table declared twice (TOML refuses it; the message names the key).
+    let e = errors(&format!("{GOOD}\n[limits.cpu]\npermits = 4\n"));
+    assert!(e.to_string().contains("cpu"), "{e}");
+    assert!(e.to_string().to_lowercase().contains("duplicate"), "{e}");
+}
+
+#[test]
+fn zero_workers_mailbox_and_permits_are_errors() {
+    let e = errors(&with(r#"duration = "1ms""#, "duration = \"1ms\"\nworkers = 0\nmailbox = 0"));
+    assert_problem(&e, "stages.work.workers", "at least 1");
+    assert_problem(&e, "stages.work.mailbox", "at least 1");
+    let e = errors(&with("permits = 2", "permits = 0"));
+    assert_problem(&e, "limits.cpu.permits", "at least 1");
+    let e = errors(&with("per_second = 10", "per_second = 10\nburst = 0"));
+    assert_problem(&e, "limits.api.burst", "at least 1");
+}
+
+#[test]
+fn malformed_sizes_are_errors() {
+    let e = errors(&with(r#"budget = "1MiB""#, r#"budget = "1 parsec""#));
+    assert_problem(&e, "limits.memory.budget", "\"1 parsec\"");
+    let e = errors(&with(r#"budget = "1MiB""#, r#"budget = "0MiB""#));
+    assert_problem(&e, "limits.memory.budget", "more than 0");
+}
+
+#[test]
+fn malformed_durations_are_errors() {
+    let e = errors(&with(r#"duration = "1ms""#, r#"duration = "a while""#));
+    assert_problem(&e, "stages.work.duration", "\"a while\"");
+    let e = errors(&with(r#"flow = ["work", "sink"]"#, "flow = [\"work\", \"sink\"]\nshutdown_deadline = \"soon\""));
+    assert_problem(&e, "pipeline.shutdown_deadline", "\"soon\"");
+}
+
+#[test]
+fn malformed_rates_are_errors() {
+    let e = errors(&with("per_second = 10", "per_second = -3"));
+    assert_problem(&e, "limits.api.per_second", "positive");
+    let e = errors(&with("per_second = 10", "per_second = \"fast\""));
+    assert_problem(&e, "limits.api.per_second", "fast");
+    let e = errors(&with("per_second = 10", "per_second = 10\nper = \"planet\""));
+    assert_problem(&e, "limits.api.per", "\"planet\"");
+}
+
+#[test]
+fn unknown_keys_are_errors_naming_their_table() {
+    let e = errors(&with("permits = 2", "permits = 2\npermit = 3"));
+    assert_problem(&e, "limits.cpu", "unknown field `permit`");
+    let e = errors(&with(r#"duration = "1ms""#, "duration = \"1ms\"\ndurashun = \"2ms\""));
+    assert_problem(&e, "stages.work", "unknown field `durashun`");
+    let e = errors(&format!("{GOOD}\n[sinks.x]\nkind = \"a\"\n"));
+    assert_problem(&e, "sinks", "unknown section");
+}
+
+#[test]
+fn a_limiter_must_say_what_it_limits() {
+    let e = errors(&with("permits = 2", "permits = 2\nbudget = \"1MiB\""));
+    assert_problem(&e, "limits.cpu", "exactly one of");
+    let e = errors(&with("permits = 2", "oversize = \"fail\""));
+    assert_problem(&e, "limits.cpu", "exactly one of");
+}
+
+#[test]
+fn names_that_environment_overrides_cannot_reach_are_errors() {
+    let e = errors(&with("[limits.cpu]", "[limits.Cpu]"));
+    assert_problem(&e, "limits.Cpu", "lowercase");
+}
+
+#[test]
+fn flow_must_name_every_stage_once() {
+    let e = errors(&with(r#"flow = ["work", "sink"]"#, r#"flow = ["work", "snk"]"#));
+    assert_problem(&e, "pipeline.flow[1]", "unknown stage `snk`");
+    assert_problem(&e, "stages.sink", "not in pipeline.flow");
+    let e = errors(&with(r#"flow = ["work", "sink"]"#, ""));
+    assert_problem(&e, "pipeline.flow", "missing");
+}
+
+#[test]
+fn carried_tickets_must_follow_the_global_order() {
+    let toml = r#"
+        [pipeline]
+        flow = ["a", "b"]
+        [source]
+        kind = "generate"
+        count = 1
+        [limits.cpu]
+        permits = 2
+        [limits.memory]
+        budget = "1MiB"
+        [stages.a]
+        kind = "hold"
+        limits = ["memory"]
+        carry = ["memory", "cpu"]
+        [stages.b]
+        kind = "hold"
+        limits = ["cpu"]
+        release = ["memory", "disk"]
+    "#;
+    let e = errors(toml);
+    assert_problem(&e, "stages.a.carry[1]", "not in this stage's `limits`");
+    assert_problem(&e, "stages.b.limits", "declare [limits.memory] before [limits.cpu]");
+    assert_problem(&e, "stages.b.release[1]", "carry no `disk`");
+}
+
+#[test]
+fn a_file_with_three_errors_reports_all_three() {
+    let toml = GOOD
+        .replacen("permits = 2", "permits = 0", 1)
+        .replacen(r#"budget = "1MiB""#, r#"budget = "lots""#, 1)
+        .replacen(r#"kind = "discard""#, r#"kind = "nope""#, 1);
+    let e = errors(&toml);
+    assert_eq!(e.problems.len(), 3, "{e}");
+    assert_problem(&e, "limits.cpu.permits", "at least 1");
+    assert_problem(&e, "limits.memory.budget", "lots");
+    assert_problem(&e, "stages.sink.kind", "nope");
+    assert!(e.to_string().starts_with("<string>: 3 problems"), "{e}");
+}
+
+#[test]
+fn a_missing_file_is_a_clear_error() {
+    let e = Pipeline::from_path("/nonexistent/pipe.toml", &Registry::with_builtins()).unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/pipe.toml"), "{e}");
+}
+
+#[test]
+fn a_toml_syntax_error_is_a_clear_error() {
+    let e = errors("[pipeline\nflow = 3");
+    assert!(!e.problems.is_empty());
+}
+
+#[test]
+fn set_overrides_apply_after_the_file() {
+    let p = Loader::from_toml_str(GOOD)
+        .set("stages.work.workers", "7")
+        .set("limits.cpu.permits", "cores")
+        .set("limits.memory.budget", "2MiB")
+        .load(&Registry::with_builtins())
+        .unwrap();
+    assert_eq!(p.stages()[0].workers, 7);
+    assert_eq!(
+        p.limits().get("cpu").unwrap().capacity(),
+        u64::from(warpline_engine::units::cores())
+    );
+    assert_eq!(p.limits().get("memory").unwrap().capacity(), 2 << 20);
+    let e = Loader::from_toml_str(GOOD)
+        .set("stages.work.workers", "zero")
+        .load(&Registry::with_builtins())
+        .unwrap_err();
+    assert_problem(&e, "stages.work.workers", "zero");
+}
+
+#[test]
+fn environment_overrides_apply_when_asked_for() {
+    // The only test in this binary that sets WARPLINE__ variables.
+    std::env::set_var("WARPLINE__STAGES__WORK__WORKERS", "5");
+    std::env::set_var("WARPLINE__LIMITS__CPU__PERMITS", "9");
+    let with_env = Loader::from_toml_str(GOOD)
+        .with_env()
+        .load(&Registry::with_builtins())
+        .unwrap();
+    let without = Loader::from_toml_str(GOOD)
+        .load(&Registry::with_builtins())
+        .unwrap();
+    // --set still wins over the environment.
+    let set_wins = Loader::from_toml_str(GOOD)
+        .with_env()
+        .set("stages.work.workers", "6")
+        .load(&Registry::with_builtins())
+        .unwrap();
+    std::env::remove_var("WARPLINE__STAGES__WORK__WORKERS");
+    std::env::remove_var("WARPLINE__LIMITS__CPU__PERMITS");
+    assert_eq!(with_env.stages()[0].workers, 5);
+    assert_eq!(with_env.limits().get("cpu").unwrap().capacity(), 9);
+    assert_eq!(without.stages()[0].workers, 1);
+    assert_eq!(set_wins.stages()[0].workers, 6);
+}
+
+#[test]
+fn declaration_order_is_the_acquisition_order() {
+    let p = Pipeline::from_toml_str(GOOD, &Registry::with_builtins()).unwrap();
+    let names: Vec<&str> = p.limits().iter().map(|l| l.name()).collect();
+    assert_eq!(names, ["cpu", "memory", "api"]);
+}
