@@ -164,12 +164,14 @@ fn run(path: &PathBuf, sets: &[String], report_path: Option<PathBuf>) -> anyhow:
     let control = RunControl::new();
     let mut signalled = false;
     let report = runtime.block_on(async {
+        // Listen before the run starts, so no interrupt is missed.
+        let mut signals = Signals::new()?;
         let run = pipeline.run_with(&control);
         tokio::pin!(run);
-        loop {
+        anyhow::Ok(loop {
             tokio::select! {
                 report = &mut run => break report,
-                () = interrupted() => {
+                () = signals.next() => {
                     if control.is_stopped() {
                         eprintln!("warpline: second interrupt: aborting now");
                         control.abort();
@@ -184,8 +186,8 @@ fn run(path: &PathBuf, sets: &[String], report_path: Option<PathBuf>) -> anyhow:
                     }
                 }
             }
-        }
-    })?;
+        })
+    })??;
     print!("{report}");
     if let Some(path) = report_path {
         write_report(&report, &path)?;
@@ -208,25 +210,38 @@ fn write_report(report: &RunReport, path: &PathBuf) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write the report to {}", path.display()))
 }
 
-/// Resolves on Ctrl-C / SIGINT or SIGTERM.
-async fn interrupted() {
+/// Ctrl-C / SIGINT and SIGTERM, listened for from creation on.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Signals {
+                int: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
+                term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Signals {})
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Resolves at the next interrupt.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

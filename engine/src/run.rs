@@ -126,6 +126,8 @@ struct Shared {
     control: RunControl,
     on_error: OnError,
     aborted_on_error: AtomicBool,
+    /// Set once the abort token is cancelled: a cheap check for hot paths.
+    aborted: Arc<AtomicBool>,
 }
 
 impl Shared {
@@ -213,14 +215,20 @@ impl Worker {
     async fn run(self) {
         let abort = self.shared.control.abort.clone();
         loop {
+            // Work first: when an item is waiting, the abort token (a lock)
+            // is not touched at all.
             let item = tokio::select! {
                 biased;
-                _ = abort.cancelled() => break,
                 received = self.rx.recv() => match received {
                     Ok(item) => item,
                     Err(_) => break, // closed and empty: upstream has finished
                 },
+                _ = abort.cancelled() => break,
             };
+            if self.shared.aborted.load(Ordering::Acquire) {
+                self.shared.interrupted(item, &self.plan.name, "while the item waited in the mailbox");
+                break;
+            }
             self.handle(item, &abort).await;
         }
     }
@@ -242,11 +250,11 @@ impl Worker {
             };
             let acquired = tokio::select! {
                 biased;
+                r = limiter.acquire(amount, key.as_deref()) => r,
                 _ = abort.cancelled() => {
                     shared.interrupted(item, stage, "while waiting for a limiter");
                     return;
                 }
-                r = limiter.acquire(amount, key.as_deref()) => r,
             };
             match acquired {
                 Ok(Some(ticket)) => held.push(ticket),
@@ -270,8 +278,8 @@ impl Worker {
             Handler::Async(h) => {
                 tokio::select! {
                     biased;
-                    _ = abort.cancelled() => Err(StageError::new(ErrorKind::Interrupted, "run aborted while the stage was working")),
                     r = AssertUnwindSafe(h.process(&mut item)).catch_unwind() => r.unwrap_or_else(|p| Err(panic_message(p))),
+                    _ = abort.cancelled() => Err(StageError::new(ErrorKind::Interrupted, "run aborted while the stage was working")),
                 }
             }
             Handler::Blocking(h) => {
@@ -410,6 +418,7 @@ pub(crate) async fn run(pipeline: &Pipeline, control: &RunControl) -> Result<Run
         control: control.clone(),
         on_error: pipeline.on_error,
         aborted_on_error: AtomicBool::new(false),
+        aborted: Arc::new(AtomicBool::new(false)),
     });
     let mailboxes: Vec<(Sender<Item>, Receiver<Item>)> = pipeline
         .stages
@@ -419,9 +428,11 @@ pub(crate) async fn run(pipeline: &Pipeline, control: &RunControl) -> Result<Run
     let (alive_tx, mut alive_rx) = tokio::sync::mpsc::channel::<()>(1);
     let runtime = tokio::runtime::Handle::current();
 
-    // The deadline: once stopped, the run may drain this long.
+    // The deadline: once stopped, the run may drain this long. Then (or on
+    // an abort) raise the flag that hot paths check.
     let watchdog = {
         let (stop, abort) = (control.stop.clone(), control.abort.clone());
+        let aborted = Arc::clone(&shared.aborted);
         let deadline = pipeline.shutdown_deadline;
         tokio::spawn(async move {
             stop.cancelled().await;
@@ -432,6 +443,7 @@ pub(crate) async fn run(pipeline: &Pipeline, control: &RunControl) -> Result<Run
                     abort.cancel();
                 }
             }
+            aborted.store(true, Ordering::Release);
         })
     };
 
