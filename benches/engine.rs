@@ -29,7 +29,8 @@ fn pipeline(workers: u32, mailbox: u32) -> warpline::Pipeline {
             .join(", ")
     );
     for i in 0..STAGES {
-        toml += &format!("[stages.s{i}]\nkind = \"hold\"\nworkers = {workers}\nmailbox = {mailbox}\n");
+        toml +=
+            &format!("[stages.s{i}]\nkind = \"hold\"\nworkers = {workers}\nmailbox = {mailbox}\n");
     }
     warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).expect("valid")
 }

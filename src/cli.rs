@@ -76,7 +76,11 @@ pub(crate) fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let code = if e.use_stderr() { EXIT_INVALID } else { EXIT_OK };
+            let code = if e.use_stderr() {
+                EXIT_INVALID
+            } else {
+                EXIT_OK
+            };
             let _ = e.print();
             return ExitCode::from(code);
         }
@@ -112,7 +116,9 @@ fn loader(path: &PathBuf, sets: &[String]) -> Result<Loader, String> {
     let mut loader = Loader::from_path(path).with_env();
     for s in sets {
         let Some((key, value)) = s.split_once('=') else {
-            return Err(format!("--set {s:?}: expected KEY=VALUE, e.g. --set stages.decode.workers=4"));
+            return Err(format!(
+                "--set {s:?}: expected KEY=VALUE, e.g. --set stages.decode.workers=4"
+            ));
         };
         loader = loader.set(key.trim(), value.trim());
     }

@@ -31,9 +31,16 @@ workers = 2
 
 #[test]
 fn validate_accepts_every_shipped_pipeline() {
-    let out = warpline().args(["validate", "pipelines/synthetic.toml"]).output().unwrap();
+    let out = warpline()
+        .args(["validate", "pipelines/synthetic.toml"])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("valid"), "{stdout}");
     assert!(stdout.contains("admission bound"), "{stdout}");
 }
@@ -57,7 +64,11 @@ fn validate_prints_every_error_and_exits_2() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(2), "{stdout}");
     assert!(stdout.contains("good.toml: valid"), "{stdout}");
-    for key in ["stages.work.workers", "stages.work.limits[0]", "source.size"] {
+    for key in [
+        "stages.work.workers",
+        "stages.work.limits[0]",
+        "source.size",
+    ] {
         assert!(stdout.contains(key), "{key} missing from:\n{stdout}");
     }
     assert!(stdout.contains("3 problems"), "{stdout}");
@@ -68,12 +79,22 @@ fn run_prints_the_report_writes_json_and_exits_0() {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");
     let out = warpline()
-        .args(["run", "pipelines/synthetic.toml", "--set", "source.count=300", "--report"])
+        .args([
+            "run",
+            "pipelines/synthetic.toml",
+            "--set",
+            "source.count=300",
+            "--report",
+        ])
         .arg(&report)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("300 done"), "{stdout}");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
@@ -102,20 +123,32 @@ fn run_prints_the_report_writes_json_and_exits_0() {
 #[test]
 fn environment_overrides_reach_the_binary() {
     let out = warpline()
-        .args(["run", "pipelines/synthetic.toml", "--set", "source.count=20"])
+        .args([
+            "run",
+            "pipelines/synthetic.toml",
+            "--set",
+            "source.count=20",
+        ])
         .env("WARPLINE__STAGES__CRUNCH__WORKERS", "1")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    let crunch = stdout.lines().find(|l| l.trim_start().starts_with("crunch")).unwrap();
+    let crunch = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("crunch"))
+        .unwrap();
     assert!(crunch.contains("workers   1"), "{crunch}");
 }
 
 #[test]
 fn failed_items_exit_3_and_abort_on_error_exits_4() {
     let dir = tempfile::tempdir().unwrap();
-    let failing = write(dir.path(), "f.toml", &SMALL.replace("workers = 2", "fail_every = 7"));
+    let failing = write(
+        dir.path(),
+        "f.toml",
+        &SMALL.replace("workers = 2", "fail_every = 7"),
+    );
     let out = warpline().arg("run").arg(&failing).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{stdout}");
@@ -127,12 +160,20 @@ fn failed_items_exit_3_and_abort_on_error_exits_4() {
         .args(["--set", "pipeline.on_error=abort"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
 fn usage_errors_and_bad_pipelines_exit_2() {
-    let out = warpline().args(["run", "does-not-exist.toml"]).output().unwrap();
+    let out = warpline()
+        .args(["run", "does-not-exist.toml"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does-not-exist.toml"));
     let out = warpline()

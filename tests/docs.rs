@@ -28,7 +28,10 @@ fn every_toml_example_in_the_reference_is_a_valid_pipeline() {
     assert!(blocks.len() >= 4, "found only {} examples", blocks.len());
     for (i, block) in blocks.iter().enumerate() {
         if let Err(e) = warpline::Pipeline::from_toml_str(block, &warpline::registry()) {
-            panic!("example {} of docs/pipeline.md is invalid:\n{e}\n{block}", i + 1);
+            panic!(
+                "example {} of docs/pipeline.md is invalid:\n{e}\n{block}",
+                i + 1
+            );
         }
     }
 }

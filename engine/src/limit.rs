@@ -345,7 +345,11 @@ impl Limiter {
     ///
     /// Cancel-safe: dropping the future gives nothing back because nothing
     /// was taken.
-    pub async fn acquire(&self, amount: u64, key: Option<&str>) -> Result<Option<Ticket>, LimitError> {
+    pub async fn acquire(
+        &self,
+        amount: u64,
+        key: Option<&str>,
+    ) -> Result<Option<Ticket>, LimitError> {
         let started = tokio::time::Instant::now();
         let result = match &self.inner.state {
             State::Count { sem, .. } => self.take(sem, 1, 1).await.map(Some),
@@ -434,7 +438,12 @@ impl Limiter {
         }
     }
 
-    async fn take(&self, sem: &Arc<Semaphore>, permits: u32, gauge: u64) -> Result<Ticket, LimitError> {
+    async fn take(
+        &self,
+        sem: &Arc<Semaphore>,
+        permits: u32,
+        gauge: u64,
+    ) -> Result<Ticket, LimitError> {
         let permit = sem
             .clone()
             .acquire_many_owned(permits)

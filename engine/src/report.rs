@@ -206,7 +206,11 @@ impl fmt::Display for RunReport {
             self.pipeline, self.outcome, self.elapsed_s, i.total, i.done, i.skipped, i.failed
         )?;
         if self.elapsed_s > 0.0 && i.done > 0 {
-            writeln!(f, "  throughput: {:.1} items/s", i.done as f64 / self.elapsed_s)?;
+            writeln!(
+                f,
+                "  throughput: {:.1} items/s",
+                i.done as f64 / self.elapsed_s
+            )?;
         }
         writeln!(f, "  stages:")?;
         for s in &self.stages {

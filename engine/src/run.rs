@@ -226,7 +226,11 @@ impl Worker {
                 _ = abort.cancelled() => break,
             };
             if self.shared.aborted.load(Ordering::Acquire) {
-                self.shared.interrupted(item, &self.plan.name, "while the item waited in the mailbox");
+                self.shared.interrupted(
+                    item,
+                    &self.plan.name,
+                    "while the item waited in the mailbox",
+                );
                 break;
             }
             self.handle(item, &abort).await;
@@ -414,7 +418,11 @@ pub(crate) async fn run(pipeline: &Pipeline, control: &RunControl) -> Result<Run
 
     let shared = Arc::new(Shared {
         ledger: Ledger::default(),
-        stats: pipeline.stages.iter().map(|_| StageStats::default()).collect(),
+        stats: pipeline
+            .stages
+            .iter()
+            .map(|_| StageStats::default())
+            .collect(),
         control: control.clone(),
         on_error: pipeline.on_error,
         aborted_on_error: AtomicBool::new(false),
@@ -509,7 +517,13 @@ pub(crate) async fn run(pipeline: &Pipeline, control: &RunControl) -> Result<Run
     } else {
         RunOutcome::Completed
     };
-    let report = RunReport::build(pipeline, &shared.ledger, &shared.stats, outcome, started.elapsed());
+    let report = RunReport::build(
+        pipeline,
+        &shared.ledger,
+        &shared.stats,
+        outcome,
+        started.elapsed(),
+    );
     tracing::info!(
         pipeline = %pipeline.name,
         done = report.items.done,

@@ -78,14 +78,17 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     t.parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
         .map_err(|_| {
-            format!("expected a size such as \"512MiB\", \"64KiB\" or a number of bytes, got {text:?}")
+            format!(
+                "expected a size such as \"512MiB\", \"64KiB\" or a number of bytes, got {text:?}"
+            )
         })
 }
 
 /// Parses a duration such as `"250ms"`, `"30s"`, `"2m"` or `"1h 30m"`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim())
-        .map_err(|e| format!("expected a duration such as \"250ms\" or \"30s\", got {text:?} ({e})"))
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        format!("expected a duration such as \"250ms\" or \"30s\", got {text:?} ({e})")
+    })
 }
 
 #[cfg(test)]

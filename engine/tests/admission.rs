@@ -25,7 +25,11 @@ async fn measure(stages: &[(u32, u32)]) -> (u64, u64) {
     );
     for (i, (w, q)) in stages.iter().enumerate() {
         // Every stage but the last passes items straight on; the last blocks.
-        let kind = if i + 1 == stages.len() { "gate" } else { "hold" };
+        let kind = if i + 1 == stages.len() {
+            "gate"
+        } else {
+            "hold"
+        };
         toml += &format!("[stages.s{i}]\nkind = \"{kind}\"\nworkers = {w}\nmailbox = {q}\n");
     }
     let pipeline = Pipeline::from_toml_str(&toml, &registry).unwrap();
@@ -36,11 +40,18 @@ async fn measure(stages: &[(u32, u32)]) -> (u64, u64) {
     gate.wait_entered(last_workers).await;
     tokio::time::sleep(Duration::from_secs(3600)).await;
     let held = produced.get();
-    assert_eq!(gate.entered(), last_workers, "only W handlers can be inside the last stage");
+    assert_eq!(
+        gate.entered(),
+        last_workers,
+        "only W handlers can be inside the last stage"
+    );
 
     gate.open();
     let report = run.await.unwrap().unwrap();
-    assert_eq!(report.items.done, INPUTS, "every item finishes once the gate opens");
+    assert_eq!(
+        report.items.done, INPUTS,
+        "every item finishes once the gate opens"
+    );
     (held, bound)
 }
 
@@ -49,7 +60,10 @@ async fn admission_bound_is_w_plus_q_plus_one_for_one_stage() {
     for (w, q) in [(1, 1), (1, 5), (3, 1), (4, 8), (8, 2)] {
         let (held, bound) = measure(&[(w, q)]).await;
         assert_eq!(bound, u64::from(w + q + 1));
-        assert_eq!(held, bound, "W={w} Q={q}: source produced {held}, bound {bound}");
+        assert_eq!(
+            held, bound,
+            "W={w} Q={q}: source produced {held}, bound {bound}"
+        );
     }
 }
 
@@ -59,6 +73,9 @@ async fn admission_bound_of_three_stages_is_the_sum_of_the_stages_plus_one() {
         let (held, bound) = measure(&stages).await;
         let expected = 1 + stages.iter().map(|(w, q)| u64::from(w + q)).sum::<u64>();
         assert_eq!(bound, expected);
-        assert_eq!(held, bound, "{stages:?}: source produced {held}, bound {bound}");
+        assert_eq!(
+            held, bound,
+            "{stages:?}: source produced {held}, bound {bound}"
+        );
     }
 }

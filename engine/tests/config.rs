@@ -42,7 +42,10 @@ fn assert_problem(e: &ConfigErrors, path: &str, words: &str) {
 }
 
 fn with(replace: &str, by: &str) -> String {
-    assert!(GOOD.contains(replace), "test setup: {replace:?} not in GOOD");
+    assert!(
+        GOOD.contains(replace),
+        "test setup: {replace:?} not in GOOD"
+    );
     GOOD.replacen(replace, by, 1)
 }
 
@@ -55,7 +58,10 @@ fn the_reference_pipeline_is_valid() {
 
 #[test]
 fn unknown_limiter_names_the_stage_key() {
-    let e = errors(&with(r#"limits = ["cpu", "memory", "api"]"#, r#"limits = ["cpu", "gpu"]"#));
+    let e = errors(&with(
+        r#"limits = ["cpu", "memory", "api"]"#,
+        r#"limits = ["cpu", "gpu"]"#,
+    ));
     assert_problem(&e, "stages.work.limits[1]", "unknown limiter `gpu`");
     assert_problem(&e, "stages.work.limits[1]", "`cpu`, `memory`, `api`");
 }
@@ -76,10 +82,16 @@ fn unknown_source_kind_names_the_source_kind_key() {
 #[test]
 fn duplicate_names_are_errors() {
     // A stage twice in the flow.
-    let e = errors(&with(r#"flow = ["work", "sink"]"#, r#"flow = ["work", "sink", "work"]"#));
+    let e = errors(&with(
+        r#"flow = ["work", "sink"]"#,
+        r#"flow = ["work", "sink", "work"]"#,
+    ));
     assert_problem(&e, "pipeline.flow[2]", "duplicate stage `work`");
     // A limiter twice in a stage.
-    let e = errors(&with(r#"limits = ["cpu", "memory", "api"]"#, r#"limits = ["cpu", "cpu"]"#));
+    let e = errors(&with(
+        r#"limits = ["cpu", "memory", "api"]"#,
+        r#"limits = ["cpu", "cpu"]"#,
+    ));
     assert_problem(&e, "stages.work.limits[1]", "duplicate limiter `cpu`");
     // A table declared twice (TOML refuses it; the message names the key).
     let e = errors(&format!("{GOOD}\n[limits.cpu]\npermits = 4\n"));
@@ -89,7 +101,10 @@ fn duplicate_names_are_errors() {
 
 #[test]
 fn zero_workers_mailbox_and_permits_are_errors() {
-    let e = errors(&with(r#"duration = "1ms""#, "duration = \"1ms\"\nworkers = 0\nmailbox = 0"));
+    let e = errors(&with(
+        r#"duration = "1ms""#,
+        "duration = \"1ms\"\nworkers = 0\nmailbox = 0",
+    ));
     assert_problem(&e, "stages.work.workers", "at least 1");
     assert_problem(&e, "stages.work.mailbox", "at least 1");
     let e = errors(&with("permits = 2", "permits = 0"));
@@ -110,7 +125,10 @@ fn malformed_sizes_are_errors() {
 fn malformed_durations_are_errors() {
     let e = errors(&with(r#"duration = "1ms""#, r#"duration = "a while""#));
     assert_problem(&e, "stages.work.duration", "\"a while\"");
-    let e = errors(&with(r#"flow = ["work", "sink"]"#, "flow = [\"work\", \"sink\"]\nshutdown_deadline = \"soon\""));
+    let e = errors(&with(
+        r#"flow = ["work", "sink"]"#,
+        "flow = [\"work\", \"sink\"]\nshutdown_deadline = \"soon\"",
+    ));
     assert_problem(&e, "pipeline.shutdown_deadline", "\"soon\"");
 }
 
@@ -120,7 +138,10 @@ fn malformed_rates_are_errors() {
     assert_problem(&e, "limits.api.per_second", "positive");
     let e = errors(&with("per_second = 10", "per_second = \"fast\""));
     assert_problem(&e, "limits.api.per_second", "fast");
-    let e = errors(&with("per_second = 10", "per_second = 10\nper = \"planet\""));
+    let e = errors(&with(
+        "per_second = 10",
+        "per_second = 10\nper = \"planet\"",
+    ));
     assert_problem(&e, "limits.api.per", "\"planet\"");
 }
 
@@ -128,7 +149,10 @@ fn malformed_rates_are_errors() {
 fn unknown_keys_are_errors_naming_their_table() {
     let e = errors(&with("permits = 2", "permits = 2\npermit = 3"));
     assert_problem(&e, "limits.cpu", "unknown field `permit`");
-    let e = errors(&with(r#"duration = "1ms""#, "duration = \"1ms\"\ndurashun = \"2ms\""));
+    let e = errors(&with(
+        r#"duration = "1ms""#,
+        "duration = \"1ms\"\ndurashun = \"2ms\"",
+    ));
     assert_problem(&e, "stages.work", "unknown field `durashun`");
     let e = errors(&format!("{GOOD}\n[sinks.x]\nkind = \"a\"\n"));
     assert_problem(&e, "sinks", "unknown section");
@@ -150,7 +174,10 @@ fn names_that_environment_overrides_cannot_reach_are_errors() {
 
 #[test]
 fn flow_must_name_every_stage_once() {
-    let e = errors(&with(r#"flow = ["work", "sink"]"#, r#"flow = ["work", "snk"]"#));
+    let e = errors(&with(
+        r#"flow = ["work", "sink"]"#,
+        r#"flow = ["work", "snk"]"#,
+    ));
     assert_problem(&e, "pipeline.flow[1]", "unknown stage `snk`");
     assert_problem(&e, "stages.sink", "not in pipeline.flow");
     let e = errors(&with(r#"flow = ["work", "sink"]"#, ""));
@@ -180,7 +207,11 @@ fn carried_tickets_must_follow_the_global_order() {
     "#;
     let e = errors(toml);
     assert_problem(&e, "stages.a.carry[1]", "not in this stage's `limits`");
-    assert_problem(&e, "stages.b.limits", "declare [limits.memory] before [limits.cpu]");
+    assert_problem(
+        &e,
+        "stages.b.limits",
+        "declare [limits.memory] before [limits.cpu]",
+    );
     assert_problem(&e, "stages.b.release[1]", "carry no `disk`");
 }
 

@@ -84,7 +84,11 @@ fn a_limiter_shared_by_blocking_stages_on_threads_is_never_exceeded() {
     let report = rt.block_on(pipeline.run()).unwrap();
     assert_eq!(report.items.done, 400);
     let seen = inside.snapshot();
-    assert!(seen.peak_items <= 2, "{} holders at once over 2 permits", seen.peak_items);
+    assert!(
+        seen.peak_items <= 2,
+        "{} holders at once over 2 permits",
+        seen.peak_items
+    );
     assert!(report.limiter("cpu").unwrap().peak_in_use.unwrap() <= 2);
 }
 
@@ -120,15 +124,25 @@ async fn a_byte_budget_is_never_exceeded_and_oversize_items_fail_by_policy() {
     let pipeline = budget_pipeline("fail", &registry);
     let report = pipeline.run().await.unwrap();
     let seen = inside.snapshot();
-    assert!(seen.peak_bytes <= 4 << 20, "held {} bytes over a 4 MiB budget", seen.peak_bytes);
+    assert!(
+        seen.peak_bytes <= 4 << 20,
+        "held {} bytes over a 4 MiB budget",
+        seen.peak_bytes
+    );
     // One in six items is 5 MiB: more than the whole budget.
     let oversize = (0..400).filter(|n| n % 6 == 4).count() as u64;
     assert_eq!(report.items.failed, oversize);
     assert_eq!(report.items.done, 400 - report.items.failed);
-    assert!(report.failures.iter().all(|f| f.kind == ErrorKind::OverBudget
-        && f.message.contains("memory")
-        && f.message.contains("oversize")));
-    assert_eq!(pipeline.limits().get("memory").unwrap().available(), 4 << 20);
+    assert!(report
+        .failures
+        .iter()
+        .all(|f| f.kind == ErrorKind::OverBudget
+            && f.message.contains("memory")
+            && f.message.contains("oversize")));
+    assert_eq!(
+        pipeline.limits().get("memory").unwrap().available(),
+        4 << 20
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -139,7 +153,10 @@ async fn oversize_items_run_alone_when_the_policy_says_so() {
     let report = pipeline.run().await.unwrap();
     assert_eq!(report.items.done, 400);
     let seen = inside.snapshot();
-    assert_eq!(seen.shared_while_oversize, 0, "an oversize item ran beside another");
+    assert_eq!(
+        seen.shared_while_oversize, 0,
+        "an oversize item ran beside another"
+    );
     // Other items still ran side by side (the budget is not a single slot).
     assert!(seen.peak_items > 1);
 }
@@ -183,7 +200,12 @@ fn stages_listing_overlapping_limiters_in_opposite_orders_finish() {
     .unwrap();
     for stage in pipeline.stages() {
         let order: Vec<&str> = stage.limits.iter().map(|l| l.name()).collect();
-        assert_eq!(order, ["a", "b"], "stage {} acquires in the global order", stage.name);
+        assert_eq!(
+            order,
+            ["a", "b"],
+            "stage {} acquires in the global order",
+            stage.name
+        );
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -246,7 +268,11 @@ async fn abort_mid_flight(kind: &str) {
 
     assert_eq!(report.outcome, RunOutcome::Aborted);
     let i = report.items;
-    assert_eq!(i.done + i.skipped + i.failed, i.total, "every admitted item is accounted for");
+    assert_eq!(
+        i.done + i.skipped + i.failed,
+        i.total,
+        "every admitted item is accounted for"
+    );
     assert!(i.total < 1000, "the source stopped");
     assert!(report
         .failures
@@ -259,7 +285,11 @@ async fn abort_mid_flight(kind: &str) {
     // Every worker has ended: none still holds the stage's gate.
     drop(registry);
     drop(pipeline);
-    assert_eq!(Arc::strong_count(&gate.entered), 1, "a worker outlived the run");
+    assert_eq!(
+        Arc::strong_count(&gate.entered),
+        1,
+        "a worker outlived the run"
+    );
 }
 
 #[tokio::test]
@@ -295,7 +325,11 @@ async fn keyed_token_buckets_do_not_share_tokens() {
     for _ in 0..4 {
         rate.acquire(1, Some("b.example")).await.unwrap();
     }
-    assert_eq!(start.elapsed(), Duration::ZERO, "b's bucket is full whatever a did");
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "b's bucket is full whatever a did"
+    );
     rate.acquire(1, Some("a.example")).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_millis(500));
 }

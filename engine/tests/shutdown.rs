@@ -65,7 +65,11 @@ async fn a_stop_drains_what_was_admitted_and_admits_nothing_more() {
     assert_eq!(report.outcome, RunOutcome::Stopped);
     assert_accounted(&report);
     assert_eq!(report.items.failed, 0, "a drained stop fails nothing");
-    assert_eq!(report.items.total, pipeline.admission_bound(), "nothing admitted after the stop");
+    assert_eq!(
+        report.items.total,
+        pipeline.admission_bound(),
+        "nothing admitted after the stop"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -85,7 +89,10 @@ async fn past_the_shutdown_deadline_what_is_left_is_aborted() {
     assert_accounted(&report);
     assert_eq!(report.items.done, 0);
     assert_eq!(report.items.failed, report.items.total);
-    assert!(report.failures.iter().all(|f| f.kind == ErrorKind::Interrupted));
+    assert!(report
+        .failures
+        .iter()
+        .all(|f| f.kind == ErrorKind::Interrupted));
     for l in pipeline.limits().iter() {
         assert_eq!(l.available(), l.capacity());
     }
@@ -144,8 +151,15 @@ async fn on_error_continue_counts_failures_and_goes_on() {
     assert_eq!(report.outcome, RunOutcome::Completed);
     assert_eq!((report.items.done, report.items.failed), (90, 10));
     let f = &report.failures[0];
-    assert_eq!((f.stage.as_str(), f.kind, f.attempts), ("work", ErrorKind::Permanent, 1));
-    assert!(f.message.contains(&f.id), "the message names the item: {}", f.message);
+    assert_eq!(
+        (f.stage.as_str(), f.kind, f.attempts),
+        ("work", ErrorKind::Permanent, 1)
+    );
+    assert!(
+        f.message.contains(&f.id),
+        "the message names the item: {}",
+        f.message
+    );
 }
 
 struct Panics;

@@ -38,13 +38,20 @@ fn check_name(path: &str, name: &str, problems: &mut Vec<Problem>) -> bool {
 }
 
 /// Splits a table into the keys the engine reads and the kind's own keys.
-fn split(table: Map<String, Value>, engine_keys: &[&str]) -> (Map<String, Value>, Map<String, Value>) {
+fn split(
+    table: Map<String, Value>,
+    engine_keys: &[&str],
+) -> (Map<String, Value>, Map<String, Value>) {
     table
         .into_iter()
         .partition(|(k, _)| engine_keys.contains(&k.as_str()))
 }
 
-fn parse<T: serde::de::DeserializeOwned>(path: &str, value: Value, problems: &mut Vec<Problem>) -> Option<T> {
+fn parse<T: serde::de::DeserializeOwned>(
+    path: &str,
+    value: Value,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
     match value.try_deserialize::<T>() {
         Ok(t) => Some(t),
         Err(e) => {
@@ -93,7 +100,10 @@ pub(super) fn compile(
         if !SECTIONS.contains(&key.as_str()) {
             problems.push(Problem::new(
                 key.clone(),
-                format!("unknown section; expected one of {}", known(SECTIONS.iter())),
+                format!(
+                    "unknown section; expected one of {}",
+                    known(SECTIONS.iter())
+                ),
             ));
         }
     }
@@ -120,11 +130,16 @@ pub(super) fn compile(
             OnError::Continue
         }
     };
-    let deadline = parse_duration(section.shutdown_deadline.as_deref().unwrap_or(DEFAULT_DEADLINE))
-        .unwrap_or_else(|m| {
-            problems.push(Problem::new("pipeline.shutdown_deadline", m));
-            std::time::Duration::from_secs(30)
-        });
+    let deadline = parse_duration(
+        section
+            .shutdown_deadline
+            .as_deref()
+            .unwrap_or(DEFAULT_DEADLINE),
+    )
+    .unwrap_or_else(|m| {
+        problems.push(Problem::new("pipeline.shutdown_deadline", m));
+        std::time::Duration::from_secs(30)
+    });
 
     // [limits.NAME], in declaration order: that order is the global
     // acquisition order.
@@ -164,7 +179,8 @@ pub(super) fn compile(
             let Some(t) = table(&path, value, &mut problems) else {
                 continue;
             };
-            if let Some(plan) = build_stage(&path, &name, t, registry, &known_limits, &mut problems) {
+            if let Some(plan) = build_stage(&path, &name, t, registry, &known_limits, &mut problems)
+            {
                 declared.push((name, plan));
             }
         }
@@ -197,9 +213,10 @@ pub(super) fn compile(
                     .join(", ")
             ),
         )),
-        Some(flow) if flow.is_empty() => {
-            problems.push(Problem::new("pipeline.flow", "must name at least one stage"))
-        }
+        Some(flow) if flow.is_empty() => problems.push(Problem::new(
+            "pipeline.flow",
+            "must name at least one stage",
+        )),
         Some(flow) => {
             let mut by_name: HashMap<String, StagePlan> = declared.into_iter().collect();
             let mut seen = BTreeSet::new();
@@ -257,10 +274,14 @@ fn build_limiter(
     s: &LimitSection,
     problems: &mut Vec<Problem>,
 ) -> Option<Limiter> {
-    let given = [s.permits.is_some(), s.budget.is_some(), s.per_second.is_some()]
-        .iter()
-        .filter(|x| **x)
-        .count();
+    let given = [
+        s.permits.is_some(),
+        s.budget.is_some(),
+        s.per_second.is_some(),
+    ]
+    .iter()
+    .filter(|x| **x)
+    .count();
     if given != 1 {
         problems.push(Problem::new(
             path,
@@ -302,7 +323,10 @@ fn build_limiter(
         };
         let bytes = match b.bytes() {
             Ok(0) => {
-                problems.push(Problem::new(join(path, "budget"), "must be more than 0 bytes"));
+                problems.push(Problem::new(
+                    join(path, "budget"),
+                    "must be more than 0 bytes",
+                ));
                 return None;
             }
             Ok(n) => n,
@@ -411,7 +435,10 @@ fn build_stage(
     let Some(kind) = common.kind else {
         problems.push(Problem::new(
             join(path, "kind"),
-            format!("missing; known stage kinds: {}", known(registry.stage_kinds().iter())),
+            format!(
+                "missing; known stage kinds: {}",
+                known(registry.stage_kinds().iter())
+            ),
         ));
         return None;
     };
@@ -469,7 +496,10 @@ fn build_source(
     let Some(kind) = common.kind else {
         problems.push(Problem::new(
             "source.kind",
-            format!("missing; known source kinds: {}", known(registry.source_kinds().iter())),
+            format!(
+                "missing; known source kinds: {}",
+                known(registry.source_kinds().iter())
+            ),
         ));
         return None;
     };

@@ -59,7 +59,8 @@ pub(crate) struct StageCommon {
 }
 
 /// The keys of a `[stages.NAME]` table the engine reads itself.
-pub(crate) const STAGE_KEYS: &[&str] = &["kind", "workers", "mailbox", "limits", "carry", "release"];
+pub(crate) const STAGE_KEYS: &[&str] =
+    &["kind", "workers", "mailbox", "limits", "carry", "release"];
 
 /// `[limits.NAME]`: exactly one of `permits`, `budget` or `per_second`.
 #[derive(Debug, Clone, Deserialize)]

@@ -195,16 +195,14 @@ impl Loader {
                         format!("cannot read pipeline file {}: no such file", p.display()),
                     )]));
                 }
-                builder = builder.add_source(
-                    config::File::from(p.as_path()).format(config::FileFormat::Toml),
-                );
+                builder = builder
+                    .add_source(config::File::from(p.as_path()).format(config::FileFormat::Toml));
                 p.file_stem()
                     .map(|s| s.to_string_lossy().into_owned())
                     .unwrap_or_else(|| "pipeline".to_owned())
             }
             Text::Inline(t) => {
-                builder =
-                    builder.add_source(config::File::from_str(t, config::FileFormat::Toml));
+                builder = builder.add_source(config::File::from_str(t, config::FileFormat::Toml));
                 "pipeline".to_owned()
             }
         };

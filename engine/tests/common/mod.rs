@@ -219,7 +219,9 @@ pub fn registry(produced: &Produced, gate: &Gate, inside: &Inside, alone_over: u
         }) as Arc<dyn SourceSpec>)
     });
     let g = gate.clone();
-    r.register_stage("gate", move |_| Ok(Handler::from_async(AsyncGate(g.clone()))));
+    r.register_stage("gate", move |_| {
+        Ok(Handler::from_async(AsyncGate(g.clone())))
+    });
     let g = gate.clone();
     r.register_stage("gate_blocking", move |_| {
         Ok(Handler::from_blocking(BlockingGate(g.clone())))
