@@ -4,6 +4,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -131,6 +132,20 @@ pub enum ErrorKind {
     Interrupted,
 }
 
+impl ErrorKind {
+    /// The kind with this snake_case name (as in pipeline files and reports).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "transient" => ErrorKind::Transient,
+            "permanent" => ErrorKind::Permanent,
+            "over_budget" => ErrorKind::OverBudget,
+            "panicked" => ErrorKind::Panicked,
+            "interrupted" => ErrorKind::Interrupted,
+            _ => return None,
+        })
+    }
+}
+
 impl fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -151,23 +166,23 @@ pub struct StageError {
     pub kind: ErrorKind,
     /// What went wrong, naming the input where it helps.
     pub message: String,
+    /// The HTTP status, when the error is a server's answer.
+    pub status: Option<u16>,
+    /// How long the server asked us to wait before trying again
+    /// (`Retry-After`); the engine pauses the item's rate-limit bucket for
+    /// that long, for every item that draws on it.
+    pub retry_after: Option<Duration>,
 }
 
 impl StageError {
     /// An error that will not go away if tried again.
     pub fn permanent(message: impl Into<String>) -> Self {
-        StageError {
-            kind: ErrorKind::Permanent,
-            message: message.into(),
-        }
+        Self::new(ErrorKind::Permanent, message)
     }
 
     /// An error that may go away if tried again.
     pub fn transient(message: impl Into<String>) -> Self {
-        StageError {
-            kind: ErrorKind::Transient,
-            message: message.into(),
-        }
+        Self::new(ErrorKind::Transient, message)
     }
 
     /// An error of the given kind.
@@ -175,7 +190,21 @@ impl StageError {
         StageError {
             kind,
             message: message.into(),
+            status: None,
+            retry_after: None,
         }
+    }
+
+    /// Records the HTTP status the error came with.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Records a server's `Retry-After`.
+    pub fn with_retry_after(mut self, delay: Option<Duration>) -> Self {
+        self.retry_after = delay;
+        self
     }
 }
 

@@ -414,6 +414,17 @@ impl Limiter {
         result
     }
 
+    /// [`acquire`](Self::acquire) for blocking stages: parks the calling
+    /// thread (a blocking worker's own OS thread) until the share is free.
+    /// Never call it on an async runtime thread.
+    pub fn acquire_blocking(
+        &self,
+        amount: u64,
+        key: Option<&str>,
+    ) -> Result<Option<Ticket>, LimitError> {
+        futures::executor::block_on(self.acquire(amount, key))
+    }
+
     /// Tells a rate limiter to hand out no token for `key` before `delay` has
     /// passed (a server answered 429 or 503 with `Retry-After`): every item
     /// that draws on that bucket slows, not only the one that was refused.

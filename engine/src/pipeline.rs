@@ -43,6 +43,8 @@ pub struct StagePlan {
     pub workers: u32,
     /// How many items may wait in the mailbox.
     pub mailbox: u32,
+    /// When and how often a failed item is tried again.
+    pub retry: RetryPolicy,
     /// The implementation; blocking stages run on OS threads.
     pub handler: Handler,
     /// Limiters acquired for each item, in the global order.
@@ -51,6 +53,58 @@ pub struct StagePlan {
     pub carry: Vec<String>,
     /// Carried limiters given back when this stage finishes an item.
     pub release: Vec<String>,
+}
+
+/// When a stage tries a failed item again: up to `attempts` tries in all,
+/// for errors of the kinds in `on`, waiting a random time between zero and
+/// `min(max_delay, base_delay * 2^(try - 1))` ("full jitter") or as long
+/// as the server's `Retry-After` asks, whichever is longer. Limiters are
+/// given back while waiting and taken again for the next try (so a rate
+/// limit counts every try).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Tries in all, the first included (1: no retry).
+    pub attempts: u32,
+    /// The first backoff's upper bound.
+    pub base_delay: Duration,
+    /// No backoff is longer than this.
+    pub max_delay: Duration,
+    /// Which errors are tried again.
+    pub on: Vec<crate::item::ErrorKind>,
+}
+
+impl RetryPolicy {
+    /// No retries.
+    pub fn none() -> Self {
+        RetryPolicy {
+            attempts: 1,
+            base_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(10),
+            on: vec![crate::item::ErrorKind::Transient],
+        }
+    }
+
+    /// Up to `attempts` tries for transient errors, 200 ms base, 10 s cap.
+    pub fn transient(attempts: u32) -> Self {
+        RetryPolicy {
+            attempts,
+            ..Self::none()
+        }
+    }
+
+    /// Whether an error on try number `attempt` (1-based) is tried again.
+    pub fn retries(&self, error: &crate::item::StageError, attempt: u32) -> bool {
+        attempt < self.attempts && self.on.contains(&error.kind)
+    }
+
+    /// The backoff before try `attempt + 1`: full jitter.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self
+            .base_delay
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
+        let cap = exp.min(self.max_delay);
+        cap.mul_f64(fastrand::f64())
+    }
 }
 
 /// A validated pipeline, ready to run.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 
 use crate::config::Problem;
+use crate::limit::{Limiter, LimiterKind, Limits};
 use crate::stage::{Handler, SourceSpec};
 
 /// The settings of one stage or source, without the keys the engine reads
@@ -19,11 +20,65 @@ use crate::stage::{Handler, SourceSpec};
 pub struct Settings {
     path: String,
     table: config::Map<String, config::Value>,
+    limits: Limits,
+    held: Vec<Limiter>,
 }
 
 impl Settings {
-    pub(crate) fn new(path: String, table: config::Map<String, config::Value>) -> Self {
-        Settings { path, table }
+    pub(crate) fn new(
+        path: String,
+        table: config::Map<String, config::Value>,
+        limits: Limits,
+        held: Vec<Limiter>,
+    ) -> Self {
+        Settings {
+            path,
+            table,
+            limits,
+            held,
+        }
+    }
+
+    /// The limiter a setting names, for a stage that charges it itself (for
+    /// example by a Content-Length it learns mid-way). `key` is the setting
+    /// (`memory = "memory"`), for error messages. It must be of `kind`, and
+    /// declared after every limiter the stage's `limits` list holds, so the
+    /// charge keeps the one global acquisition order.
+    pub fn limiter(&self, key: &str, name: &str, kind: LimiterKind) -> Result<Limiter, Problem> {
+        let Some(l) = self.limits.get(name) else {
+            return Err(self.problem(
+                key,
+                format!(
+                    "unknown limiter `{name}`; declared limiters: {}",
+                    self.limits
+                        .iter()
+                        .map(|l| format!("`{}`", l.name()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        };
+        if l.kind() != kind {
+            return Err(self.problem(
+                key,
+                format!(
+                    "`{name}` is a {} limiter; this setting needs a {kind} limiter",
+                    l.kind()
+                ),
+            ));
+        }
+        if let Some(after) = self.held.iter().find(|h| h.order() > l.order()) {
+            return Err(self.problem(
+                key,
+                format!(
+                    "`{name}` is charged while `{}` is held, but is declared before it; declare \
+                     [limits.{name}] after [limits.{}] so every acquisition follows one order",
+                    after.name(),
+                    after.name()
+                ),
+            ));
+        }
+        Ok(l.clone())
     }
 
     /// Settings from TOML text, for tests and for building kinds in code.
@@ -35,7 +90,12 @@ impl Settings {
         let table = cfg
             .try_deserialize::<config::Map<String, config::Value>>()
             .map_err(|e| Problem::new(path, e.to_string()))?;
-        Ok(Settings::new(path.to_owned(), table))
+        Ok(Settings::new(
+            path.to_owned(),
+            table,
+            Limits::default(),
+            Vec::new(),
+        ))
     }
 
     /// Where these settings live in the pipeline file (`stages.decode`).

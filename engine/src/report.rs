@@ -104,6 +104,83 @@ pub struct Failure {
     pub message: String,
     /// Attempts made at that stage.
     pub attempts: u32,
+    /// The HTTP status, when a server's answer failed the item.
+    pub status: Option<u16>,
+}
+
+/// Query parameters whose values are secrets (compared case-insensitively).
+const SECRET_PARAMS: &[&str] = &[
+    "token",
+    "access_token",
+    "api_key",
+    "apikey",
+    "key",
+    "password",
+    "secret",
+    "signature",
+    "sig",
+    "x-amz-signature",
+    "x-amz-credential",
+    "x-amz-security-token",
+];
+
+/// A source as it may appear in logs, reports and failure records: user
+/// names, passwords and secret query parameters of URLs replaced by `***`.
+pub fn redact(source: &str) -> String {
+    let Ok(mut url) = url::Url::parse(source) else {
+        return source.to_owned();
+    };
+    let mut changed = false;
+    if !url.username().is_empty() || url.password().is_some() {
+        // Only fails for URLs that cannot have credentials, which these have.
+        let _ = url.set_username("***");
+        let _ = url.set_password(None);
+        changed = true;
+    }
+    if url.query().is_some() {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| {
+                let secret = SECRET_PARAMS.iter().any(|s| k.eq_ignore_ascii_case(s));
+                changed |= secret;
+                (
+                    k.into_owned(),
+                    if secret {
+                        "***".to_owned()
+                    } else {
+                        v.into_owned()
+                    },
+                )
+            })
+            .collect();
+        if changed {
+            url.query_pairs_mut().clear().extend_pairs(pairs);
+        }
+    }
+    if changed {
+        url.into()
+    } else {
+        source.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn credentials_and_secret_parameters_are_hidden() {
+        assert_eq!(
+            redact("https://user:pa55@example.com/a.tif?x=1&token=abc"),
+            "https://***@example.com/a.tif?x=1&token=***"
+        );
+        assert_eq!(
+            redact("https://example.com/a.tif"),
+            "https://example.com/a.tif"
+        );
+        assert_eq!(redact("/data/a.tif"), "/data/a.tif");
+        assert!(!redact("https://u:p@h/x").contains(":p@"));
+    }
 }
 
 /// The report of one run.

@@ -27,9 +27,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::OnError;
 use crate::item::{ErrorKind, Item, Outcome, StageError};
-use crate::limit::{LimitError, LimiterKind, RateKey};
+use crate::limit::{LimitError, LimiterKind, RateKey, Ticket};
 use crate::pipeline::{Pipeline, StagePlan};
-use crate::report::{Failure, RunOutcome, RunReport};
+use crate::report::{redact, Failure, RunOutcome, RunReport};
 use crate::stage::{Handler, Source, SourceError};
 
 /// How many failures the report lists one by one; the rest are counted.
@@ -141,10 +141,11 @@ impl Shared {
     }
 
     fn failed(&self, id: &str, source: &str, stage: &str, attempts: u32, error: StageError) {
+        let source = redact(source);
         if error.kind == ErrorKind::Interrupted {
             tracing::debug!(item = %id, stage, "interrupted: {}", error.message);
         } else {
-            tracing::warn!(item = %id, stage, kind = %error.kind, "failed: {}", error.message);
+            tracing::warn!(item = %id, source, stage, kind = %error.kind, "failed: {}", error.message);
         }
         self.ledger.failed.fetch_add(1, Ordering::AcqRel);
         {
@@ -156,11 +157,12 @@ impl Shared {
             if failures.len() < REPORTED_FAILURES {
                 failures.push(Failure {
                     id: id.to_owned(),
-                    source: source.to_owned(),
+                    source,
                     stage: stage.to_owned(),
                     kind: error.kind,
                     message: error.message,
                     attempts,
+                    status: error.status,
                 });
             }
         }
@@ -240,63 +242,40 @@ impl Worker {
     async fn handle(&self, mut item: Item, abort: &CancellationToken) {
         let stage = self.plan.name.as_str();
         let shared = &self.shared;
-
-        // Acquire in the global order (the plan's limits are sorted).
-        let mut held = Vec::with_capacity(self.plan.limits.len());
-        for limiter in &self.plan.limits {
-            let amount = match limiter.kind() {
-                LimiterKind::Bytes => self.plan.handler.demand(&item).unwrap_or(0),
-                _ => 1,
+        item.attempts = 0;
+        let (result, held) = loop {
+            let Some(held) = self.acquire(&mut item, abort).await else {
+                return; // failed or interrupted, and counted
             };
-            let key = match limiter.rate_key() {
-                Some(RateKey::Host) => host_of(&item.source),
-                _ => None,
-            };
-            let acquired = tokio::select! {
-                biased;
-                r = limiter.acquire(amount, key.as_deref()) => r,
-                _ = abort.cancelled() => {
-                    shared.interrupted(item, stage, "while waiting for a limiter");
-                    return;
+            item.attempts += 1;
+            let result = self.call(&mut item, abort).await;
+            match result {
+                Err(error) if self.plan.retry.retries(&error, item.attempts) => {
+                    drop(held); // nothing is held while waiting
+                    let key = self.rate_key(&item);
+                    if let Some(delay) = error.retry_after {
+                        for l in &self.plan.limits {
+                            l.pause_key(key.as_deref(), delay);
+                        }
+                    }
+                    let delay = self
+                        .plan
+                        .retry
+                        .backoff(item.attempts)
+                        .max(error.retry_after.unwrap_or_default());
+                    tracing::debug!(item = %item.id, stage, attempt = item.attempts, ?delay, "retrying: {}", error.message);
+                    tokio::select! {
+                        biased;
+                        _ = abort.cancelled() => {
+                            shared.interrupted(item, stage, "while waiting to retry");
+                            return;
+                        }
+                        _ = tokio::time::sleep(delay) => continue,
+                    }
                 }
-            };
-            match acquired {
-                Ok(Some(ticket)) => held.push(ticket),
-                Ok(None) => {}
-                Err(e @ LimitError::OverBudget { .. }) => {
-                    let error = StageError::new(ErrorKind::OverBudget, e.to_string());
-                    shared.failed(&item.id, &item.source, stage, item.attempts, error);
-                    return;
-                }
-                Err(e @ LimitError::Closed(_)) => {
-                    let error = StageError::new(ErrorKind::Interrupted, e.to_string());
-                    shared.failed(&item.id, &item.source, stage, item.attempts, error);
-                    return;
-                }
-            }
-        }
-
-        item.attempts = 1;
-        let started = Instant::now();
-        let result = match &self.plan.handler {
-            Handler::Async(h) => {
-                tokio::select! {
-                    biased;
-                    r = AssertUnwindSafe(h.process(&mut item)).catch_unwind() => r.unwrap_or_else(|p| Err(panic_message(p))),
-                    _ = abort.cancelled() => Err(StageError::new(ErrorKind::Interrupted, "run aborted while the stage was working")),
-                }
-            }
-            Handler::Blocking(h) => {
-                // This is an OS thread of the stage's own, not a runtime
-                // thread: blocking here blocks no other work.
-                std::panic::catch_unwind(AssertUnwindSafe(|| h.process(&mut item)))
-                    .unwrap_or_else(|p| Err(panic_message(p)))
+                result => break (result, held),
             }
         };
-        let stats = &shared.stats[self.index];
-        stats.processed.fetch_add(1, Ordering::Relaxed);
-        let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
 
         // Tickets this stage carries travel on; the rest are given back now.
         for ticket in held {
@@ -318,6 +297,92 @@ impl Worker {
                 shared.failed(&item.id, &item.source, stage, item.attempts, error);
             }
         }
+    }
+
+    /// The bucket key of the item for this stage's keyed rate limiters.
+    fn rate_key(&self, item: &Item) -> Option<String> {
+        self.plan
+            .limits
+            .iter()
+            .any(|l| l.rate_key() == Some(RateKey::Host))
+            .then(|| host_of(&item.source))
+            .flatten()
+    }
+
+    /// Acquires the stage's limiters in the global order (the plan's limits
+    /// are sorted). `None` when the item failed or the run was aborted; the
+    /// item has then been counted.
+    async fn acquire(&self, item: &mut Item, abort: &CancellationToken) -> Option<Vec<Ticket>> {
+        let stage = self.plan.name.as_str();
+        let mut held = Vec::with_capacity(self.plan.limits.len());
+        let key = self.rate_key(item);
+        for limiter in &self.plan.limits {
+            let amount = match limiter.kind() {
+                LimiterKind::Bytes => self.plan.handler.demand(item).unwrap_or(0),
+                _ => 1,
+            };
+            let acquired = tokio::select! {
+                biased;
+                r = limiter.acquire(amount, key.as_deref()) => r,
+                _ = abort.cancelled() => Err(LimitError::Closed(limiter.name().to_owned())),
+            };
+            match acquired {
+                Ok(Some(ticket)) => held.push(ticket),
+                Ok(None) => {}
+                Err(e) => {
+                    let kind = match e {
+                        LimitError::OverBudget { .. } => ErrorKind::OverBudget,
+                        LimitError::Closed(_) => ErrorKind::Interrupted,
+                    };
+                    let message = match kind {
+                        ErrorKind::Interrupted => {
+                            "run aborted while waiting for a limiter".to_owned()
+                        }
+                        _ => e.to_string(),
+                    };
+                    let attempts = item.attempts;
+                    self.shared.failed(
+                        &item.id,
+                        &item.source,
+                        stage,
+                        attempts,
+                        StageError::new(kind, message),
+                    );
+                    return None;
+                }
+            }
+        }
+        Some(held)
+    }
+
+    /// Runs the stage's code once, timing it and turning a panic into an
+    /// error.
+    async fn call(
+        &self,
+        item: &mut Item,
+        abort: &CancellationToken,
+    ) -> Result<Outcome, StageError> {
+        let started = Instant::now();
+        let result = match &self.plan.handler {
+            Handler::Async(h) => {
+                tokio::select! {
+                    biased;
+                    r = AssertUnwindSafe(h.process(item)).catch_unwind() => r.unwrap_or_else(|p| Err(panic_message(p))),
+                    _ = abort.cancelled() => Err(StageError::new(ErrorKind::Interrupted, "run aborted while the stage was working")),
+                }
+            }
+            Handler::Blocking(h) => {
+                // This is an OS thread of the stage's own, not a runtime
+                // thread: blocking here blocks no other work.
+                std::panic::catch_unwind(AssertUnwindSafe(|| h.process(item)))
+                    .unwrap_or_else(|p| Err(panic_message(p)))
+            }
+        };
+        let stats = &self.shared.stats[self.index];
+        stats.processed.fetch_add(1, Ordering::Relaxed);
+        let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
+        result
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::item::{Input, Item, Outcome, StageError};
+use crate::pipeline::RetryPolicy;
 
 /// A stage whose work is asynchronous I/O. Runs on tokio tasks.
 #[async_trait]
@@ -23,6 +24,11 @@ pub trait AsyncStage: Send + Sync + 'static {
     /// [`process`](Self::process) runs. Defaults to the item's size hint.
     fn demand(&self, item: &Item) -> Option<u64> {
         item.size_hint
+    }
+
+    /// The retry policy when the pipeline file sets none.
+    fn retry_default(&self) -> RetryPolicy {
+        RetryPolicy::none()
     }
 }
 
@@ -36,6 +42,11 @@ pub trait BlockingStage: Send + Sync + 'static {
     /// [`process`](Self::process) runs. Defaults to the item's size hint.
     fn demand(&self, item: &Item) -> Option<u64> {
         item.size_hint
+    }
+
+    /// The retry policy when the pipeline file sets none.
+    fn retry_default(&self) -> RetryPolicy {
+        RetryPolicy::none()
     }
 }
 
@@ -77,6 +88,13 @@ impl Handler {
         match self {
             Handler::Async(s) => s.demand(item),
             Handler::Blocking(s) => s.demand(item),
+        }
+    }
+
+    pub(crate) fn retry_default(&self) -> RetryPolicy {
+        match self {
+            Handler::Async(s) => s.retry_default(),
+            Handler::Blocking(s) => s.retry_default(),
         }
     }
 }

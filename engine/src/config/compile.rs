@@ -8,10 +8,13 @@ use std::sync::Arc;
 use config::{Map, Value};
 
 use super::file::{
-    LimitSection, OnError, PipelineSection, SourceCommon, StageCommon, SOURCE_KEYS, STAGE_KEYS,
+    LimitSection, OnError, PipelineSection, RetrySection, SourceCommon, StageCommon, SOURCE_KEYS,
+    STAGE_KEYS,
 };
 use super::{join, problem_from, Problem};
+use crate::item::ErrorKind;
 use crate::limit::{Limiter, LimiterKind, Limits, Oversize, RateKey};
+use crate::pipeline::RetryPolicy;
 use crate::pipeline::{Pipeline, SourcePlan, StagePlan};
 use crate::registry::{Registry, Settings};
 use crate::units::{parse_duration, CountValue};
@@ -452,23 +455,79 @@ fn build_stage(
         ));
         return None;
     };
-    let handler = match factory(&Settings::new(path.to_owned(), own)) {
+    let settings = Settings::new(
+        path.to_owned(),
+        own,
+        declared.limits.clone(),
+        acquire.clone(),
+    );
+    let handler = match factory(&settings) {
         Ok(h) => h,
         Err(mut p) => {
             problems.append(&mut p);
             return None;
         }
     };
+    let retry = retry_policy(
+        path,
+        common.retry.as_ref(),
+        handler.retry_default(),
+        problems,
+    );
     Some(StagePlan {
         name: name.to_owned(),
         kind,
         workers,
         mailbox,
+        retry,
         handler,
         limits: acquire,
         carry: common.carry,
         release: common.release,
     })
+}
+
+fn retry_policy(
+    path: &str,
+    section: Option<&RetrySection>,
+    default: RetryPolicy,
+    problems: &mut Vec<Problem>,
+) -> RetryPolicy {
+    let Some(r) = section else {
+        return default;
+    };
+    let path = join(path, "retry");
+    let mut policy = default;
+    policy.attempts = count(
+        &join(&path, "attempts"),
+        &r.attempts,
+        policy.attempts,
+        problems,
+    );
+    for (key, value, slot) in [
+        ("base_delay", &r.base_delay, &mut policy.base_delay),
+        ("max_delay", &r.max_delay, &mut policy.max_delay),
+    ] {
+        if let Some(text) = value {
+            match parse_duration(text) {
+                Ok(d) => *slot = d,
+                Err(m) => problems.push(Problem::new(join(&path, key), m)),
+            }
+        }
+    }
+    if let Some(on) = &r.on {
+        policy.on.clear();
+        for (i, kind) in on.iter().enumerate() {
+            match ErrorKind::from_name(kind) {
+                Some(k) => policy.on.push(k),
+                None => problems.push(Problem::new(
+                    format!("{path}.on[{i}]"),
+                    format!("unknown error kind {kind:?}; expected \"transient\", \"permanent\", \"panicked\" or \"over_budget\""),
+                )),
+            }
+        }
+    }
+    policy
 }
 
 fn build_source(
@@ -513,7 +572,12 @@ fn build_source(
         ));
         return None;
     };
-    match factory(&Settings::new("source".to_owned(), own)) {
+    match factory(&Settings::new(
+        "source".to_owned(),
+        own,
+        declared.limits.clone(),
+        held.clone(),
+    )) {
         Ok(spec) => Some(SourcePlan {
             kind,
             spec: Arc::clone(&spec),

@@ -56,11 +56,24 @@ pub(crate) struct StageCommon {
     pub carry: Vec<String>,
     #[serde(default)]
     pub release: Vec<String>,
+    pub retry: Option<RetrySection>,
+}
+
+/// `[stages.NAME.retry]`: how often, and after how long, a failed item is
+/// tried again in this stage.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetrySection {
+    pub attempts: Option<CountValue>,
+    pub base_delay: Option<String>,
+    pub max_delay: Option<String>,
+    pub on: Option<Vec<String>>,
 }
 
 /// The keys of a `[stages.NAME]` table the engine reads itself.
-pub(crate) const STAGE_KEYS: &[&str] =
-    &["kind", "workers", "mailbox", "limits", "carry", "release"];
+pub(crate) const STAGE_KEYS: &[&str] = &[
+    "kind", "workers", "mailbox", "limits", "carry", "release", "retry",
+];
 
 /// `[limits.NAME]`: exactly one of `permits`, `budget` or `per_second`.
 #[derive(Debug, Clone, Deserialize)]
