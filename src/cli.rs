@@ -1,7 +1,7 @@
 //! Command-line interface: `warpline run` and `warpline validate`.
 //! Exit codes are documented in docs/pipeline.md ("Exit codes").
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -60,6 +60,21 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         report: Option<PathBuf>,
     },
+    /// Run the demo: make sample tiles in four CRSs, serve them on a
+    /// loopback HTTP server, and fetch, decode, reproject (to EPSG:3857) and
+    /// write them as COGs with pipelines/demo.toml. Needs no network and no
+    /// data files.
+    Demo {
+        /// Where the tile list and the outputs go.
+        #[arg(long, value_name = "DIR", default_value = "out/demo")]
+        dir: PathBuf,
+        /// Override a setting of the demo pipeline. Repeatable.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Also write the report as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+    },
     /// Check pipeline files and print every problem found; exit 0 when all
     /// are valid.
     Validate {
@@ -92,15 +107,17 @@ pub(crate) fn main() -> ExitCode {
             pipeline,
             sets,
             report,
-        } => match run(&pipeline, &sets, report) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                EXIT_ERROR
-            }
-        },
+        } => or_error(run(&pipeline, &sets, report)),
+        Command::Demo { dir, sets, report } => or_error(demo(&dir, &sets, report)),
     };
     ExitCode::from(code)
+}
+
+fn or_error(result: anyhow::Result<u8>) -> u8 {
+    result.unwrap_or_else(|e| {
+        eprintln!("error: {e:#}");
+        EXIT_ERROR
+    })
 }
 
 fn init_logging() {
@@ -112,15 +129,21 @@ fn init_logging() {
         .init();
 }
 
+fn parse_sets(sets: &[String]) -> Result<Vec<(String, String)>, String> {
+    sets.iter()
+        .map(|s| match s.split_once('=') {
+            Some((k, v)) => Ok((k.trim().to_owned(), v.trim().to_owned())),
+            None => Err(format!(
+                "--set {s:?}: expected KEY=VALUE, e.g. --set stages.decode.workers=4"
+            )),
+        })
+        .collect()
+}
+
 fn loader(path: &PathBuf, sets: &[String]) -> Result<Loader, String> {
     let mut loader = Loader::from_path(path).with_env();
-    for s in sets {
-        let Some((key, value)) = s.split_once('=') else {
-            return Err(format!(
-                "--set {s:?}: expected KEY=VALUE, e.g. --set stages.decode.workers=4"
-            ));
-        };
-        loader = loader.set(key.trim(), value.trim());
+    for (key, value) in parse_sets(sets)? {
+        loader = loader.set(key, value);
     }
     Ok(loader)
 }
@@ -163,42 +186,91 @@ fn run(path: &PathBuf, sets: &[String], report_path: Option<PathBuf>) -> anyhow:
         }
         Ok(Ok(p)) => p,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let runtime = runtime()?;
+    let (report, signalled) = runtime.block_on(execute(&pipeline))?;
+    finish(&report, report_path, signalled)
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?;
+        .context("cannot start the async runtime")
+}
+
+fn demo(dir: &Path, sets: &[String], report_path: Option<PathBuf>) -> anyhow::Result<u8> {
+    let sets = match parse_sets(sets) {
+        Ok(s) => s,
+        Err(usage) => {
+            eprintln!("error: {usage}");
+            return Ok(EXIT_INVALID);
+        }
+    };
+    let runtime = runtime()?;
+    let outcome = runtime.block_on(async {
+        let demo = match warpline::demo::prepare(dir, &sets).await {
+            Ok(d) => d,
+            Err(warpline::demo::DemoError::Config(errors)) => {
+                eprintln!("{errors}");
+                return Ok(None);
+            }
+            Err(e) => return Err(anyhow::anyhow!("cannot prepare the demo: {e}")),
+        };
+        eprintln!(
+            "warpline demo: {} sample tiles served at http://{}/tiles/, listed in {}",
+            4 * warpline::demo::TILES_PER_CRS,
+            demo.server.addr(),
+            dir.join("tiles.txt").display()
+        );
+        let result = execute(&demo.pipeline).await?;
+        anyhow::Ok(Some(result))
+    })?;
+    let Some((report, signalled)) = outcome else {
+        return Ok(EXIT_INVALID);
+    };
+    let code = finish(&report, report_path, signalled)?;
+    println!("outputs: {}", dir.join("output").display());
+    Ok(code)
+}
+
+/// Runs a pipeline until it ends, turning the first interrupt into a stop
+/// and the second into an abort. Returns the report and whether a signal
+/// arrived.
+async fn execute(pipeline: &warpline::Pipeline) -> anyhow::Result<(RunReport, bool)> {
     let control = RunControl::new();
     let mut signalled = false;
-    let report = runtime.block_on(async {
-        // Listen before the run starts, so no interrupt is missed.
-        let mut signals = Signals::new()?;
-        let run = pipeline.run_with(&control);
-        tokio::pin!(run);
-        anyhow::Ok(loop {
-            tokio::select! {
-                report = &mut run => break report,
-                () = signals.next() => {
-                    if control.is_stopped() {
-                        eprintln!("warpline: second interrupt: aborting now");
-                        control.abort();
-                    } else {
-                        signalled = true;
-                        eprintln!(
-                            "warpline: stopping: no new inputs; items in flight have {:?} to finish \
-                             (interrupt again to abort now)",
-                            pipeline.shutdown_deadline()
-                        );
-                        control.stop();
-                    }
+    // Listen before the run starts, so no interrupt is missed.
+    let mut signals = Signals::new()?;
+    let run = pipeline.run_with(&control);
+    tokio::pin!(run);
+    let report = loop {
+        tokio::select! {
+            report = &mut run => break report?,
+            () = signals.next() => {
+                if control.is_stopped() {
+                    eprintln!("warpline: second interrupt: aborting now");
+                    control.abort();
+                } else {
+                    signalled = true;
+                    eprintln!(
+                        "warpline: stopping: no new inputs; items in flight have {:?} to finish \
+                         (interrupt again to abort now)",
+                        pipeline.shutdown_deadline()
+                    );
+                    control.stop();
                 }
             }
-        })
-    })??;
+        }
+    };
+    Ok((report, signalled))
+}
+
+fn finish(report: &RunReport, report_path: Option<PathBuf>, signalled: bool) -> anyhow::Result<u8> {
     print!("{report}");
     if let Some(path) = report_path {
-        write_report(&report, &path)?;
+        write_report(report, &path)?;
     }
-    Ok(exit_code(&report, signalled))
+    Ok(exit_code(report, signalled))
 }
 
 fn exit_code(report: &RunReport, signalled: bool) -> u8 {

@@ -10,6 +10,9 @@
 //! - [`engine`] (`warpline-engine`): the generic runtime: stages, mailboxes,
 //!   limiters, pipeline files, the run report;
 //! - [`stages`] (`warpline-stages`): the raster stages;
+//! - [`demo`]: `warpline demo`: sample tiles served on loopback, run
+//!   through `pipelines/demo.toml`;
+//! - [`tileserver`]: the loopback tile server the demo and tests use;
 //! - `src/main.rs` and `src/cli.rs`: the `warpline` binary.
 //!
 //! ```
@@ -39,6 +42,9 @@
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
+
+pub mod demo;
+pub mod tileserver;
 
 pub use warpline_engine as engine;
 pub use warpline_stages as stages;

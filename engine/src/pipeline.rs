@@ -51,8 +51,10 @@ pub struct StagePlan {
     pub limits: Vec<Limiter>,
     /// Limiters whose tickets travel on with the item after this stage.
     pub carry: Vec<String>,
-    /// Carried limiters given back when this stage finishes an item.
+    /// Carried limiters given back when an item enters this stage.
     pub release: Vec<String>,
+    /// Limiters the stage's own code charges and keeps with the item.
+    pub charges: Vec<Limiter>,
 }
 
 /// When a stage tries a failed item again: up to `attempts` tries in all,

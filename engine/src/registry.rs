@@ -22,6 +22,10 @@ pub struct Settings {
     table: config::Map<String, config::Value>,
     limits: Limits,
     held: Vec<Limiter>,
+    /// Limiters the stage said it charges itself (through [`limiter`]).
+    ///
+    /// [`limiter`]: Settings::limiter
+    charged: std::cell::RefCell<Vec<Limiter>>,
 }
 
 impl Settings {
@@ -36,14 +40,22 @@ impl Settings {
             table,
             limits,
             held,
+            charged: std::cell::RefCell::new(Vec::new()),
         }
     }
 
+    /// The limiters the stage's `limits` list holds, in acquisition order.
+    pub fn stage_limits(&self) -> &[Limiter] {
+        &self.held
+    }
+
     /// The limiter a setting names, for a stage that charges it itself (for
-    /// example by a Content-Length it learns mid-way). `key` is the setting
-    /// (`memory = "memory"`), for error messages. It must be of `kind`, and
-    /// declared after every limiter the stage's `limits` list holds, so the
-    /// charge keeps the one global acquisition order.
+    /// example by a Content-Length it learns mid-way) and keeps the ticket
+    /// with the item ([`Item::keep`](crate::Item::keep)). `key` is the
+    /// setting (`memory = "memory"`), for error messages. It must be of
+    /// `kind`, and declared after every limiter the stage's `limits` list
+    /// holds, so the charge keeps the one global acquisition order. Later
+    /// stages see it as carried (and may `release` it).
     pub fn limiter(&self, key: &str, name: &str, kind: LimiterKind) -> Result<Limiter, Problem> {
         let Some(l) = self.limits.get(name) else {
             return Err(self.problem(
@@ -78,7 +90,12 @@ impl Settings {
                 ),
             ));
         }
+        self.charged.borrow_mut().push(l.clone());
         Ok(l.clone())
+    }
+
+    pub(crate) fn charged(&self) -> Vec<Limiter> {
+        self.charged.borrow().clone()
     }
 
     /// Settings from TOML text, for tests and for building kinds in code.

@@ -244,11 +244,12 @@ impl Worker {
         let shared = &self.shared;
         item.attempts = 0;
         let (result, held) = loop {
-            let Some(held) = self.acquire(&mut item, abort).await else {
-                return; // failed or interrupted, and counted
-            };
             item.attempts += 1;
-            let result = self.call(&mut item, abort).await;
+            let (result, held) = match self.acquire(&mut item, abort).await {
+                Ok(None) => return, // failed or interrupted, and counted
+                Ok(Some(held)) => (self.call(&mut item, abort).await, held),
+                Err(error) => (Err(error), Vec::new()),
+            };
             match result {
                 Err(error) if self.plan.retry.retries(&error, item.attempts) => {
                     drop(held); // nothing is held while waiting
@@ -283,9 +284,6 @@ impl Worker {
                 item.keep(ticket);
             }
         }
-        for name in &self.plan.release {
-            item.release(name);
-        }
 
         match result {
             Ok(Outcome::Continue) => match &self.tx {
@@ -312,13 +310,35 @@ impl Worker {
     /// Acquires the stage's limiters in the global order (the plan's limits
     /// are sorted). `None` when the item failed or the run was aborted; the
     /// item has then been counted.
-    async fn acquire(&self, item: &mut Item, abort: &CancellationToken) -> Option<Vec<Ticket>> {
+    async fn acquire(
+        &self,
+        item: &mut Item,
+        abort: &CancellationToken,
+    ) -> Result<Option<Vec<Ticket>>, StageError> {
         let stage = self.plan.name.as_str();
+        // What the item carries of a limiter this stage takes again is given
+        // back first: nothing waits for a resource while holding some of it.
+        for name in &self.plan.release {
+            item.release(name);
+        }
+        let needs_bytes = self
+            .plan
+            .limits
+            .iter()
+            .any(|l| l.kind() == LimiterKind::Bytes);
+        let bytes = if needs_bytes {
+            match self.plan.handler.demand(item) {
+                Ok(b) => b,
+                Err(error) => return Err(error),
+            }
+        } else {
+            0
+        };
         let mut held = Vec::with_capacity(self.plan.limits.len());
         let key = self.rate_key(item);
         for limiter in &self.plan.limits {
             let amount = match limiter.kind() {
-                LimiterKind::Bytes => self.plan.handler.demand(item).unwrap_or(0),
+                LimiterKind::Bytes => bytes,
                 _ => 1,
             };
             let acquired = tokio::select! {
@@ -348,11 +368,11 @@ impl Worker {
                         attempts,
                         StageError::new(kind, message),
                     );
-                    return None;
+                    return Ok(None);
                 }
             }
         }
-        Some(held)
+        Ok(Some(held))
     }
 
     /// Runs the stage's code once, timing it and turning a panic into an

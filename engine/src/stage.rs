@@ -20,10 +20,15 @@ pub trait AsyncStage: Send + Sync + 'static {
     /// Does this stage's work on `item`.
     async fn process(&self, item: &mut Item) -> Result<Outcome, StageError>;
 
-    /// Bytes to charge on each byte limiter the stage lists, before
-    /// [`process`](Self::process) runs. Defaults to the item's size hint.
-    fn demand(&self, item: &Item) -> Option<u64> {
-        item.size_hint
+    /// Bytes to charge on each byte limiter the stage lists, worked out
+    /// before the stage's limiters are acquired and before
+    /// [`process`](Self::process) runs: everything the stage will hold at
+    /// its peak for this item. It may look at the item cheaply (for example
+    /// read a header) and leave what it learnt in the payload for `process`.
+    /// An error fails the try like an error from `process`. Defaults to the
+    /// item's size hint.
+    fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
+        Ok(item.size_hint.unwrap_or(0))
     }
 
     /// The retry policy when the pipeline file sets none.
@@ -38,10 +43,15 @@ pub trait BlockingStage: Send + Sync + 'static {
     /// Does this stage's work on `item`.
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError>;
 
-    /// Bytes to charge on each byte limiter the stage lists, before
-    /// [`process`](Self::process) runs. Defaults to the item's size hint.
-    fn demand(&self, item: &Item) -> Option<u64> {
-        item.size_hint
+    /// Bytes to charge on each byte limiter the stage lists, worked out
+    /// before the stage's limiters are acquired and before
+    /// [`process`](Self::process) runs: everything the stage will hold at
+    /// its peak for this item. It may look at the item cheaply (for example
+    /// read a header) and leave what it learnt in the payload for `process`.
+    /// An error fails the try like an error from `process`. Defaults to the
+    /// item's size hint.
+    fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
+        Ok(item.size_hint.unwrap_or(0))
     }
 
     /// The retry policy when the pipeline file sets none.
@@ -84,7 +94,7 @@ impl Handler {
         matches!(self, Handler::Blocking(_))
     }
 
-    pub(crate) fn demand(&self, item: &Item) -> Option<u64> {
+    pub(crate) fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         match self {
             Handler::Async(s) => s.demand(item),
             Handler::Blocking(s) => s.demand(item),

@@ -188,7 +188,7 @@ fn flow_must_name_every_stage_once() {
 fn carried_tickets_must_follow_the_global_order() {
     let toml = r#"
         [pipeline]
-        flow = ["a", "b"]
+        flow = ["a", "b", "c"]
         [source]
         kind = "generate"
         count = 1
@@ -203,7 +203,10 @@ fn carried_tickets_must_follow_the_global_order() {
         [stages.b]
         kind = "hold"
         limits = ["cpu"]
-        release = ["memory", "disk"]
+        release = ["disk"]
+        [stages.c]
+        kind = "hold"
+        limits = ["memory"]
     "#;
     let e = errors(toml);
     assert_problem(&e, "stages.a.carry[1]", "not in this stage's `limits`");
@@ -212,7 +215,17 @@ fn carried_tickets_must_follow_the_global_order() {
         "stages.b.limits",
         "declare [limits.memory] before [limits.cpu]",
     );
-    assert_problem(&e, "stages.b.release[1]", "carry no `disk`");
+    assert_problem(&e, "stages.b.release[0]", "carry no `disk`");
+    assert_problem(
+        &e,
+        "stages.c.limits",
+        "add \"memory\" to this stage's `release`",
+    );
+    // Releasing on entry resolves both: nothing is held while waiting.
+    let fixed = toml
+        .replace(r#"release = ["disk"]"#, r#"release = ["memory"]"#)
+        .replace(r#"carry = ["memory", "cpu"]"#, r#"carry = ["memory"]"#);
+    Pipeline::from_toml_str(&fixed, &Registry::with_builtins()).unwrap();
 }
 
 #[test]

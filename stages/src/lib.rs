@@ -1,16 +1,44 @@
 //! # warpline-stages
 //!
-//! The raster stages of warpline (fetch, decode, reproject, write) plugged
-//! into the engine's stage traits. Until they land, this crate only hands out
-//! the engine's registry, so the binary and embedders have one place to get
-//! every kind from.
+//! The raster stages of warpline, plugged into the engine's stage traits:
+//!
+//! - [`source`]: kinds `list` (a text file of URLs and paths), `inline`
+//!   (a list in the pipeline) and `glob` (local files);
+//! - [`fetch`]: HTTP(S) with reqwest and rustls, and local files (async);
+//! - [`decode`]: bytes to pixels with GDAL, from a `/vsimem/` buffer the
+//!   engine owns, size checked before any pixel is read (blocking);
+//! - [`reproject`]: `GDALWarp` with gdalwarp's options (blocking);
+//! - [`write`]: GeoTIFF or COG, written to a temporary name, synced and
+//!   renamed into place (blocking);
+//! - [`gdal`]: the one place that calls GDAL's C API;
+//! - [`samples`]: small georeferenced tiles for the demo and the tests.
+//!
+//! What travels between them is an [`Item`](warpline_engine::Item) whose
+//! payload is [`Fetched`](fetch::Fetched) bytes, then a
+//! [`Raster`](gdal::Raster), then a [`Written`](write::Written) path.
 
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![warn(missing_debug_implementations, unreachable_pub)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod decode;
+pub mod fetch;
+pub mod gdal;
+pub mod reproject;
+pub mod samples;
+pub mod source;
+pub mod write;
 
 use warpline_engine::Registry;
 
 /// A registry with every kind warpline ships: the engine's synthetic kinds
-/// and (as they land) the raster stages.
+/// and the raster kinds (sources `list`, `inline`, `glob`; stages `fetch`,
+/// `decode`, `reproject`, `write`).
 pub fn registry() -> Registry {
-    Registry::with_builtins()
+    let mut r = Registry::with_builtins();
+    source::register(&mut r);
+    r.register_stage("fetch", fetch::factory);
+    r.register_stage("decode", decode::factory);
+    r.register_stage("reproject", reproject::factory);
+    r.register_stage("write", write::factory);
+    r
 }

@@ -484,6 +484,7 @@ fn build_stage(
         limits: acquire,
         carry: common.carry,
         release: common.release,
+        charges: settings.charged(),
     })
 }
 
@@ -610,15 +611,21 @@ fn check_carried(source: &SourcePlan, stages: &[StagePlan], problems: &mut Vec<P
                 ));
             }
         }
+        // Released on entry, before the stage waits for anything.
+        carried.retain(|(l, _)| !stage.release.iter().any(|r| r == l.name()));
         for want in &stage.limits {
             for (held, from) in &carried {
-                let same = held.name() == want.name();
-                if same && want.kind() == LimiterKind::Count {
+                if held.name() == want.name() {
                     problems.push(Problem::new(
                         join(&path, "limits"),
-                        format!("items already hold a `{}` slot (carried from {from}); taking a second slot of the same count limiter can deadlock", want.name()),
+                        format!(
+                            "items arrive holding `{}` (carried from {from}); waiting for more of it while \
+                             holding some can deadlock: add \"{}\" to this stage's `release`",
+                            want.name(),
+                            want.name()
+                        ),
                     ));
-                } else if !same && want.kind() != LimiterKind::Rate && held.order() > want.order() {
+                } else if want.kind() != LimiterKind::Rate && held.order() > want.order() {
                     problems.push(Problem::new(
                         join(&path, "limits"),
                         format!(
@@ -630,11 +637,13 @@ fn check_carried(source: &SourcePlan, stages: &[StagePlan], problems: &mut Vec<P
                 }
             }
         }
-        carried.retain(|(l, _)| !stage.release.iter().any(|r| r == l.name()));
         for name in &stage.carry {
             if let Some(l) = stage.limits.iter().find(|l| l.name() == name) {
                 carried.push((l.clone(), format!("stage `{}`", stage.name)));
             }
+        }
+        for l in &stage.charges {
+            carried.push((l.clone(), format!("stage `{}`", stage.name)));
         }
     }
 }

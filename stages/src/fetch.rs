@@ -1,0 +1,325 @@
+//! The `fetch` stage (async): reads each input's bytes over HTTP(S) with
+//! reqwest and rustls, or from a local file.
+//!
+//! - Before reading a body it charges the `memory` limiter (if named) by
+//!   the Content-Length and refuses bodies over `max_bytes`; when the length
+//!   is unknown the read stops at `max_bytes` and the charge is made for
+//!   what was read. The charge travels with the item until decode has
+//!   turned the bytes into pixels.
+//! - Timeouts (connect, whole request), a bounded number of redirects (only
+//!   to http or https), a body checked against its Content-Length.
+//! - Errors are classed for the engine's retry policy: timeouts, resets,
+//!   bodies cut short, 5xx and 429 are transient (with `Retry-After`, which
+//!   also pauses the host's rate bucket); other 4xx fail the item at once
+//!   with the URL and status. By default a fetch is tried 4 times.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use warpline_engine::limit::LimiterKind;
+use warpline_engine::pipeline::RetryPolicy;
+use warpline_engine::report::redact;
+use warpline_engine::units::{parse_duration, SizeValue};
+use warpline_engine::{
+    AsyncStage, ErrorKind, Handler, Item, Limiter, Outcome, Problem, Settings, StageError,
+};
+
+/// What fetch hands on: the input's bytes.
+#[derive(Debug)]
+pub struct Fetched {
+    /// The body or file contents.
+    pub bytes: Vec<u8>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FetchSettings {
+    connect_timeout: Option<String>,
+    timeout: Option<String>,
+    max_redirects: Option<u32>,
+    max_bytes: Option<SizeValue>,
+    memory: Option<String>,
+    user_agent: Option<String>,
+}
+
+/// The fetch stage.
+#[derive(Debug)]
+pub struct Fetch {
+    client: reqwest::Client,
+    max_bytes: u64,
+    memory: Option<Limiter>,
+}
+
+const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+
+pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
+    let f: FetchSettings = s.parse()?;
+    let mut problems = Vec::new();
+    let mut duration = |key: &str, value: &Option<String>, default: Duration| match value {
+        None => default,
+        Some(text) => parse_duration(text).unwrap_or_else(|m| {
+            problems.push(s.problem(key, m));
+            default
+        }),
+    };
+    let connect_timeout = duration(
+        "connect_timeout",
+        &f.connect_timeout,
+        Duration::from_secs(10),
+    );
+    let timeout = duration("timeout", &f.timeout, Duration::from_secs(60));
+    let max_bytes = match &f.max_bytes {
+        None => DEFAULT_MAX_BYTES,
+        Some(v) => v.bytes().unwrap_or_else(|m| {
+            problems.push(s.problem("max_bytes", m));
+            DEFAULT_MAX_BYTES
+        }),
+    };
+    let memory = f.memory.as_deref().and_then(|name| {
+        s.limiter("memory", name, LimiterKind::Bytes)
+            .map_err(|p| problems.push(p))
+            .ok()
+    });
+    if let Some(l) = s
+        .stage_limits()
+        .iter()
+        .find(|l| l.kind() == LimiterKind::Bytes)
+    {
+        problems.push(s.problem(
+            "limits",
+            format!(
+                "fetch learns a body's size only from the server: name the byte limiter in \
+                 `memory = \"{}\"` instead, and fetch charges it by Content-Length",
+                l.name()
+            ),
+        ));
+    }
+    let max_redirects = f.max_redirects.unwrap_or(5) as usize;
+    let redirects = reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() > max_redirects {
+            attempt.error(format!("more than {max_redirects} redirects"))
+        } else if !matches!(attempt.url().scheme(), "http" | "https") {
+            let scheme = attempt.url().scheme().to_owned();
+            attempt.error(format!("redirect to a {scheme} URL refused"))
+        } else {
+            attempt.follow()
+        }
+    });
+    let client = reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .timeout(timeout)
+        .redirect(redirects)
+        .user_agent(
+            f.user_agent
+                .unwrap_or_else(|| format!("warpline/{}", env!("CARGO_PKG_VERSION"))),
+        )
+        .build();
+    let client = match client {
+        Ok(c) => c,
+        Err(e) => {
+            problems.push(s.problem("", format!("cannot build the HTTP client: {e}")));
+            return Err(problems);
+        }
+    };
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(Handler::from_async(Fetch {
+        client,
+        max_bytes,
+        memory,
+    }))
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs.min(3600)));
+    }
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+}
+
+impl Fetch {
+    async fn charge(&self, item: &mut Item, bytes: u64) -> Result<(), StageError> {
+        if let Some(memory) = &self.memory {
+            match memory.acquire(bytes, None).await {
+                Ok(Some(ticket)) => item.keep(ticket),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(StageError::new(
+                        ErrorKind::OverBudget,
+                        format!("{}: {e}", item.id),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn http(&self, item: &mut Item) -> Result<Vec<u8>, StageError> {
+        let shown = redact(&item.source);
+        let mut response = self
+            .client
+            .get(&item.source)
+            .send()
+            .await
+            .map_err(|e| request_error(&shown, e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let code = status.as_u16();
+            let message = format!("{shown}: HTTP {status}");
+            return Err(if code == 429 || status.is_server_error() || code == 408 {
+                StageError::transient(message)
+                    .with_status(code)
+                    .with_retry_after(retry_after(response.headers()))
+            } else {
+                StageError::permanent(message).with_status(code)
+            });
+        }
+        let declared = response.content_length();
+        if let Some(len) = declared {
+            if len > self.max_bytes {
+                return Err(StageError::permanent(format!(
+                    "{shown}: body of {len} bytes is over max_bytes ({} bytes)",
+                    self.max_bytes
+                )));
+            }
+            self.charge(item, len).await?;
+        }
+        let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if (body.len() + chunk.len()) as u64 > self.max_bytes {
+                        return Err(StageError::permanent(format!(
+                            "{shown}: body is over max_bytes ({} bytes)",
+                            self.max_bytes
+                        )));
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(StageError::transient(format!(
+                        "{shown}: body cut short after {} bytes: {}",
+                        body.len(),
+                        error_chain(&e)
+                    )))
+                }
+            }
+        }
+        match declared {
+            Some(len) if len != body.len() as u64 => Err(StageError::transient(format!(
+                "{shown}: body of {} bytes, but Content-Length said {len}",
+                body.len()
+            ))),
+            Some(_) => Ok(body),
+            None => {
+                self.charge(item, body.len() as u64).await?;
+                Ok(body)
+            }
+        }
+    }
+
+    async fn file(&self, item: &mut Item) -> Result<Vec<u8>, StageError> {
+        let path = match item.source.strip_prefix("file://") {
+            Some(rest) => rest.to_owned(),
+            None => item.source.clone(),
+        };
+        let meta = tokio::fs::metadata(&path)
+            .await
+            .map_err(|e| StageError::permanent(format!("{path}: {e}")))?;
+        if !meta.is_file() {
+            return Err(StageError::permanent(format!("{path}: not a file")));
+        }
+        if meta.len() > self.max_bytes {
+            return Err(StageError::permanent(format!(
+                "{path}: {} bytes is over max_bytes ({} bytes)",
+                meta.len(),
+                self.max_bytes
+            )));
+        }
+        self.charge(item, meta.len()).await?;
+        tokio::fs::read(&path)
+            .await
+            .map_err(|e| StageError::permanent(format!("{path}: {e}")))
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn request_error(shown: &str, e: reqwest::Error) -> StageError {
+    // Without the URL: it may hold credentials; `shown` is redacted.
+    let e = e.without_url();
+    let detail = error_chain(&e);
+    if e.is_builder() || e.is_redirect() {
+        StageError::permanent(format!("{shown}: {detail}"))
+    } else if e.is_timeout() {
+        StageError::transient(format!("{shown}: timed out: {detail}"))
+    } else {
+        StageError::transient(format!("{shown}: {detail}"))
+    }
+}
+
+#[async_trait]
+impl AsyncStage for Fetch {
+    async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
+        // A retry starts afresh: give back what an earlier try charged.
+        if let Some(m) = &self.memory {
+            item.release(m.name());
+        }
+        let bytes = if item.source.starts_with("http://") || item.source.starts_with("https://") {
+            self.http(item).await?
+        } else {
+            self.file(item).await?
+        };
+        item.set_payload(Fetched { bytes });
+        Ok(Outcome::Continue)
+    }
+
+    fn retry_default(&self) -> RetryPolicy {
+        RetryPolicy::transient(4)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(reqwest::header::RETRY_AFTER, "7".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
+        h.insert(
+            reqwest::header::RETRY_AFTER,
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
+        assert_eq!(
+            retry_after(&h),
+            Some(Duration::ZERO),
+            "a date in the past: no wait"
+        );
+        h.insert(reqwest::header::RETRY_AFTER, "soon".parse().unwrap());
+        assert_eq!(retry_after(&h), None);
+    }
+}

@@ -1,0 +1,408 @@
+//! Where inputs come from:
+//!
+//! - `list`: a text file, one URL or path per line; blank lines and lines
+//!   starting with `#` are ignored; a line with an unsupported scheme is a
+//!   failed item (named `FILE:LINE`), not a silent drop;
+//! - `inline`: `inputs = [...]` in the pipeline file (checked when the
+//!   pipeline is compiled);
+//! - `glob`: local files matching `pattern`, sorted.
+//!
+//! Accepted: `http://`, `https://`, `file://` and plain local paths (the
+//! `schemes` setting narrows this). Anything else (`ftp://`, `s3://`,
+//! `/vsicurl/...`, ...) is refused: warpline never hands an input's name to
+//! GDAL, so GDAL cannot be made to open URLs or files of its own.
+//!
+//! Each input's id is its file name without the extension, made safe for
+//! file names; a repeated id gets `-2`, `-3`, ... in input order.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use warpline_engine::{Input, Problem, Registry, Settings, Source, SourceError, SourceSpec};
+
+pub(crate) fn register(r: &mut Registry) {
+    r.register_source("list", list);
+    r.register_source("inline", inline);
+    r.register_source("glob", glob_source);
+}
+
+/// The schemes an input may use.
+#[derive(Debug, Clone)]
+struct Schemes {
+    allowed: Vec<String>,
+}
+
+const KNOWN_SCHEMES: &[&str] = &["http", "https", "file"];
+
+impl Schemes {
+    fn parse(s: &Settings, given: Option<Vec<String>>) -> Result<Self, Problem> {
+        let allowed =
+            given.unwrap_or_else(|| KNOWN_SCHEMES.iter().map(|s| s.to_string()).collect());
+        for (i, scheme) in allowed.iter().enumerate() {
+            if !KNOWN_SCHEMES.contains(&scheme.as_str()) {
+                return Err(s.problem(
+                    &format!("schemes[{i}]"),
+                    format!("unknown scheme {scheme:?}; warpline fetches \"http\", \"https\" and \"file\" (local paths)"),
+                ));
+            }
+        }
+        Ok(Schemes { allowed })
+    }
+
+    /// Checks one input; returns it as the fetch stage will read it.
+    fn check(&self, text: &str) -> Result<String, String> {
+        let scheme = scheme_of(text);
+        let name = scheme.unwrap_or("file");
+        if !KNOWN_SCHEMES.contains(&name) {
+            return Err(format!(
+                "unsupported input {text:?}: only http://, https://, file:// and local paths are read"
+            ));
+        }
+        if !self.allowed.iter().any(|a| a == name) {
+            return Err(format!(
+                "input {text:?} uses {name}, which this pipeline does not allow (schemes = {:?})",
+                self.allowed
+            ));
+        }
+        if scheme.is_none() && text.starts_with("/vsi") {
+            return Err(format!(
+                "unsupported input {text:?}: GDAL virtual file names are not inputs; give the URL or path itself"
+            ));
+        }
+        if let Some(s) = scheme {
+            if s != "file" {
+                url::Url::parse(text).map_err(|e| format!("malformed URL {text:?}: {e}"))?;
+            }
+        }
+        Ok(text.to_owned())
+    }
+}
+
+/// The scheme of `text` if it looks like `scheme:...` (and not a Windows
+/// drive letter).
+fn scheme_of(text: &str) -> Option<&str> {
+    let (scheme, _) = text.split_once(':')?;
+    let ok = scheme.len() > 1
+        && scheme
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    ok.then_some(scheme)
+}
+
+/// Makes ids unique and file-name safe.
+#[derive(Debug, Default)]
+struct Ids {
+    seen: HashMap<String, u32>,
+}
+
+/// Characters kept in ids; every other one becomes `_`.
+fn safe_char(c: char) -> char {
+    if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+        c
+    } else {
+        '_'
+    }
+}
+
+/// A file-name-safe form of `raw`: ASCII letters, digits, `-`, `_`, `.`;
+/// no leading dot; at most 120 characters.
+pub fn safe_id(raw: &str) -> String {
+    let mut id: String = raw.chars().map(safe_char).collect();
+    let trimmed = id.trim_start_matches('.');
+    if trimmed.len() != id.len() {
+        id = trimmed.to_owned();
+    }
+    if id.len() > 120 {
+        id.truncate(120);
+    }
+    if id.is_empty() || id.chars().all(|c| c == '.') {
+        "_".to_owned()
+    } else {
+        id
+    }
+}
+
+impl Ids {
+    fn next(&mut self, source: &str) -> String {
+        // The last path segment, without query or extension.
+        let path = source.split(['?', '#']).next().unwrap_or(source);
+        let name = path.rsplit(['/', '\\']).next().unwrap_or(path);
+        let decoded = percent_decode(name);
+        let stem = match decoded.rsplit_once('.') {
+            Some((stem, _)) if !stem.is_empty() => stem.to_owned(),
+            _ => decoded,
+        };
+        let id = safe_id(&stem);
+        let n = self.seen.entry(id.clone()).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            id
+        } else {
+            format!("{id}-{n}")
+        }
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| s.to_owned())
+}
+
+// --- list -----------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListSettings {
+    path: Option<String>,
+    schemes: Option<Vec<String>>,
+}
+
+#[derive(Debug)]
+struct List {
+    path: PathBuf,
+    schemes: Schemes,
+}
+
+fn list(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
+    let l: ListSettings = s.parse()?;
+    let schemes = Schemes::parse(s, l.schemes).map_err(|p| vec![p])?;
+    let Some(path) = l.path else {
+        return Err(vec![s.problem(
+            "path",
+            "missing: the text file listing one URL or path per line",
+        )]);
+    };
+    Ok(Arc::new(List {
+        path: PathBuf::from(path),
+        schemes,
+    }))
+}
+
+impl SourceSpec for List {
+    fn open(&self) -> Result<Box<dyn Source>, String> {
+        let file = std::fs::File::open(&self.path)
+            .map_err(|e| format!("cannot read the input list {}: {e}", self.path.display()))?;
+        Ok(Box::new(ListRun {
+            name: self.path.display().to_string(),
+            lines: std::io::BufReader::new(file).lines(),
+            line_no: 0,
+            schemes: self.schemes.clone(),
+            ids: Ids::default(),
+        }))
+    }
+}
+
+struct ListRun {
+    name: String,
+    lines: std::io::Lines<std::io::BufReader<std::fs::File>>,
+    line_no: u64,
+    schemes: Schemes,
+    ids: Ids,
+}
+
+#[async_trait]
+impl Source for ListRun {
+    async fn next(&mut self) -> Option<Result<Input, SourceError>> {
+        // One line at a time, read when the pipeline has room: a small,
+        // blocking read of a local file.
+        loop {
+            let line = self.lines.next()?;
+            self.line_no += 1;
+            let where_ = format!("{}:{}", self.name, self.line_no);
+            let line = match line {
+                Ok(l) => l,
+                Err(e) => {
+                    return Some(Err(SourceError {
+                        id: where_,
+                        message: format!("unreadable line: {e}"),
+                    }))
+                }
+            };
+            let text = line.trim();
+            if text.is_empty() || text.starts_with('#') {
+                continue;
+            }
+            return Some(match self.schemes.check(text) {
+                Ok(source) => Ok(Input {
+                    id: self.ids.next(&source),
+                    source,
+                    size_hint: None,
+                }),
+                Err(message) => Err(SourceError {
+                    id: where_,
+                    message,
+                }),
+            });
+        }
+    }
+}
+
+// --- inline ---------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InlineSettings {
+    inputs: Option<Vec<String>>,
+    schemes: Option<Vec<String>>,
+}
+
+#[derive(Debug)]
+struct Inline {
+    inputs: Vec<String>,
+}
+
+fn inline(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
+    let l: InlineSettings = s.parse()?;
+    let schemes = Schemes::parse(s, l.schemes).map_err(|p| vec![p])?;
+    let Some(inputs) = l.inputs else {
+        return Err(vec![s.problem("inputs", "missing: a list of URLs or paths")]);
+    };
+    let problems: Vec<Problem> = inputs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, text)| {
+            schemes
+                .check(text.trim())
+                .err()
+                .map(|m| s.problem(&format!("inputs[{i}]"), m))
+        })
+        .collect();
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(Arc::new(Inline {
+        inputs: inputs.iter().map(|s| s.trim().to_owned()).collect(),
+    }))
+}
+
+impl SourceSpec for Inline {
+    fn open(&self) -> Result<Box<dyn Source>, String> {
+        Ok(Box::new(VecRun::new(self.inputs.clone())))
+    }
+}
+
+/// Inputs known up front.
+struct VecRun {
+    inputs: std::vec::IntoIter<String>,
+    len: u64,
+    ids: Ids,
+}
+
+impl VecRun {
+    fn new(inputs: Vec<String>) -> Self {
+        VecRun {
+            len: inputs.len() as u64,
+            inputs: inputs.into_iter(),
+            ids: Ids::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl Source for VecRun {
+    async fn next(&mut self) -> Option<Result<Input, SourceError>> {
+        let source = self.inputs.next()?;
+        Some(Ok(Input {
+            id: self.ids.next(&source),
+            source,
+            size_hint: None,
+        }))
+    }
+
+    fn len_hint(&self) -> Option<u64> {
+        Some(self.len)
+    }
+}
+
+// --- glob -----------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GlobSettings {
+    pattern: Option<String>,
+}
+
+#[derive(Debug)]
+struct Glob {
+    pattern: String,
+}
+
+fn glob_source(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
+    let g: GlobSettings = s.parse()?;
+    let Some(pattern) = g.pattern else {
+        return Err(vec![
+            s.problem("pattern", "missing: a pattern such as \"data/*.tif\"")
+        ]);
+    };
+    if let Err(e) = glob::Pattern::new(&pattern) {
+        return Err(vec![
+            s.problem("pattern", format!("invalid pattern {pattern:?}: {e}"))
+        ]);
+    }
+    Ok(Arc::new(Glob { pattern }))
+}
+
+impl SourceSpec for Glob {
+    fn open(&self) -> Result<Box<dyn Source>, String> {
+        let paths = glob::glob(&self.pattern)
+            .map_err(|e| format!("invalid pattern {:?}: {e}", self.pattern))?;
+        let mut inputs = Vec::new();
+        for p in paths {
+            let p = p.map_err(|e| format!("cannot list {}: {e}", self.pattern))?;
+            if p.is_file() {
+                inputs.push(p.display().to_string());
+            }
+        }
+        inputs.sort();
+        Ok(Box::new(VecRun::new(inputs)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_safe_and_unique() {
+        let mut ids = Ids::default();
+        assert_eq!(ids.next("https://h/tiles/12/a.tif?sig=1"), "a");
+        assert_eq!(ids.next("/data/other/a.tif"), "a-2");
+        assert_eq!(
+            ids.next("https://h/x/..%2F..%2Fetc%2Fpasswd.tif"),
+            "_.._etc_passwd"
+        );
+        assert_eq!(safe_id("../../etc/passwd"), "_.._etc_passwd");
+        assert_eq!(safe_id("..."), "_");
+        assert_eq!(safe_id(""), "_");
+        assert_eq!(safe_id(&"x".repeat(500)).len(), 120);
+    }
+
+    #[test]
+    fn schemes_are_checked() {
+        let s = Schemes {
+            allowed: KNOWN_SCHEMES.iter().map(|s| s.to_string()).collect(),
+        };
+        assert!(s.check("https://example.com/a.tif").is_ok());
+        assert!(s.check("file:///data/a.tif").is_ok());
+        assert!(s.check("/data/a.tif").is_ok());
+        assert!(s.check("data/a.tif").is_ok());
+        assert!(s.check("ftp://example.com/a.tif").is_err());
+        assert!(s.check("s3://bucket/a.tif").is_err());
+        assert!(s.check("/vsicurl/http://127.0.0.1:1/x").is_err());
+        let only_https = Schemes {
+            allowed: vec!["https".into()],
+        };
+        assert!(only_https.check("http://example.com/a.tif").is_err());
+        assert!(only_https.check("/data/a.tif").is_err());
+    }
+}

@@ -1,0 +1,375 @@
+//! The `write` stage (blocking): GeoTIFF or COG files.
+//!
+//! - Creation options are checked against the driver's own list before the
+//!   run: an unknown option or value is a configuration error (GDAL would
+//!   only warn and go on).
+//! - The output path comes from a template (`{id}.tif` by default) in `dir`.
+//!   The id is made file-name safe, and the path must stay inside `dir`.
+//! - A file is written to a temporary name in the same directory, synced,
+//!   and renamed into place: a file at the final path is always complete.
+//!   An existing output is skipped (resume), overwritten, or an error, per
+//!   `exists`.
+//! - BIGTIFF is chosen from the uncompressed size (GDAL's `IF_NEEDED`
+//!   cannot know the compressed size); INTERLEAVE is passed explicitly.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use gdal_sys as sys;
+use serde::Deserialize;
+use warpline_engine::{BlockingStage, Handler, Item, Outcome, Problem, Settings, StageError};
+
+use crate::gdal::{init, last_error, reset_error, CStringList, Raster};
+use crate::source::safe_id;
+
+/// What write hands on: where the output is.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The final path.
+    pub path: PathBuf,
+}
+
+/// What to do when the output already exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exists {
+    /// Count the item skipped (an earlier run finished it).
+    Skip,
+    /// Replace it.
+    Overwrite,
+    /// Fail the item.
+    Error,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteSettings {
+    dir: Option<String>,
+    name: Option<String>,
+    format: Option<String>,
+    creation_options: Option<BTreeMap<String, String>>,
+    exists: Option<String>,
+}
+
+/// The write stage.
+#[derive(Debug)]
+pub struct Write {
+    dir: PathBuf,
+    name: String,
+    driver: String,
+    options: Vec<(String, String)>,
+    exists: Exists,
+}
+
+/// One creation option the driver declares.
+#[derive(Debug)]
+struct DeclaredOption {
+    kind: String,
+    values: Vec<String>,
+}
+
+/// The creation options a driver declares (`DMD_CREATIONOPTIONLIST`).
+fn declared_options(driver: &gdal::Driver) -> Result<BTreeMap<String, DeclaredOption>, String> {
+    use gdal::Metadata;
+    let xml = driver
+        .metadata_item("DMD_CREATIONOPTIONLIST", "")
+        .ok_or_else(|| format!("driver {} lists no creation options", driver.short_name()))?;
+    let doc = roxmltree::Document::parse(&xml)
+        .map_err(|e| format!("cannot read the driver's option list: {e}"))?;
+    let mut out = BTreeMap::new();
+    for node in doc.descendants().filter(|n| n.has_tag_name("Option")) {
+        let Some(name) = node.attribute("name") else {
+            continue;
+        };
+        let values = node
+            .children()
+            .filter(|c| c.has_tag_name("Value"))
+            .flat_map(|c| {
+                let mut v: Vec<String> = c
+                    .text()
+                    .map(|t| t.trim().to_ascii_uppercase())
+                    .into_iter()
+                    .collect();
+                if let Some(alias) = c.attribute("alias") {
+                    v.push(alias.to_ascii_uppercase());
+                }
+                v
+            })
+            .collect();
+        out.insert(
+            name.to_ascii_uppercase(),
+            DeclaredOption {
+                kind: node.attribute("type").unwrap_or("string").to_owned(),
+                values,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// Checks one option against the driver's list.
+fn check_option(
+    declared: &BTreeMap<String, DeclaredOption>,
+    key: &str,
+    value: &str,
+) -> Result<(), String> {
+    let Some(d) = declared.get(&key.to_ascii_uppercase()) else {
+        return Err(format!(
+            "unknown creation option; the driver knows {}",
+            declared.keys().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    };
+    let v = value.trim().to_ascii_uppercase();
+    match d.kind.as_str() {
+        "string-select" if !d.values.is_empty() && !d.values.contains(&v) => {
+            Err(format!("{value:?} is not one of {}", d.values.join(", ")))
+        }
+        "int" | "integer" if v.parse::<i64>().is_err() => {
+            Err(format!("{value:?} is not a whole number"))
+        }
+        "float" | "double" if v.parse::<f64>().is_err() => {
+            Err(format!("{value:?} is not a number"))
+        }
+        "boolean"
+            if !["YES", "NO", "TRUE", "FALSE", "ON", "OFF", "1", "0"].contains(&v.as_str()) =>
+        {
+            Err(format!("{value:?} is not YES or NO"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks a name template: relative, no `..`, and it names `{id}`.
+fn check_template(name: &str) -> Result<(), String> {
+    if !name.contains("{id}") {
+        return Err("must contain {id}, or every item would write the same file".to_owned());
+    }
+    let path = Path::new(name);
+    if path.is_absolute()
+        || path
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_)))
+    {
+        return Err(format!(
+            "{name:?} must be a relative path without `..` or `.`"
+        ));
+    }
+    let rest = name.replace("{id}", "");
+    if rest.contains('{') || rest.contains('}') {
+        return Err(format!("{name:?}: the only placeholder is {{id}}"));
+    }
+    Ok(())
+}
+
+pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
+    init();
+    let w: WriteSettings = s.parse()?;
+    let mut problems = Vec::new();
+    let dir = match w.dir {
+        Some(d) if !d.trim().is_empty() => PathBuf::from(d),
+        _ => {
+            problems.push(s.problem("dir", "missing: the directory outputs are written to"));
+            PathBuf::new()
+        }
+    };
+    let name = w.name.unwrap_or_else(|| "{id}.tif".to_owned());
+    if let Err(m) = check_template(&name) {
+        problems.push(s.problem("name", m));
+    }
+    let driver = match w.format.as_deref().unwrap_or("GTiff") {
+        f @ ("GTiff" | "COG") => f.to_owned(),
+        other => {
+            problems.push(s.problem(
+                "format",
+                format!("expected \"GTiff\" or \"COG\", got {other:?}"),
+            ));
+            "GTiff".to_owned()
+        }
+    };
+    let options: Vec<(String, String)> =
+        w.creation_options.unwrap_or_default().into_iter().collect();
+    match gdal::DriverManager::get_driver_by_name(&driver)
+        .map_err(|e| e.to_string())
+        .and_then(|d| declared_options(&d))
+    {
+        Err(m) => problems.push(s.problem("format", m)),
+        Ok(declared) => {
+            for (k, v) in &options {
+                if let Err(m) = check_option(&declared, k, v) {
+                    problems.push(s.problem(&format!("creation_options.{k}"), m));
+                }
+            }
+        }
+    }
+    let exists = match w.exists.as_deref() {
+        None | Some("skip") => Exists::Skip,
+        Some("overwrite") => Exists::Overwrite,
+        Some("error") => Exists::Error,
+        Some(other) => {
+            problems.push(s.problem(
+                "exists",
+                format!("expected \"skip\", \"overwrite\" or \"error\", got {other:?}"),
+            ));
+            Exists::Skip
+        }
+    };
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(Handler::from_blocking(Write {
+        dir,
+        name,
+        driver,
+        options,
+        exists,
+    }))
+}
+
+/// Removes a temporary output (and GDAL's own side files) unless kept.
+struct TempGuard {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl Drop for TempGuard {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_file(&self.path);
+            let mut ovr = self.path.clone().into_os_string();
+            ovr.push(".ovr.tmp");
+            let _ = std::fs::remove_file(ovr);
+        }
+    }
+}
+
+impl Write {
+    /// Where the item's output goes; always inside `dir`.
+    pub fn output_path(&self, id: &str) -> PathBuf {
+        self.dir.join(self.name.replace("{id}", &safe_id(id)))
+    }
+
+    fn creation_options(&self, raster: &Raster) -> Vec<String> {
+        let has = |k: &str| {
+            self.options
+                .iter()
+                .any(|(key, _)| key.eq_ignore_ascii_case(k))
+        };
+        let mut out: Vec<String> = self
+            .options
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if !has("BIGTIFF") && raster.pixel_bytes() > 4_000_000_000 - (64 << 20) {
+            out.push("BIGTIFF=YES".to_owned());
+        }
+        if self.driver == "GTiff" && !has("INTERLEAVE") && raster.ds.raster_count() > 1 {
+            out.push("INTERLEAVE=PIXEL".to_owned());
+        }
+        out
+    }
+}
+
+impl BlockingStage for Write {
+    fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
+        let id = item.id.clone();
+        let path = self.output_path(&id);
+        if path.exists() {
+            match self.exists {
+                Exists::Skip => return Ok(Outcome::Skip(format!("{} exists", path.display()))),
+                Exists::Error => {
+                    return Err(StageError::permanent(format!(
+                        "{id}: {} already exists",
+                        path.display()
+                    )))
+                }
+                Exists::Overwrite => {}
+            }
+        }
+        let Some(raster) = item.take_payload::<Raster>() else {
+            return Err(StageError::permanent(format!(
+                "{id}: write needs a raster: put `decode` (and `reproject`) before `write`"
+            )));
+        };
+        let parent = path.parent().unwrap_or(&self.dir).to_owned();
+        std::fs::create_dir_all(&parent).map_err(|e| {
+            StageError::permanent(format!("{id}: cannot create {}: {e}", parent.display()))
+        })?;
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = parent.join(format!(
+            ".{file_name}.{}-{:08x}.tmp",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        let mut guard = TempGuard {
+            path: tmp.clone(),
+            keep: false,
+        };
+        let driver = gdal::DriverManager::get_driver_by_name(&self.driver)
+            .map_err(|e| StageError::permanent(format!("{id}: {e}")))?;
+        let mut options = CStringList::new(&self.creation_options(&raster))
+            .map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
+        let c_tmp = std::ffi::CString::new(tmp.to_string_lossy().as_bytes())
+            .map_err(|_| StageError::permanent(format!("{id}: output path has a NUL byte")))?;
+        reset_error();
+        // SAFETY: valid driver, path, source dataset and option list; the
+        // new dataset is closed right below.
+        let out = unsafe {
+            sys::GDALCreateCopy(
+                driver.c_driver(),
+                c_tmp.as_ptr(),
+                raster.ds.c_dataset(),
+                0,
+                options.as_ptr(),
+                None,
+                std::ptr::null_mut(),
+            )
+        };
+        if out.is_null() {
+            return Err(StageError::permanent(format!(
+                "{id}: cannot write {}: {}",
+                path.display(),
+                last_error("GDALCreateCopy failed")
+            )));
+        }
+        // SAFETY: `out` is the dataset just created; closing flushes it.
+        unsafe { sys::GDALClose(out) };
+        // SAFETY: reads this thread's last error class.
+        let class = unsafe { sys::CPLGetLastErrorType() };
+        if class == sys::CPLErr::CE_Failure || class == sys::CPLErr::CE_Fatal {
+            return Err(StageError::permanent(format!(
+                "{id}: writing {} failed: {}",
+                path.display(),
+                last_error("write failed")
+            )));
+        }
+        drop(raster);
+        let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
+        sync(&tmp)
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .map_err(|e| {
+                StageError::permanent(format!("{id}: cannot finish {}: {e}", path.display()))
+            })?;
+        guard.keep = true;
+        // The rename is durable once the directory is synced.
+        let _ = sync(&parent);
+        item.set_payload(Written { path });
+        Ok(Outcome::Continue)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_stay_inside_the_directory() {
+        assert!(check_template("{id}.tif").is_ok());
+        assert!(check_template("tiles/{id}.tif").is_ok());
+        assert!(check_template("../{id}.tif").is_err());
+        assert!(check_template("/tmp/{id}.tif").is_err());
+        assert!(check_template("out.tif").is_err());
+        assert!(check_template("{id}-{crs}.tif").is_err());
+    }
+}
