@@ -241,3 +241,40 @@ fn an_interrupt_drains_the_run_and_exits_130() {
     assert!(i["total"].as_u64().unwrap() < 100000);
     assert_eq!(i["done"], i["total"]);
 }
+
+#[test]
+fn the_demo_runs_and_its_outputs_open_in_gdalinfo() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = warpline()
+        .current_dir(dir.path())
+        .args(["demo", "--report", "report.json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
+    let expected = 4 * warpline::demo::TILES_PER_CRS as u64;
+    assert_eq!(json["items"]["done"], expected, "{stdout}");
+    let outputs: Vec<_> = std::fs::read_dir(dir.path().join("out/demo/output"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(
+        outputs.len() as u64,
+        expected,
+        "no temporary file is left: {outputs:?}"
+    );
+    for p in &outputs {
+        let info = Command::new("gdalinfo").arg(p).output().unwrap();
+        let text = String::from_utf8_lossy(&info.stdout);
+        assert!(info.status.success(), "{}", p.display());
+        assert!(text.contains("Pseudo-Mercator"), "{}: {text}", p.display());
+        assert!(text.contains("LAYOUT=COG"), "{}: not a COG", p.display());
+    }
+}

@@ -52,7 +52,9 @@ fn make_tile(
     size: usize,
     seed: usize,
 ) -> Result<Vec<u8>, String> {
-    let path = format!("/vsimem/warpline-samples/{}-{name}", std::process::id());
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = format!("/vsimem/warpline-samples/{}-{n}-{name}", std::process::id());
     let driver = gdal::DriverManager::get_driver_by_name("GTiff").map_err(|e| e.to_string())?;
     {
         let mut ds = driver
