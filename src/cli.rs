@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use warpline::engine::report::RunOutcome;
-use warpline::{Loader, RunControl, RunReport};
+use warpline::{Loader, RunControl, RunOptions, RunReport};
 
 /// Every input ended done or skipped.
 const EXIT_OK: u8 = 0;
@@ -59,6 +59,13 @@ enum Command {
         /// Also write the report as JSON to this file.
         #[arg(long, value_name = "FILE")]
         report: Option<PathBuf>,
+        /// Write each failed item as one JSON line to this file.
+        #[arg(long, value_name = "FILE")]
+        failures: Option<PathBuf>,
+        /// Run only the items listed in a failures file of an earlier run
+        /// (the pipeline's source is read again; only those ids are admitted).
+        #[arg(long, value_name = "FILE")]
+        retry_failed: Option<PathBuf>,
     },
     /// Run the demo: make sample tiles in four CRSs, serve them on a
     /// loopback HTTP server, and fetch, decode, reproject (to EPSG:3857) and
@@ -101,13 +108,32 @@ pub(crate) fn main() -> ExitCode {
         }
     };
     init_logging();
+    // Use every descriptor the system allows; the `descriptors` unit budget
+    // is sized from this limit.
+    if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
+        tracing::debug!("cannot raise the open-file limit: {e}");
+    }
     let code = match cli.command {
         Command::Validate { pipelines, sets } => validate(&pipelines, &sets),
         Command::Run {
             pipeline,
             sets,
             report,
-        } => or_error(run(&pipeline, &sets, report)),
+            failures,
+            retry_failed,
+        } => {
+            let options = match retry_failed.as_deref().map(RunOptions::ids_from_failures) {
+                Some(Err(e)) => {
+                    eprintln!("error: --retry-failed: {e}");
+                    return ExitCode::from(EXIT_INVALID);
+                }
+                ids => RunOptions {
+                    failures,
+                    only_ids: ids.and_then(Result::ok),
+                },
+            };
+            or_error(run(&pipeline, &sets, report, &options))
+        }
         Command::Demo { dir, sets, report } => or_error(demo(&dir, &sets, report)),
     };
     ExitCode::from(code)
@@ -173,7 +199,12 @@ fn validate(paths: &[PathBuf], sets: &[String]) -> u8 {
     code
 }
 
-fn run(path: &PathBuf, sets: &[String], report_path: Option<PathBuf>) -> anyhow::Result<u8> {
+fn run(
+    path: &PathBuf,
+    sets: &[String],
+    report_path: Option<PathBuf>,
+    options: &RunOptions,
+) -> anyhow::Result<u8> {
     let registry = warpline::registry();
     let pipeline = match loader(path, sets).map(|l| l.load(&registry)) {
         Err(usage) => {
@@ -187,7 +218,7 @@ fn run(path: &PathBuf, sets: &[String], report_path: Option<PathBuf>) -> anyhow:
         Ok(Ok(p)) => p,
     };
     let runtime = runtime()?;
-    let (report, signalled) = runtime.block_on(execute(&pipeline))?;
+    let (report, signalled) = runtime.block_on(execute(&pipeline, options))?;
     finish(&report, report_path, signalled)
 }
 
@@ -222,7 +253,7 @@ fn demo(dir: &Path, sets: &[String], report_path: Option<PathBuf>) -> anyhow::Re
             demo.server.addr(),
             dir.join("tiles.txt").display()
         );
-        let result = execute(&demo.pipeline).await?;
+        let result = execute(&demo.pipeline, &RunOptions::default()).await?;
         anyhow::Ok(Some(result))
     })?;
     let Some((report, signalled)) = outcome else {
@@ -236,12 +267,12 @@ fn demo(dir: &Path, sets: &[String], report_path: Option<PathBuf>) -> anyhow::Re
 /// Runs a pipeline until it ends, turning the first interrupt into a stop
 /// and the second into an abort. Returns the report and whether a signal
 /// arrived.
-async fn execute(pipeline: &warpline::Pipeline) -> anyhow::Result<(RunReport, bool)> {
+async fn execute(pipeline: &warpline::Pipeline, options: &RunOptions) -> anyhow::Result<(RunReport, bool)> {
     let control = RunControl::new();
     let mut signalled = false;
     // Listen before the run starts, so no interrupt is missed.
     let mut signals = Signals::new()?;
-    let run = pipeline.run_with(&control);
+    let run = pipeline.run_with_options(&control, options);
     tokio::pin!(run);
     let report = loop {
         tokio::select! {

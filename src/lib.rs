@@ -50,7 +50,7 @@ pub use warpline_engine as engine;
 pub use warpline_stages as stages;
 
 pub use warpline_engine::{
-    ConfigErrors, Loader, Pipeline, Problem, Registry, RunControl, RunError, RunReport,
+    ConfigErrors, Loader, Pipeline, Problem, Registry, RunControl, RunError, RunOptions, RunReport,
 };
 
 /// Every stage and source kind warpline ships.

@@ -1,95 +1,147 @@
-//! A small HTTP server on loopback that serves tiles from memory: the demo's
-//! tile server, and the tests' (it counts requests and the most served at
-//! once).
+//! A small HTTP/1.1 server on loopback that serves tiles from memory, for
+//! the demo, the tests and the benchmarks. It can misbehave on purpose
+//! ([`Faults`]): server errors, connection resets, bodies cut short, bodies
+//! too slow, 429 storms with `Retry-After`, being down for a while, added
+//! latency and a server-side rate limit. Each response closes its
+//! connection, which keeps the server small and every fault exact.
+//!
+//! It is hand-written on tokio rather than built on a web framework because
+//! a framework hides exactly what the faults need: resetting a connection
+//! before a response, or stopping a body half-way.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
-#[derive(Default)]
-struct Stats {
-    requests: AtomicU64,
-    in_flight: AtomicU64,
-    peak_in_flight: AtomicU64,
+/// Which tiles suffer a fault, and for how many requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    /// One tile in `one_in` (chosen by a hash of its name) is affected.
+    pub one_in: u32,
+    /// An affected tile's first `times` requests get the fault; later ones
+    /// succeed.
+    pub times: u32,
 }
 
+impl Fault {
+    /// Every tile, on its first `times` requests.
+    pub fn all(times: u32) -> Self {
+        Fault { one_in: 1, times }
+    }
+
+    fn hits(&self, name: &str, salt: &str, attempt: u32) -> bool {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (name, salt).hash(&mut h);
+        attempt <= self.times && h.finish() % u64::from(self.one_in.max(1)) == 0
+    }
+}
+
+/// How the server misbehaves. The default is a well-behaved server.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// Answer `500 Internal Server Error`.
+    pub server_errors: Option<Fault>,
+    /// Reset the connection without answering.
+    pub resets: Option<Fault>,
+    /// Send the headers and half the body, then close.
+    pub truncated: Option<Fault>,
+    /// Send the headers and a few bytes, then pause this long.
+    pub slow: Option<(Fault, Duration)>,
+    /// Answer `429 Too Many Requests` with `Retry-After: N` seconds.
+    pub throttle: Option<(Fault, u64)>,
+    /// Refuse connections for this long after starting.
+    pub down_for: Option<Duration>,
+    /// Wait this long before answering each request.
+    pub latency: Option<Duration>,
+    /// Answer 429 (`Retry-After: 1`) to requests beyond this many per
+    /// second (a token bucket with a burst of 1).
+    pub rate_limit: Option<f64>,
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    requests: AtomicU64,
+    throttled: AtomicU64,
+    in_flight: AtomicU64,
+    peak_in_flight: AtomicU64,
+    served: AtomicU64,
+}
+
+#[derive(Debug)]
 struct Shared {
     tiles: HashMap<String, Arc<Vec<u8>>>,
+    faults: Faults,
+    attempts: Mutex<HashMap<String, u32>>,
     stats: Stats,
+    /// For the rate limit: the earliest time the next request is allowed.
+    next_allowed: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// A running tile server. Stops when dropped.
 #[derive(Debug)]
 pub struct TileServer {
     addr: SocketAddr,
-    shared: Arc<SharedHandle>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-/// Opaque handle to the server's state.
-pub struct SharedHandle(Arc<Shared>);
-
-impl std::fmt::Debug for SharedHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedHandle")
-            .field("tiles", &self.0.tiles.len())
-            .finish()
-    }
-}
-
-async fn tile(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> Response {
-    let s = &shared.stats;
-    s.requests.fetch_add(1, Ordering::SeqCst);
-    let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    s.peak_in_flight.fetch_max(now, Ordering::SeqCst);
-    let response = match shared.tiles.get(&name) {
-        Some(bytes) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "image/tiff")],
-            bytes.as_ref().clone(),
-        )
-            .into_response(),
-        None => (StatusCode::NOT_FOUND, format!("no tile {name}\n")).into_response(),
-    };
-    s.in_flight.fetch_sub(1, Ordering::SeqCst);
-    response
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl TileServer {
     /// Serves `tiles` (name, bytes) at `http://127.0.0.1:PORT/tiles/NAME` on
     /// the current tokio runtime.
-    pub async fn start(
+    pub async fn start(tiles: impl IntoIterator<Item = (String, Vec<u8>)>) -> std::io::Result<Self> {
+        Self::start_with(tiles, Faults::default()).await
+    }
+
+    /// As [`start`](Self::start), misbehaving as `faults` says.
+    pub async fn start_with(
         tiles: impl IntoIterator<Item = (String, Vec<u8>)>,
+        faults: Faults,
     ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let down_for = faults.down_for;
         let shared = Arc::new(Shared {
             tiles: tiles.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
+            faults,
+            attempts: Mutex::new(HashMap::new()),
             stats: Stats::default(),
+            next_allowed: Mutex::new(None),
         });
-        let app = Router::new()
-            .route("/tiles/{name}", get(tile))
-            .with_state(Arc::clone(&shared));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await;
+        let task_shared = Arc::clone(&shared);
+        let task = tokio::spawn(async move {
+            let listener = match down_for {
+                None => listener,
+                Some(d) => {
+                    // Down: nothing listens on the port (connections are
+                    // refused), then the same port is bound again.
+                    drop(listener);
+                    tokio::time::sleep(d).await;
+                    match rebind(addr) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::error!("tile server cannot come back up on {addr}: {e}");
+                            return;
+                        }
+                    }
+                }
+            };
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let shared = Arc::clone(&task_shared);
+                tokio::spawn(async move {
+                    let _ = serve(stream, &shared).await;
+                });
+            }
         });
-        Ok(TileServer {
-            addr,
-            shared: Arc::new(SharedHandle(shared)),
-            stop: Some(stop),
-        })
+        Ok(TileServer { addr, shared, task })
     }
 
     /// The URL of a tile.
@@ -104,19 +156,152 @@ impl TileServer {
 
     /// Requests received so far.
     pub fn requests(&self) -> u64 {
-        self.shared.0.stats.requests.load(Ordering::SeqCst)
+        self.shared.stats.requests.load(Ordering::SeqCst)
     }
 
-    /// The most requests served at once.
+    /// Requests answered with a whole tile.
+    pub fn served(&self) -> u64 {
+        self.shared.stats.served.load(Ordering::SeqCst)
+    }
+
+    /// Requests answered 429.
+    pub fn throttled(&self) -> u64 {
+        self.shared.stats.throttled.load(Ordering::SeqCst)
+    }
+
+    /// The most requests handled at once.
     pub fn peak_in_flight(&self) -> u64 {
-        self.shared.0.stats.peak_in_flight.load(Ordering::SeqCst)
+        self.shared.stats.peak_in_flight.load(Ordering::SeqCst)
     }
 }
 
 impl Drop for TileServer {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+        self.task.abort();
+    }
+}
+
+fn rebind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// Reads the request head; returns the path of a `GET`.
+async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 || head.len() > 16 * 1024 {
+            return Ok(None);
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&head);
+    let mut parts = text.lines().next().unwrap_or_default().split_whitespace();
+    Ok(match (parts.next(), parts.next()) {
+        (Some("GET"), Some(path)) => Some(path.to_owned()),
+        _ => None,
+    })
+}
+
+async fn respond(stream: &mut TcpStream, status: &str, headers: &[(&str, String)], body: &[u8]) -> std::io::Result<()> {
+    let mut head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    stream.shutdown().await
+}
+
+struct InFlight<'a>(&'a Stats);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+    let Some(path) = read_request(&mut stream).await? else {
+        return respond(&mut stream, "400 Bad Request", &[], b"").await;
+    };
+    let stats = &shared.stats;
+    stats.requests.fetch_add(1, Ordering::SeqCst);
+    let now = stats.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    stats.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+    let _in_flight = InFlight(stats);
+    let f = &shared.faults;
+    if let Some(latency) = f.latency {
+        tokio::time::sleep(latency).await;
+    }
+    if let Some(rate) = f.rate_limit {
+        let period = Duration::from_secs_f64(1.0 / rate);
+        let allowed = {
+            let mut next = shared.next_allowed.lock().unwrap_or_else(|p| p.into_inner());
+            let now = tokio::time::Instant::now();
+            match *next {
+                Some(t) if t > now => false,
+                _ => {
+                    *next = Some(now.max(next.unwrap_or(now)) + period);
+                    true
+                }
+            }
+        };
+        if !allowed {
+            stats.throttled.fetch_add(1, Ordering::SeqCst);
+            return respond(&mut stream, "429 Too Many Requests", &[("Retry-After", "1".into())], b"").await;
         }
     }
+    let name = path.strip_prefix("/tiles/").unwrap_or_default().to_owned();
+    let attempt = {
+        let mut a = shared.attempts.lock().unwrap_or_else(|p| p.into_inner());
+        let n = a.entry(name.clone()).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let Some(body) = shared.tiles.get(&name) else {
+        return respond(&mut stream, "404 Not Found", &[], format!("no tile {name}\n").as_bytes()).await;
+    };
+    if f.resets.is_some_and(|x| x.hits(&name, "reset", attempt)) {
+        socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO))?;
+        drop(stream); // an RST, no answer
+        return Ok(());
+    }
+    if f.server_errors.is_some_and(|x| x.hits(&name, "500", attempt)) {
+        return respond(&mut stream, "500 Internal Server Error", &[], b"").await;
+    }
+    if let Some((x, secs)) = f.throttle {
+        if x.hits(&name, "429", attempt) {
+            stats.throttled.fetch_add(1, Ordering::SeqCst);
+            return respond(&mut stream, "429 Too Many Requests", &[("Retry-After", secs.to_string())], b"")
+                .await;
+        }
+    }
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: image/tiff\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    if f.truncated.is_some_and(|x| x.hits(&name, "cut", attempt)) {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(&body[..body.len() / 2]).await?;
+        return stream.shutdown().await;
+    }
+    if let Some((x, pause)) = f.slow {
+        if x.hits(&name, "slow", attempt) {
+            stream.write_all(head.as_bytes()).await?;
+            stream.write_all(&body[..body.len().min(64)]).await?;
+            tokio::time::sleep(pause).await;
+            stream.write_all(&body[body.len().min(64)..]).await?;
+            return stream.shutdown().await;
+        }
+    }
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    stats.served.fetch_add(1, Ordering::SeqCst);
+    stream.shutdown().await
 }

@@ -66,5 +66,5 @@ pub use limit::{Limiter, LimiterKind, Limits, Ticket};
 pub use pipeline::Pipeline;
 pub use registry::{Registry, Settings};
 pub use report::RunReport;
-pub use run::{RunControl, RunError};
+pub use run::{RunControl, RunError, RunOptions};
 pub use stage::{AsyncStage, BlockingStage, Handler, Source, SourceError, SourceSpec};

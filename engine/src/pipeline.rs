@@ -10,7 +10,7 @@ use crate::config::{ConfigErrors, Loader, OnError};
 use crate::limit::{Limiter, Limits};
 use crate::registry::Registry;
 use crate::report::RunReport;
-use crate::run::{RunControl, RunError};
+use crate::run::{RunControl, RunError, RunOptions};
 use crate::stage::{Handler, SourceSpec};
 
 /// The source as it will run.
@@ -218,6 +218,15 @@ impl Pipeline {
 
     /// Runs the pipeline, stopping or aborting when `control` says so.
     pub async fn run_with(&self, control: &RunControl) -> Result<RunReport, RunError> {
-        crate::run::run(self, control).await
+        crate::run::run(self, control, &RunOptions::default()).await
+    }
+
+    /// Runs the pipeline with `options` (a failures file, only some ids).
+    pub async fn run_with_options(
+        &self,
+        control: &RunControl,
+        options: &RunOptions,
+    ) -> Result<RunReport, RunError> {
+        crate::run::run(self, control, options).await
     }
 }

@@ -202,6 +202,17 @@ pub struct RunReport {
     pub failures: Vec<Failure>,
     /// Failures counted but not listed.
     pub failures_not_listed: u64,
+    /// The process's peak resident memory so far, in bytes (Linux; `null`
+    /// elsewhere). For an embedding service it covers the whole process.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// The process's peak resident set size (VmHWM), in bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 impl RunReport {
@@ -255,6 +266,7 @@ impl RunReport {
                 .collect(),
             failures_not_listed: failed.saturating_sub(failures.len() as u64),
             failures,
+            peak_rss_bytes: peak_rss_bytes(),
         }
     }
 
@@ -308,6 +320,14 @@ impl fmt::Display for RunReport {
                     l.name,
                     l.per_second.unwrap_or_default(),
                     l.capacity,
+                    l.wait_s
+                )?,
+                (LimiterKind::Bytes, peak) => writeln!(
+                    f,
+                    "    {:<16} bytes  peak {} of {}  waited {:.2}s",
+                    l.name,
+                    bytesize::ByteSize(peak.unwrap_or_default()).display().iec(),
+                    bytesize::ByteSize(l.capacity).display().iec(),
                     l.wait_s
                 )?,
                 (kind, peak) => writeln!(

@@ -16,7 +16,10 @@
 //! counted failed as `interrupted`. Tickets release on drop, so no permit
 //! outlives the run either way.
 
+use std::collections::HashSet;
+use std::io::Write;
 use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -81,6 +84,42 @@ impl RunControl {
     }
 }
 
+/// What a run does besides running: where failure records go, and which
+/// inputs to admit.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Write each failed item as one JSON line to this file (created or
+    /// truncated at the start; each line is flushed as it is written, so the
+    /// file survives a crash).
+    pub failures: Option<PathBuf>,
+    /// Admit only inputs with these ids (`--retry-failed`); the others are
+    /// not counted at all.
+    pub only_ids: Option<HashSet<String>>,
+}
+
+impl RunOptions {
+    /// The ids in a failures file written by an earlier run.
+    pub fn ids_from_failures(path: &Path) -> Result<HashSet<String>, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read failures file {}: {e}", path.display()))?;
+        let mut ids = HashSet::new();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let value: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+                format!("{}:{}: not a failure record: {e}", path.display(), n + 1)
+            })?;
+            let id = value
+                .get("id")
+                .and_then(|v| v.as_str())
+                .ok_or_else(|| format!("{}:{}: a failure record has no \"id\"", path.display(), n + 1))?;
+            ids.insert(id.to_owned());
+        }
+        Ok(ids)
+    }
+}
+
 /// Why a run could not start or finish.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -92,6 +131,14 @@ pub enum RunError {
         kind: String,
         /// What went wrong.
         message: String,
+    },
+    /// The failures file could not be created.
+    #[error("cannot create the failures file {path}: {error}")]
+    Failures {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        error: std::io::Error,
     },
     /// The operating system refused a worker thread.
     #[error("cannot start a worker thread for stage `{stage}`: {error}")]
@@ -122,6 +169,8 @@ pub(crate) struct Ledger {
 
 struct Shared {
     ledger: Ledger,
+    /// Failure records, one JSON line each.
+    failures_file: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
     stats: Vec<StageStats>,
     control: RunControl,
     on_error: OnError,
@@ -154,16 +203,27 @@ impl Shared {
                 .failures
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let record = Failure {
+                id: id.to_owned(),
+                source,
+                stage: stage.to_owned(),
+                kind: error.kind,
+                message: error.message,
+                attempts,
+                status: error.status,
+            };
+            if let Some(file) = &self.failures_file {
+                let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let written = serde_json::to_writer(&mut *file, &record)
+                    .map_err(std::io::Error::from)
+                    .and_then(|_| file.write_all(b"\n"))
+                    .and_then(|_| file.flush());
+                if let Err(e) = written {
+                    tracing::error!("cannot write a failure record: {e}");
+                }
+            }
             if failures.len() < REPORTED_FAILURES {
-                failures.push(Failure {
-                    id: id.to_owned(),
-                    source,
-                    stage: stage.to_owned(),
-                    kind: error.kind,
-                    message: error.message,
-                    attempts,
-                    status: error.status,
-                });
+                failures.push(record);
             }
         }
         if self.on_error == OnError::Abort
@@ -207,6 +267,9 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> StageError {
 struct Worker {
     index: usize,
     plan: StagePlan,
+    /// For the first stage's workers: every stage, asked whether an item's
+    /// work is already done before anything is spent on it.
+    skip_checks: Option<Arc<[Handler]>>,
     rx: Receiver<Item>,
     tx: Option<Sender<Item>>,
     shared: Arc<Shared>,
@@ -242,6 +305,12 @@ impl Worker {
     async fn handle(&self, mut item: Item, abort: &CancellationToken) {
         let stage = self.plan.name.as_str();
         let shared = &self.shared;
+        if let Some(checks) = &self.skip_checks {
+            if let Some(reason) = checks.iter().find_map(|h| h.skip_check(&item)) {
+                shared.skipped(&item, stage, &reason);
+                return;
+            }
+        }
         item.attempts = 0;
         let (result, held) = loop {
             item.attempts += 1;
@@ -442,6 +511,7 @@ async fn drive_source(
     mut source: Box<dyn Source>,
     tx: Sender<Item>,
     shared: &Shared,
+    only: Option<&HashSet<String>>,
 ) {
     let stop = shared.control.stop.clone();
     let abort = shared.control.abort.clone();
@@ -460,10 +530,20 @@ async fn drive_source(
                 },
             }
         }
-        let next = tokio::select! {
-            biased;
-            _ = stop.cancelled() => break,
-            next = source.next() => next,
+        let next = loop {
+            let next = tokio::select! {
+                biased;
+                _ = stop.cancelled() => break 'inputs,
+                next = source.next() => next,
+            };
+            let wanted = match (&next, only) {
+                (_, None) | (None, _) => true,
+                (Some(Ok(input)), Some(ids)) => ids.contains(&input.id),
+                (Some(Err(e)), Some(ids)) => ids.contains(&e.id),
+            };
+            if wanted {
+                break next;
+            }
         };
         shared.ledger.total.fetch_add(1, Ordering::AcqRel);
         let input = match next {
@@ -489,8 +569,21 @@ async fn drive_source(
     }
 }
 
-pub(crate) async fn run(pipeline: &Pipeline, control: &RunControl) -> Result<RunReport, RunError> {
+pub(crate) async fn run(
+    pipeline: &Pipeline,
+    control: &RunControl,
+    options: &RunOptions,
+) -> Result<RunReport, RunError> {
     let started = Instant::now();
+    let failures_file = match &options.failures {
+        None => None,
+        Some(path) => Some(Mutex::new(std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|error| RunError::Failures {
+                path: path.clone(),
+                error,
+            })?,
+        ))),
+    };
     let source = pipeline
         .source
         .spec
@@ -503,6 +596,7 @@ pub(crate) async fn run(pipeline: &Pipeline, control: &RunControl) -> Result<Run
 
     let shared = Arc::new(Shared {
         ledger: Ledger::default(),
+        failures_file,
         stats: pipeline
             .stages
             .iter()
@@ -540,12 +634,14 @@ pub(crate) async fn run(pipeline: &Pipeline, control: &RunControl) -> Result<Run
         })
     };
 
+    let skip_checks: Arc<[Handler]> = pipeline.stages.iter().map(|s| s.handler.clone()).collect();
     let mut spawn_error = None;
     'spawn: for (index, plan) in pipeline.stages.iter().enumerate() {
         for n in 0..plan.workers {
             let worker = Worker {
                 index,
                 plan: plan.clone(),
+                skip_checks: (index == 0).then(|| Arc::clone(&skip_checks)),
                 rx: mailboxes[index].1.clone(),
                 tx: mailboxes.get(index + 1).map(|(tx, _)| tx.clone()),
                 shared: Arc::clone(&shared),
@@ -576,13 +672,19 @@ pub(crate) async fn run(pipeline: &Pipeline, control: &RunControl) -> Result<Run
 
     match (&spawn_error, first) {
         (Some(_), _) => control.abort(),
-        (None, Some(tx)) => drive_source(pipeline, source, tx, &shared).await,
+        (None, Some(tx)) => drive_source(pipeline, source, tx, &shared, options.only_ids.as_ref()).await,
         (None, None) => {}
     }
     // Every worker has finished when the last `_alive` sender is dropped.
     let _ = alive_rx.recv().await;
     watchdog.abort();
 
+    if let Some(file) = &shared.failures_file {
+        let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Err(e) = file.flush() {
+            tracing::error!("cannot write the failures file: {e}");
+        }
+    }
     // After an abort, items may still sit in mailboxes: count them.
     for (rx, plan) in receivers.iter().zip(&pipeline.stages) {
         while let Ok(item) = rx.try_recv() {

@@ -35,6 +35,13 @@ pub trait AsyncStage: Send + Sync + 'static {
     fn retry_default(&self) -> RetryPolicy {
         RetryPolicy::none()
     }
+
+    /// Whether the item's work is already done (for example its output
+    /// exists from an earlier run): `Some(reason)` skips the item as soon as
+    /// it is admitted, before any stage works on it. Must be cheap.
+    fn skip_check(&self, _item: &Item) -> Option<String> {
+        None
+    }
 }
 
 /// A stage whose work blocks (CPU, GDAL, file I/O). Runs on OS threads the
@@ -57,6 +64,13 @@ pub trait BlockingStage: Send + Sync + 'static {
     /// The retry policy when the pipeline file sets none.
     fn retry_default(&self) -> RetryPolicy {
         RetryPolicy::none()
+    }
+
+    /// Whether the item's work is already done (for example its output
+    /// exists from an earlier run): `Some(reason)` skips the item as soon as
+    /// it is admitted, before any stage works on it. Must be cheap.
+    fn skip_check(&self, _item: &Item) -> Option<String> {
+        None
     }
 }
 
@@ -98,6 +112,13 @@ impl Handler {
         match self {
             Handler::Async(s) => s.demand(item),
             Handler::Blocking(s) => s.demand(item),
+        }
+    }
+
+    pub(crate) fn skip_check(&self, item: &Item) -> Option<String> {
+        match self {
+            Handler::Async(s) => s.skip_check(item),
+            Handler::Blocking(s) => s.skip_check(item),
         }
     }
 

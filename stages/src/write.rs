@@ -269,6 +269,11 @@ impl Write {
 }
 
 impl BlockingStage for Write {
+    fn skip_check(&self, item: &Item) -> Option<String> {
+        let path = self.output_path(&item.id);
+        (self.exists == Exists::Skip && path.exists()).then(|| format!("{} exists", path.display()))
+    }
+
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         let id = item.id.clone();
         let path = self.output_path(&id);

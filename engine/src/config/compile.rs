@@ -20,6 +20,21 @@ use crate::registry::{Registry, Settings};
 use crate::units::{parse_duration, CountValue};
 
 const SECTIONS: &[&str] = &["pipeline", "source", "limits", "stages"];
+
+/// The unit budget's name.
+pub(crate) const DESCRIPTORS: &str = "descriptors";
+
+/// Items in flight the open-file limit allows: a quarter of the soft limit
+/// (an item may hold a socket, a file and a temporary file at once), less 64
+/// descriptors kept for the process itself.
+pub(crate) fn default_descriptors() -> NonZeroU32 {
+    let soft = rlimit::getrlimit(rlimit::Resource::NOFILE)
+        .map(|(soft, _)| soft)
+        .unwrap_or(1024)
+        .min(1 << 24);
+    let permits = (soft.saturating_sub(64) / 4).max(1);
+    NonZeroU32::new(u32::try_from(permits).unwrap_or(u32::MAX)).unwrap_or(NonZeroU32::MIN)
+}
 const DEFAULT_DEADLINE: &str = "30s";
 
 /// Checks a name given to a limiter or a stage.
@@ -149,6 +164,23 @@ pub(super) fn compile(
     let mut limits = Limits::default();
     // Declared but invalid: already reported, so not "unknown" where used.
     let mut broken = BTreeSet::new();
+    // Without a unit budget of its own, the source holds one slot of an
+    // implicit `descriptors` limiter per item, sized from the open-file
+    // limit: no run dies of "too many open files". First in the order, as
+    // it is taken first (at admission).
+    let declares_descriptors = root
+        .get("limits")
+        .and_then(|v| v.clone().into_table().ok())
+        .is_some_and(|t| t.contains_key(DESCRIPTORS));
+    let source_has_limits = root
+        .get("source")
+        .and_then(|v| v.clone().into_table().ok())
+        .is_some_and(|t| t.contains_key("limits"));
+    let implicit = (!declares_descriptors && !source_has_limits).then(|| {
+        let l = Limiter::count(DESCRIPTORS, 0, default_descriptors());
+        limits.push(l.clone());
+        l
+    });
     if let Some(v) = root.shift_remove("limits") {
         for (name, value) in table("limits", v, &mut problems).unwrap_or_default() {
             let path = join("limits", &name);
@@ -257,6 +289,12 @@ pub(super) fn compile(
         check_carried(source, &stages, &mut problems);
     }
 
+    let source = source.map(|mut s| {
+        if let Some(l) = implicit {
+            s.limits.push(l);
+        }
+        s
+    });
     match source {
         Some(source) if problems.is_empty() => Ok(Pipeline {
             name: section.name.unwrap_or_else(|| default_name.to_owned()),
