@@ -267,7 +267,10 @@ fn demo(dir: &Path, sets: &[String], report_path: Option<PathBuf>) -> anyhow::Re
 /// Runs a pipeline until it ends, turning the first interrupt into a stop
 /// and the second into an abort. Returns the report and whether a signal
 /// arrived.
-async fn execute(pipeline: &warpline::Pipeline, options: &RunOptions) -> anyhow::Result<(RunReport, bool)> {
+async fn execute(
+    pipeline: &warpline::Pipeline,
+    options: &RunOptions,
+) -> anyhow::Result<(RunReport, bool)> {
     let control = RunControl::new();
     let mut signalled = false;
     // Listen before the run starts, so no interrupt is missed.

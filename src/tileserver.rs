@@ -62,6 +62,8 @@ pub struct Faults {
     /// Answer 429 (`Retry-After: 1`) to requests beyond this many per
     /// second (a token bucket with a burst of 1).
     pub rate_limit: Option<f64>,
+    /// Answer `302 Found` for these tile names, to these locations.
+    pub redirects: Vec<(String, String)>,
 }
 
 #[derive(Debug, Default)]
@@ -94,7 +96,9 @@ pub struct TileServer {
 impl TileServer {
     /// Serves `tiles` (name, bytes) at `http://127.0.0.1:PORT/tiles/NAME` on
     /// the current tokio runtime.
-    pub async fn start(tiles: impl IntoIterator<Item = (String, Vec<u8>)>) -> std::io::Result<Self> {
+    pub async fn start(
+        tiles: impl IntoIterator<Item = (String, Vec<u8>)>,
+    ) -> std::io::Result<Self> {
         Self::start_with(tiles, Faults::default()).await
     }
 
@@ -207,8 +211,16 @@ async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<String>>
     })
 }
 
-async fn respond(stream: &mut TcpStream, status: &str, headers: &[(&str, String)], body: &[u8]) -> std::io::Result<()> {
-    let mut head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
+async fn respond(
+    stream: &mut TcpStream,
+    status: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -242,7 +254,10 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     if let Some(rate) = f.rate_limit {
         let period = Duration::from_secs_f64(1.0 / rate);
         let allowed = {
-            let mut next = shared.next_allowed.lock().unwrap_or_else(|p| p.into_inner());
+            let mut next = shared
+                .next_allowed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             let now = tokio::time::Instant::now();
             match *next {
                 Some(t) if t > now => false,
@@ -254,7 +269,13 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         };
         if !allowed {
             stats.throttled.fetch_add(1, Ordering::SeqCst);
-            return respond(&mut stream, "429 Too Many Requests", &[("Retry-After", "1".into())], b"").await;
+            return respond(
+                &mut stream,
+                "429 Too Many Requests",
+                &[("Retry-After", "1".into())],
+                b"",
+            )
+            .await;
         }
     }
     let name = path.strip_prefix("/tiles/").unwrap_or_default().to_owned();
@@ -264,22 +285,44 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         *n += 1;
         *n
     };
+    if let Some((_, location)) = f.redirects.iter().find(|(n, _)| *n == name) {
+        return respond(
+            &mut stream,
+            "302 Found",
+            &[("Location", location.clone())],
+            b"",
+        )
+        .await;
+    }
     let Some(body) = shared.tiles.get(&name) else {
-        return respond(&mut stream, "404 Not Found", &[], format!("no tile {name}\n").as_bytes()).await;
+        return respond(
+            &mut stream,
+            "404 Not Found",
+            &[],
+            format!("no tile {name}\n").as_bytes(),
+        )
+        .await;
     };
     if f.resets.is_some_and(|x| x.hits(&name, "reset", attempt)) {
         socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO))?;
         drop(stream); // an RST, no answer
         return Ok(());
     }
-    if f.server_errors.is_some_and(|x| x.hits(&name, "500", attempt)) {
+    if f.server_errors
+        .is_some_and(|x| x.hits(&name, "500", attempt))
+    {
         return respond(&mut stream, "500 Internal Server Error", &[], b"").await;
     }
     if let Some((x, secs)) = f.throttle {
         if x.hits(&name, "429", attempt) {
             stats.throttled.fetch_add(1, Ordering::SeqCst);
-            return respond(&mut stream, "429 Too Many Requests", &[("Retry-After", secs.to_string())], b"")
-                .await;
+            return respond(
+                &mut stream,
+                "429 Too Many Requests",
+                &[("Retry-After", secs.to_string())],
+                b"",
+            )
+            .await;
         }
     }
     let head = format!(

@@ -278,3 +278,77 @@ fn the_demo_runs_and_its_outputs_open_in_gdalinfo() {
         assert!(text.contains("LAYOUT=COG"), "{}: not a COG", p.display());
     }
 }
+
+#[test]
+fn failures_are_written_as_json_lines_and_retry_failed_reruns_only_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let failing = write(
+        dir.path(),
+        "f.toml",
+        &SMALL.replace("workers = 2", "fail_every = 7"),
+    );
+    let failures = dir.path().join("failures.jsonl");
+    let out = warpline()
+        .arg("run")
+        .arg(&failing)
+        .arg("--failures")
+        .arg(&failures)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let text = std::fs::read_to_string(&failures).unwrap();
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 7);
+    for r in &records {
+        for key in [
+            "id", "source", "stage", "kind", "message", "attempts", "status",
+        ] {
+            assert!(r.get(key).is_some(), "{key} missing from {r}");
+        }
+        assert_eq!(r["stage"], "work");
+        assert_eq!(r["kind"], "permanent");
+    }
+    let ids: std::collections::BTreeSet<&str> =
+        records.iter().map(|r| r["id"].as_str().unwrap()).collect();
+
+    let report = dir.path().join("retry.json");
+    let out = warpline()
+        .arg("run")
+        .arg(&failing)
+        .arg("--retry-failed")
+        .arg(&failures)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(
+        json["items"]["total"], 7,
+        "only the failed ids were admitted: {json}"
+    );
+    assert_eq!(
+        json["items"]["failed"], 1,
+        "the 7th of 7 fails again: {json}"
+    );
+    let again = json["failures"][0]["id"].as_str().unwrap();
+    assert!(ids.contains(again));
+
+    let out = warpline()
+        .arg("run")
+        .arg(&failing)
+        .args(["--retry-failed", "/nonexistent/failures.jsonl"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/failures.jsonl"));
+}

@@ -107,13 +107,15 @@ impl RunOptions {
             if line.trim().is_empty() {
                 continue;
             }
-            let value: serde_json::Value = serde_json::from_str(line).map_err(|e| {
-                format!("{}:{}: not a failure record: {e}", path.display(), n + 1)
+            let value: serde_json::Value = serde_json::from_str(line)
+                .map_err(|e| format!("{}:{}: not a failure record: {e}", path.display(), n + 1))?;
+            let id = value.get("id").and_then(|v| v.as_str()).ok_or_else(|| {
+                format!(
+                    "{}:{}: a failure record has no \"id\"",
+                    path.display(),
+                    n + 1
+                )
             })?;
-            let id = value
-                .get("id")
-                .and_then(|v| v.as_str())
-                .ok_or_else(|| format!("{}:{}: a failure record has no \"id\"", path.display(), n + 1))?;
             ids.insert(id.to_owned());
         }
         Ok(ids)
@@ -672,7 +674,9 @@ pub(crate) async fn run(
 
     match (&spawn_error, first) {
         (Some(_), _) => control.abort(),
-        (None, Some(tx)) => drive_source(pipeline, source, tx, &shared, options.only_ids.as_ref()).await,
+        (None, Some(tx)) => {
+            drive_source(pipeline, source, tx, &shared, options.only_ids.as_ref()).await
+        }
         (None, None) => {}
     }
     // Every worker has finished when the last `_alive` sender is dropped.

@@ -53,7 +53,11 @@ fn with(replace: &str, by: &str) -> String {
 fn the_reference_pipeline_is_valid() {
     let p = Pipeline::from_toml_str(GOOD, &Registry::with_builtins()).unwrap();
     assert_eq!(p.stages().len(), 2);
-    assert_eq!(p.limits().len(), 3 + 1, "declared, and the implicit unit budget");
+    assert_eq!(
+        p.limits().len(),
+        3 + 1,
+        "declared, and the implicit unit budget"
+    );
 }
 
 #[test]
@@ -317,7 +321,10 @@ fn a_source_without_a_unit_budget_holds_an_implicit_descriptors_slot() {
     let d = p.limits().get("descriptors").unwrap();
     assert!(d.capacity() >= 1);
     // Declaring one (or a unit budget of the source's own) replaces it.
-    let own = GOOD.replace("[limits.cpu]", "[limits.descriptors]\npermits = 7\n[limits.cpu]");
+    let own = GOOD.replace(
+        "[limits.cpu]",
+        "[limits.descriptors]\npermits = 7\n[limits.cpu]",
+    );
     let p = Pipeline::from_toml_str(&own, &Registry::with_builtins()).unwrap();
     assert_eq!(p.limits().get("descriptors").unwrap().capacity(), 7);
     assert!(p.source().limits.is_empty());

@@ -47,6 +47,7 @@ struct FetchSettings {
 #[derive(Debug)]
 pub struct Fetch {
     client: reqwest::Client,
+    max_redirects: usize,
     max_bytes: u64,
     memory: Option<Limiter>,
 }
@@ -127,6 +128,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     }
     Ok(Handler::from_async(Fetch {
         client,
+        max_redirects,
         max_bytes,
         memory,
     }))
@@ -177,7 +179,19 @@ impl Fetch {
         let status = response.status();
         if !status.is_success() {
             let code = status.as_u16();
-            let message = format!("{shown}: HTTP {status}");
+            let mut message = format!("{shown}: HTTP {status}");
+            if status.is_redirection() {
+                let location = response
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .map(redact)
+                    .unwrap_or_default();
+                message.push_str(&format!(
+                    ": redirect to {location:?} not followed (only http and https are, at most {} times)",
+                    self.max_redirects
+                ));
+            }
             return Err(if code == 429 || status.is_server_error() || code == 408 {
                 StageError::transient(message)
                     .with_status(code)

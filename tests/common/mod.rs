@@ -189,3 +189,93 @@ pub fn gdalwarp(args: &[String], src: &Path, dst: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Sha-256 of every file in `dir`, by name (temporary files included, so a
+/// leftover shows up). A file renamed away while listing (a run is live) is
+/// passed over.
+pub fn hashes(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    use sha2::{Digest, Sha256};
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| {
+                    let p = e.ok()?.path();
+                    let bytes = std::fs::read(&p).ok()?;
+                    let digest = Sha256::digest(bytes);
+                    Some((
+                        p.file_name()?.to_string_lossy().into_owned(),
+                        format!("{digest:x}"),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A fetch -> decode -> reproject -> write pipeline reading a list file,
+/// with a per-host rate limiter and fetch settings in `fetch`.
+pub fn list_pipeline(list: &Path, out: &Path, fetch: &str) -> String {
+    format!(
+        r#"
+[pipeline]
+flow = ["fetch", "decode", "reproject", "write"]
+[source]
+kind = "list"
+path = {list:?}
+[limits.connections]
+permits = 6
+[limits.per_host]
+per_second = 1000
+burst = 100
+per = "host"
+[limits.memory]
+budget = "512MiB"
+[limits.cpu]
+permits = 2
+[stages.fetch]
+kind = "fetch"
+workers = 6
+limits = ["connections", "per_host"]
+memory = "memory"
+{fetch}
+[stages.decode]
+kind = "decode"
+workers = 2
+limits = ["memory", "cpu"]
+release = ["memory"]
+carry = ["memory"]
+[stages.reproject]
+kind = "reproject"
+workers = 2
+limits = ["memory", "cpu"]
+release = ["memory"]
+carry = ["memory"]
+crs = "EPSG:3857"
+resampling = "bilinear"
+[stages.write]
+kind = "write"
+workers = 2
+dir = {out:?}
+"#,
+        list = list.display().to_string(),
+        out = out.display().to_string()
+    )
+}
+
+/// A runtime for tests that serve tiles and run pipelines in one process.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Sample tiles as (name, bytes).
+pub fn tiles(per_crs: usize, size: usize) -> Vec<(String, Vec<u8>)> {
+    warpline::stages::samples::sample_tiles(per_crs, size)
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.name, t.bytes))
+        .collect()
+}
