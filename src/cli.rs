@@ -1,13 +1,18 @@
-//! Command-line interface: `warpline run` and `warpline validate`.
-//! Exit codes are documented in docs/pipeline.md ("Exit codes").
+//! Command-line interface: `warpline run`, `demo`, `validate` and `plan`.
+//! Every flag and exit code is documented in docs/pipeline.md.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use warpline::engine::report::RunOutcome;
-use warpline::{Loader, RunControl, RunOptions, RunReport};
+use warpline::engine::{EventSink, Tier};
+use warpline::progress::{EventsFile, Fanout, Progress};
+use warpline::{Loader, Pipeline, Problem, RunControl, RunOptions, RunReport};
 
 /// Every input ended done or skipped.
 const EXIT_OK: u8 = 0;
@@ -25,25 +30,82 @@ const EXIT_INTERRUPTED: u8 = 130;
 
 const AFTER_HELP: &str = "\
 Examples:
+  warpline demo
   warpline validate pipelines/*.toml
-  warpline run pipelines/synthetic.toml
-  warpline run pipelines/synthetic.toml --set source.count=5000 --report report.json
+  warpline plan pipelines/demo.toml
+  warpline run pipelines/synthetic.toml --report report.json --report-html report.html
+  warpline run my.toml --set stages.decode.workers=4 --failures failed.jsonl
+  warpline run my.toml --retry-failed failed.jsonl
   WARPLINE__STAGES__WORK__WORKERS=8 warpline run pipelines/synthetic.toml
 
 Exit codes: 0 all items done or skipped; 1 could not run; 2 invalid pipeline or
 usage; 3 some items failed; 4 aborted on error (on_error = \"abort\");
 130 interrupted (Ctrl-C or SIGTERM).
 
-Logs go to stderr; set WARPLINE_LOG (like RUST_LOG), e.g. WARPLINE_LOG=debug.
-The pipeline file reference is docs/pipeline.md.";
+Logs go to stderr; filter them with WARPLINE_LOG (like RUST_LOG), e.g.
+WARPLINE_LOG=debug. The pipeline file reference is docs/pipeline.md.";
 
 /// warpline: fetch, decode, reproject and write raster tiles, with every
 /// resource bounded and every input accounted for.
 #[derive(Debug, Parser)]
 #[command(name = "warpline", version, about, after_help = AFTER_HELP)]
 struct Cli {
+    /// Log lines as text or as JSON objects.
+    #[arg(long, value_enum, global = true, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ProgressMode {
+    /// A bar on a terminal; otherwise a summary line in the log every 10 s.
+    Auto,
+    /// Never a bar; the summary line only.
+    Log,
+    /// Nothing.
+    Off,
+}
+
+/// What `run` and `demo` share.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Override a setting, e.g. `--set stages.decode.workers=4`; applied
+    /// after the file and WARPLINE__ environment variables. Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// Also write the report as a self-contained HTML page with a timeline.
+    #[arg(long, value_name = "FILE")]
+    report_html: Option<PathBuf>,
+    /// Write every event (admitted, stage started/finished, done, skipped,
+    /// failed) as one JSON line to this file.
+    #[arg(long, value_name = "FILE")]
+    events: Option<PathBuf>,
+    /// Write each failed item as one JSON line to this file.
+    #[arg(long, value_name = "FILE")]
+    failures: Option<PathBuf>,
+    /// Serve Prometheus metrics at this address (e.g. 127.0.0.1:9898) while
+    /// the run lasts.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
+    /// How progress is shown.
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+    progress: ProgressMode,
 }
 
 #[derive(Debug, Subcommand)]
@@ -52,16 +114,8 @@ enum Command {
     Run {
         /// The pipeline file (TOML).
         pipeline: PathBuf,
-        /// Override a setting, e.g. `--set stages.decode.workers=4`; applied
-        /// after the file and WARPLINE__ environment variables. Repeatable.
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        sets: Vec<String>,
-        /// Also write the report as JSON to this file.
-        #[arg(long, value_name = "FILE")]
-        report: Option<PathBuf>,
-        /// Write each failed item as one JSON line to this file.
-        #[arg(long, value_name = "FILE")]
-        failures: Option<PathBuf>,
+        #[command(flatten)]
+        args: RunArgs,
         /// Run only the items listed in a failures file of an earlier run
         /// (the pipeline's source is read again; only those ids are admitted).
         #[arg(long, value_name = "FILE")]
@@ -75,15 +129,11 @@ enum Command {
         /// Where the tile list and the outputs go.
         #[arg(long, value_name = "DIR", default_value = "out/demo")]
         dir: PathBuf,
-        /// Override a setting of the demo pipeline. Repeatable.
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        sets: Vec<String>,
-        /// Also write the report as JSON to this file.
-        #[arg(long, value_name = "FILE")]
-        report: Option<PathBuf>,
+        #[command(flatten)]
+        args: RunArgs,
     },
-    /// Check pipeline files and print every problem found; exit 0 when all
-    /// are valid.
+    /// Check pipeline files in tiers (schema, graph, environment) and print
+    /// every problem found; exit 0 when all are valid.
     Validate {
         /// The pipeline files (TOML).
         #[arg(required = true)]
@@ -91,6 +141,21 @@ enum Command {
         /// Override a setting before checking, as for `run`. Repeatable.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
+        /// Text for people, JSON for tools.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Show the pipeline as it will run: stages, the admission bound,
+    /// limiters with resolved numbers, GDAL's cache, estimated peak memory.
+    Plan {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+        /// Override a setting, as for `run`. Repeatable.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Text for people, JSON for tools.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
 }
 
@@ -107,34 +172,39 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    init_logging();
+    init_logging(cli.log_format);
     // Use every descriptor the system allows; the `descriptors` unit budget
     // is sized from this limit.
     if let Err(e) = rlimit::increase_nofile_limit(u64::MAX) {
         tracing::debug!("cannot raise the open-file limit: {e}");
     }
     let code = match cli.command {
-        Command::Validate { pipelines, sets } => validate(&pipelines, &sets),
-        Command::Run {
+        Command::Validate {
+            pipelines,
+            sets,
+            format,
+        } => validate(&pipelines, &sets, format),
+        Command::Plan {
             pipeline,
             sets,
-            report,
-            failures,
+            format,
+        } => plan(&pipeline, &sets, format),
+        Command::Run {
+            pipeline,
+            args,
             retry_failed,
         } => {
-            let options = match retry_failed.as_deref().map(RunOptions::ids_from_failures) {
+            let only_ids = match retry_failed.as_deref().map(RunOptions::ids_from_failures) {
+                None => None,
+                Some(Ok(ids)) => Some(ids),
                 Some(Err(e)) => {
                     eprintln!("error: --retry-failed: {e}");
                     return ExitCode::from(EXIT_INVALID);
                 }
-                ids => RunOptions {
-                    failures,
-                    only_ids: ids.and_then(Result::ok),
-                },
             };
-            or_error(run(&pipeline, &sets, report, &options))
+            or_error(run(&pipeline, &args, only_ids))
         }
-        Command::Demo { dir, sets, report } => or_error(demo(&dir, &sets, report)),
+        Command::Demo { dir, args } => or_error(demo(&dir, &args)),
     };
     ExitCode::from(code)
 }
@@ -146,13 +216,16 @@ fn or_error(result: anyhow::Result<u8>) -> u8 {
     })
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WARPLINE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,warpline::progress=info"));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }
 
 fn parse_sets(sets: &[String]) -> Result<Vec<(String, String)>, String> {
@@ -166,7 +239,7 @@ fn parse_sets(sets: &[String]) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-fn loader(path: &PathBuf, sets: &[String]) -> Result<Loader, String> {
+fn loader(path: &Path, sets: &[String]) -> Result<Loader, String> {
     let mut loader = Loader::from_path(path).with_env();
     for (key, value) in parse_sets(sets)? {
         loader = loader.set(key, value);
@@ -174,52 +247,121 @@ fn loader(path: &PathBuf, sets: &[String]) -> Result<Loader, String> {
     Ok(loader)
 }
 
-fn validate(paths: &[PathBuf], sets: &[String]) -> u8 {
+/// Loads a pipeline, printing every problem; `Err(code)` to exit with.
+fn load(path: &Path, sets: &[String]) -> Result<Pipeline, u8> {
+    match loader(path, sets).map(|l| l.load(&warpline::registry())) {
+        Err(usage) => {
+            eprintln!("error: {usage}");
+            Err(EXIT_INVALID)
+        }
+        Ok(Err(errors)) => {
+            eprintln!("{errors}");
+            Err(EXIT_INVALID)
+        }
+        Ok(Ok(p)) => Ok(p),
+    }
+}
+
+fn tier_name(t: Tier) -> &'static str {
+    match t {
+        Tier::Schema => "schema",
+        Tier::Graph => "graph",
+        Tier::Environment => "environment",
+    }
+}
+
+fn validate(paths: &[PathBuf], sets: &[String], format: Format) -> u8 {
     let registry = warpline::registry();
-    let mut code = EXIT_OK;
+    let mut files = Vec::new();
     for path in paths {
-        let result = loader(path, sets).map(|l| l.load(&registry));
-        match result {
+        let loaded = match loader(path, sets) {
             Err(usage) => {
                 eprintln!("error: {usage}");
                 return EXIT_INVALID;
             }
-            Ok(Ok(p)) => println!(
-                "{}: valid ({} stages, admission bound {} items)",
-                path.display(),
-                p.stages().len(),
-                p.admission_bound()
-            ),
-            Ok(Err(errors)) => {
-                println!("{errors}");
-                code = EXIT_INVALID;
+            Ok(l) => l.load(&registry),
+        };
+        let (problems, bound): (Vec<Problem>, Option<u64>) = match loaded {
+            Ok(p) => (p.check_environment(), Some(p.admission_bound())),
+            Err(e) => (e.problems, None),
+        };
+        files.push((path.clone(), problems, bound));
+    }
+    let all_valid = files.iter().all(|(_, p, _)| p.is_empty());
+    match format {
+        Format::Json => {
+            let json = serde_json::json!({
+                "valid": all_valid,
+                "files": files.iter().map(|(path, problems, bound)| serde_json::json!({
+                    "path": path.display().to_string(),
+                    "valid": problems.is_empty(),
+                    "admission_bound": bound,
+                    "problems": problems,
+                })).collect::<Vec<_>>(),
+            });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json).unwrap_or_default()
+            );
+        }
+        Format::Text => {
+            for (path, problems, bound) in &files {
+                if problems.is_empty() {
+                    println!(
+                        "{}: valid (admission bound {} items)",
+                        path.display(),
+                        bound.unwrap_or_default()
+                    );
+                    continue;
+                }
+                let n = problems.len();
+                println!(
+                    "{}: {n} problem{}",
+                    path.display(),
+                    if n == 1 { "" } else { "s" }
+                );
+                let mut sorted: Vec<&Problem> = problems.iter().collect();
+                sorted.sort_by_key(|p| p.tier);
+                for p in sorted {
+                    println!("  - [{}] {}: {}", tier_name(p.tier), p.path, p.message);
+                }
             }
         }
     }
-    code
+    if all_valid {
+        EXIT_OK
+    } else {
+        EXIT_INVALID
+    }
+}
+
+fn plan(path: &Path, sets: &[String], format: Format) -> u8 {
+    let pipeline = match load(path, sets) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let plan = warpline::plan::Plan::of(&pipeline);
+    match format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&plan).unwrap_or_default()
+        ),
+        Format::Text => print!("{plan}"),
+    }
+    EXIT_OK
 }
 
 fn run(
-    path: &PathBuf,
-    sets: &[String],
-    report_path: Option<PathBuf>,
-    options: &RunOptions,
+    path: &Path,
+    args: &RunArgs,
+    only_ids: Option<std::collections::HashSet<String>>,
 ) -> anyhow::Result<u8> {
-    let registry = warpline::registry();
-    let pipeline = match loader(path, sets).map(|l| l.load(&registry)) {
-        Err(usage) => {
-            eprintln!("error: {usage}");
-            return Ok(EXIT_INVALID);
-        }
-        Ok(Err(errors)) => {
-            eprintln!("{errors}");
-            return Ok(EXIT_INVALID);
-        }
-        Ok(Ok(p)) => p,
+    let pipeline = match load(path, &args.sets) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
     };
     let runtime = runtime()?;
-    let (report, signalled) = runtime.block_on(execute(&pipeline, options))?;
-    finish(&report, report_path, signalled)
+    runtime.block_on(execute(&pipeline, args, only_ids))
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -229,8 +371,8 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-fn demo(dir: &Path, sets: &[String], report_path: Option<PathBuf>) -> anyhow::Result<u8> {
-    let sets = match parse_sets(sets) {
+fn demo(dir: &Path, args: &RunArgs) -> anyhow::Result<u8> {
+    let sets = match parse_sets(&args.sets) {
         Ok(s) => s,
         Err(usage) => {
             eprintln!("error: {usage}");
@@ -238,12 +380,12 @@ fn demo(dir: &Path, sets: &[String], report_path: Option<PathBuf>) -> anyhow::Re
         }
     };
     let runtime = runtime()?;
-    let outcome = runtime.block_on(async {
+    runtime.block_on(async {
         let demo = match warpline::demo::prepare(dir, &sets).await {
             Ok(d) => d,
             Err(warpline::demo::DemoError::Config(errors)) => {
                 eprintln!("{errors}");
-                return Ok(None);
+                return Ok(EXIT_INVALID);
             }
             Err(e) => return Err(anyhow::anyhow!("cannot prepare the demo: {e}")),
         };
@@ -253,30 +395,61 @@ fn demo(dir: &Path, sets: &[String], report_path: Option<PathBuf>) -> anyhow::Re
             demo.server.addr(),
             dir.join("tiles.txt").display()
         );
-        let result = execute(&demo.pipeline, &RunOptions::default()).await?;
-        anyhow::Ok(Some(result))
-    })?;
-    let Some((report, signalled)) = outcome else {
-        return Ok(EXIT_INVALID);
-    };
-    let code = finish(&report, report_path, signalled)?;
-    println!("outputs: {}", dir.join("output").display());
-    Ok(code)
+        let code = execute(&demo.pipeline, args, None).await?;
+        println!("outputs: {}", dir.join("output").display());
+        Ok(code)
+    })
 }
 
 /// Runs a pipeline until it ends, turning the first interrupt into a stop
-/// and the second into an abort. Returns the report and whether a signal
-/// arrived.
+/// and the second into an abort; prints and writes the reports.
 async fn execute(
-    pipeline: &warpline::Pipeline,
-    options: &RunOptions,
-) -> anyhow::Result<(RunReport, bool)> {
+    pipeline: &Pipeline,
+    args: &RunArgs,
+    only_ids: Option<std::collections::HashSet<String>>,
+) -> anyhow::Result<u8> {
+    let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
+    let terminal = std::io::stderr().is_terminal();
+    let progress = (args.progress != ProgressMode::Off)
+        .then(|| Progress::new(terminal && args.progress == ProgressMode::Auto));
+    if let Some(p) = &progress {
+        sinks.push(p.clone());
+    }
+    let events = match &args.events {
+        None => None,
+        Some(path) => {
+            let f = EventsFile::create(path)
+                .with_context(|| format!("cannot create the events file {}", path.display()))?;
+            sinks.push(f.clone());
+            Some(f)
+        }
+    };
+    if let Some(addr) = args.metrics {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .with_context(|| format!("cannot serve metrics on {addr}"))?;
+    }
+    let sample = match (&args.report_html, args.metrics) {
+        (Some(_), _) => Some(Duration::from_millis(100)),
+        (None, Some(_)) => Some(Duration::from_secs(1)),
+        (None, None) => None,
+    };
+    let options = RunOptions {
+        failures: args.failures.clone(),
+        only_ids,
+        events: (!sinks.is_empty()).then(|| Arc::new(Fanout(sinks)) as Arc<dyn EventSink>),
+        sample,
+    };
+
     let control = RunControl::new();
     let mut signalled = false;
     // Listen before the run starts, so no interrupt is missed.
     let mut signals = Signals::new()?;
-    let run = pipeline.run_with_options(&control, options);
+    let run = pipeline.run_with_options(&control, &options);
     tokio::pin!(run);
+    let mut summary = tokio::time::interval(Duration::from_secs(10));
+    summary.tick().await;
     let report = loop {
         tokio::select! {
             report = &mut run => break report?,
@@ -294,17 +467,30 @@ async fn execute(
                     control.stop();
                 }
             }
+            _ = summary.tick(), if progress.is_some() && !terminal || args.progress == ProgressMode::Log => {
+                if let Some(p) = &progress {
+                    tracing::info!(target: "warpline::progress", "{}", p.summary());
+                }
+            }
         }
     };
-    Ok((report, signalled))
-}
-
-fn finish(report: &RunReport, report_path: Option<PathBuf>, signalled: bool) -> anyhow::Result<u8> {
-    print!("{report}");
-    if let Some(path) = report_path {
-        write_report(report, &path)?;
+    if let Some(p) = &progress {
+        p.finish();
     }
-    Ok(exit_code(report, signalled))
+    if let Some(e) = events {
+        e.flush().context("cannot write the events file")?;
+    }
+    print!("{report}");
+    if let Some(path) = &args.report {
+        let json = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
+        std::fs::write(path, json + "\n")
+            .with_context(|| format!("cannot write the report to {}", path.display()))?;
+    }
+    if let Some(path) = &args.report_html {
+        std::fs::write(path, warpline::html::render(&report))
+            .with_context(|| format!("cannot write the HTML report to {}", path.display()))?;
+    }
+    Ok(exit_code(&report, signalled))
 }
 
 fn exit_code(report: &RunReport, signalled: bool) -> u8 {
@@ -314,12 +500,6 @@ fn exit_code(report: &RunReport, signalled: bool) -> u8 {
         _ if report.items.failed > 0 => EXIT_ITEMS_FAILED,
         _ => EXIT_OK,
     }
-}
-
-fn write_report(report: &RunReport, path: &PathBuf) -> anyhow::Result<()> {
-    let json = serde_json::to_string_pretty(report).context("cannot serialise the report")?;
-    std::fs::write(path, json + "\n")
-        .with_context(|| format!("cannot write the report to {}", path.display()))
 }
 
 /// Ctrl-C / SIGINT and SIGTERM, listened for from creation on.

@@ -13,6 +13,9 @@
 //! - [`demo`]: `warpline demo`: sample tiles served on loopback, run
 //!   through `pipelines/demo.toml`;
 //! - [`tileserver`]: the loopback tile server the demo and tests use;
+//! - [`html`]: the report as a self-contained HTML page;
+//! - [`plan`]: `warpline plan`, the pipeline with every number resolved;
+//! - [`progress`]: the progress bar and the `--events` file;
 //! - `src/main.rs` and `src/cli.rs`: the `warpline` binary.
 //!
 //! ```
@@ -44,6 +47,9 @@
 #![deny(unsafe_code)]
 
 pub mod demo;
+pub mod html;
+pub mod plan;
+pub mod progress;
 pub mod tileserver;
 
 pub use warpline_engine as engine;

@@ -352,3 +352,278 @@ fn failures_are_written_as_json_lines_and_retry_failed_reruns_only_them() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/failures.jsonl"));
 }
+
+#[test]
+fn the_html_report_is_self_contained_and_has_the_timeline_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("r.html");
+    let events = dir.path().join("events.jsonl");
+    let out = warpline()
+        .args([
+            "run",
+            "pipelines/synthetic.toml",
+            "--set",
+            "source.count=400",
+            "--report-html",
+        ])
+        .arg(&html)
+        .arg("--events")
+        .arg(&events)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!doctype html>"));
+    assert!(
+        page.contains("<svg") && page.contains("<polyline"),
+        "no chart"
+    );
+    assert!(page.contains("Items in flight per stage") && page.contains("Limiter use"));
+    for stage in ["fetch", "crunch", "sink"] {
+        assert!(page.contains(stage));
+    }
+    assert!(
+        !page.contains("http://") && !page.contains("https://") && !page.contains("<script"),
+        "fetches nothing"
+    );
+    // Every event line parses, and the run's outcome events bracket them.
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.first().unwrap()["event"], "run_started");
+    assert_eq!(lines.last().unwrap()["event"], "run_finished");
+    assert_eq!(lines.iter().filter(|e| e["event"] == "done").count(), 400);
+}
+
+#[test]
+fn validate_json_lists_every_problem_with_its_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(
+        dir.path(),
+        "bad.toml",
+        r#"
+[pipeline]
+flow = ["fetch", "decode", "reproject", "write"]
+[source]
+kind = "inline"
+inputs = ["a.tif"]
+[limits.memory]
+budget = "lots"
+[stages.fetch]
+kind = "fetch"
+limits = ["connections"]
+[stages.decode]
+kind = "decode"
+[stages.reproject]
+kind = "reproject"
+crs = "EPSG:4000000"
+[stages.write]
+kind = "write"
+dir = "out"
+"#,
+    );
+    let out = warpline()
+        .args(["validate", "--format", "json"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["valid"], false);
+    let problems = json["files"][0]["problems"].as_array().unwrap();
+    let found: Vec<(String, String)> = problems
+        .iter()
+        .map(|p| {
+            (
+                p["tier"].as_str().unwrap().to_owned(),
+                p["path"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for (tier, path) in [
+        ("schema", "limits.memory.budget"),
+        ("graph", "stages.fetch.limits[0]"),
+        ("environment", "stages.reproject.crs"),
+    ] {
+        assert!(
+            found.contains(&(tier.to_owned(), path.to_owned())),
+            "{tier} {path} missing: {found:?}"
+        );
+    }
+    assert_eq!(problems.len(), 3, "{found:?}");
+
+    // The environment tier checks the output directory once the rest is valid.
+    let blocked = dir.path().join("a-file");
+    std::fs::write(&blocked, "x").unwrap();
+    let fixed = std::fs::read_to_string(&bad)
+        .unwrap()
+        .replace("\"lots\"", "\"64MiB\"")
+        .replace("limits = [\"connections\"]\n", "")
+        .replace("EPSG:4000000", "EPSG:3857")
+        .replace(
+            "dir = \"out\"",
+            &format!("dir = {:?}", blocked.join("out").display().to_string()),
+        );
+    let fixed = write(dir.path(), "fixed.toml", &fixed);
+    let out = warpline()
+        .args(["validate", "--format", "json"])
+        .arg(&fixed)
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &json["files"][0]["problems"][0];
+    assert_eq!(
+        (p["tier"].as_str(), p["path"].as_str()),
+        (Some("environment"), Some("stages.write")),
+        "{json}"
+    );
+}
+
+#[test]
+fn plan_shows_resolved_numbers_and_the_admission_bound() {
+    let out = warpline()
+        .args(["plan", "pipelines/synthetic.toml", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pipeline = warpline::Pipeline::from_path(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/synthetic.toml"),
+        &warpline::registry(),
+    )
+    .unwrap();
+    assert_eq!(plan["admission_bound"], pipeline.admission_bound());
+    let cpu = plan["limiters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "cpu")
+        .unwrap();
+    assert_eq!(
+        cpu["capacity"],
+        u64::from(warpline::engine::units::cores()),
+        "\"cores\" resolved"
+    );
+    assert!(plan["estimated_peak_memory_bytes"].as_u64().unwrap() > 8 << 20);
+    let text = warpline()
+        .args(["plan", "pipelines/demo.toml"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    for words in [
+        "admission bound",
+        "GDAL block cache",
+        "estimated peak memory",
+        "blocking workers",
+    ] {
+        assert!(text.contains(words), "{words} missing:\n{text}");
+    }
+}
+
+#[test]
+fn json_logs_carry_the_item_and_stage_also_for_gdal_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = write(dir.path(), "junk.tif", "{\"not\": \"a tiff\"}");
+    let pipeline = write(
+        dir.path(),
+        "p.toml",
+        &format!(
+            r#"
+[pipeline]
+flow = ["fetch", "decode"]
+[source]
+kind = "inline"
+inputs = [{:?}]
+[stages.fetch]
+kind = "fetch"
+[stages.decode]
+kind = "decode"
+"#,
+            junk.display().to_string()
+        ),
+    );
+    let out = warpline()
+        .args(["--log-format", "json", "run"])
+        .arg(&pipeline)
+        .env("WARPLINE_LOG", "gdal=debug,warpline_engine=warn")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let logs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let gdal = logs
+        .iter()
+        .find(|l| l["target"] == "gdal")
+        .expect("a GDAL message");
+    assert_eq!(gdal["span"]["id"], "junk", "{gdal}");
+    assert_eq!(gdal["span"]["stage"], "decode", "{gdal}");
+    let failed = logs
+        .iter()
+        .find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("failed"))
+        })
+        .expect("a failure line");
+    assert_eq!(failed["span"]["id"], "junk", "{failed}");
+}
+
+#[test]
+fn metrics_are_served_in_prometheus_text_while_running() {
+    use std::io::{Read, Write};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = warpline()
+        .args([
+            "run",
+            "pipelines/synthetic.toml",
+            "--set",
+            "source.count=100000",
+            "--metrics",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Scrape until the counters show up (a condition, not a guessed time;
+    // the deadline only turns a hang into a failure).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let body = loop {
+        assert!(std::time::Instant::now() < deadline, "no metrics");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended first");
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut text = String::new();
+            let _ = s.read_to_string(&mut text);
+            if text.contains("warpline_items_total") && text.contains("warpline_stage_queue_depth")
+            {
+                break text;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    for name in [
+        "warpline_items_total{outcome=\"done\"}",
+        "warpline_stage_queue_depth{stage=\"crunch\"}",
+        "warpline_limiter_in_use{limiter=\"cpu\"}",
+        "warpline_limiter_waiters{limiter=\"cpu\"}",
+    ] {
+        assert!(body.contains(name), "{name} missing:\n{body}");
+    }
+}

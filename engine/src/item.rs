@@ -34,6 +34,11 @@ pub struct Item {
     pub size_hint: Option<u64>,
     /// How many times the current stage has tried this item (1 on the first).
     pub attempts: u32,
+    /// Bytes read for this item (a fetch adds what it read); summed in the
+    /// report.
+    pub bytes_in: u64,
+    /// Bytes written for this item (a write adds the output's size).
+    pub bytes_out: u64,
     payload: Option<Box<dyn Any + Send>>,
     tickets: Vec<Ticket>,
 }
@@ -58,6 +63,8 @@ impl Item {
             source: input.source,
             size_hint: input.size_hint,
             attempts: 0,
+            bytes_in: 0,
+            bytes_out: 0,
             payload: None,
             tickets: Vec::new(),
         }

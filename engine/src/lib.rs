@@ -19,7 +19,9 @@
 //! - [`config`]: loading a TOML file with overrides, and the compile step
 //!   that reports every problem at once;
 //! - [`registry`]: the stage and source kinds a file may name;
-//! - [`report`]: the [`RunReport`];
+//! - [`report`]: the [`RunReport`] and its diagnosis;
+//! - [`observe`]: [`Event`](observe::Event)s and the
+//!   [`Timeline`](observe::Timeline) of a run;
 //! - [`synthetic`]: the `generate` source and the `hold` and `discard` stages,
 //!   for exercising and benchmarking the engine;
 //! - [`units`]: sizes, durations and counts as a file writes them.
@@ -52,6 +54,7 @@
 pub mod config;
 pub mod item;
 pub mod limit;
+pub mod observe;
 pub mod pipeline;
 pub mod registry;
 pub mod report;
@@ -60,9 +63,10 @@ pub mod stage;
 pub mod synthetic;
 pub mod units;
 
-pub use config::{ConfigErrors, Loader, Problem};
+pub use config::{ConfigErrors, Loader, Problem, Tier};
 pub use item::{ErrorKind, Input, Item, Outcome, StageError};
 pub use limit::{Limiter, LimiterKind, Limits, Ticket};
+pub use observe::{Event, EventKind, EventSink};
 pub use pipeline::Pipeline;
 pub use registry::{Registry, Settings};
 pub use report::RunReport;

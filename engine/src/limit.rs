@@ -112,16 +112,91 @@ impl Clock for TokioClock {
 
 type Buckets = RateLimiter<String, HashMapStateStore<String>, TokioClock, NoOpMiddleware<Nanos>>;
 
-/// Live use of a count or bytes limiter, for the report.
-#[derive(Debug, Default)]
+/// Live use of a limiter, for the report.
+#[derive(Debug)]
 struct Gauge {
     in_use: AtomicU64,
     peak: AtomicU64,
     /// Total nanoseconds spent waiting to acquire.
     waited_ns: AtomicU64,
+    /// Acquisitions that did not wait.
+    immediate: AtomicU64,
+    /// Who waits now, and for how long someone has been waiting in all.
+    contention: Mutex<Contention>,
+    /// Waits that did wait, in microseconds.
+    waits_us: Mutex<hdrhistogram::Histogram<u64>>,
+}
+
+#[derive(Debug, Default)]
+struct Contention {
+    waiters: u64,
+    since: Option<tokio::time::Instant>,
+    total: Duration,
+}
+
+impl Default for Gauge {
+    fn default() -> Self {
+        Gauge {
+            in_use: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            waited_ns: AtomicU64::new(0),
+            immediate: AtomicU64::new(0),
+            contention: Mutex::new(Contention::default()),
+            // 1 µs .. 1 h at 2 significant digits: valid bounds, cannot fail.
+            waits_us: Mutex::new(
+                hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 2)
+                    .expect("valid histogram bounds"),
+            ),
+        }
+    }
+}
+
+/// Marks a waiting acquisition; dropping it (the wait ended, or was
+/// cancelled) records the wait.
+struct Waiting<'a> {
+    gauge: &'a Gauge,
+    started: tokio::time::Instant,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let now = tokio::time::Instant::now();
+        let waited = now.saturating_duration_since(self.started);
+        self.gauge.waited(waited);
+        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX).max(1);
+        self.gauge
+            .waits_us
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .saturating_record(us);
+        let mut c = self
+            .gauge
+            .contention
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        c.waiters = c.waiters.saturating_sub(1);
+        if c.waiters == 0 {
+            if let Some(since) = c.since.take() {
+                c.total += now.saturating_duration_since(since);
+            }
+        }
+    }
 }
 
 impl Gauge {
+    fn begin_wait(&self) -> Waiting<'_> {
+        let started = tokio::time::Instant::now();
+        let mut c = self.contention.lock().unwrap_or_else(|p| p.into_inner());
+        c.waiters += 1;
+        if c.waiters == 1 {
+            c.since = Some(started);
+        }
+        Waiting {
+            gauge: self,
+            started,
+        }
+    }
+
     fn add(&self, n: u64) {
         let now = self.in_use.fetch_add(n, Ordering::AcqRel) + n;
         self.peak.fetch_max(now, Ordering::AcqRel);
@@ -325,6 +400,51 @@ impl Limiter {
         Duration::from_nanos(self.inner.gauge.waited_ns.load(Ordering::Relaxed))
     }
 
+    /// How long, in all, at least one item was waiting for this limiter
+    /// (it was at capacity), up to now.
+    pub fn contended(&self) -> Duration {
+        let c = self
+            .inner
+            .gauge
+            .contention
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let ongoing = c
+            .since
+            .map(|s| tokio::time::Instant::now().saturating_duration_since(s))
+            .unwrap_or_default();
+        c.total + ongoing
+    }
+
+    /// Items waiting for this limiter right now.
+    pub fn waiters(&self) -> u64 {
+        self.inner
+            .gauge
+            .contention
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .waiters
+    }
+
+    /// The 95th percentile of the wait over every acquisition (most take
+    /// none).
+    pub fn p95_wait(&self) -> Duration {
+        let immediate = self.inner.gauge.immediate.load(Ordering::Relaxed);
+        let hist = self
+            .inner
+            .gauge
+            .waits_us
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let waited = hist.len();
+        let total = immediate + waited;
+        if total == 0 || (immediate as f64) >= 0.95 * total as f64 {
+            return Duration::ZERO;
+        }
+        let q = (0.95 * total as f64 - immediate as f64) / waited as f64;
+        Duration::from_micros(hist.value_at_quantile(q.clamp(0.0, 1.0)))
+    }
+
     /// Slots or bytes free right now; equals [`capacity`](Self::capacity) when
     /// nothing is held. For a rate limiter, the burst.
     pub fn available(&self) -> u64 {
@@ -350,8 +470,7 @@ impl Limiter {
         amount: u64,
         key: Option<&str>,
     ) -> Result<Option<Ticket>, LimitError> {
-        let started = tokio::time::Instant::now();
-        let result = match &self.inner.state {
+        match &self.inner.state {
             State::Count { sem, .. } => self.take(sem, 1, 1).await.map(Some),
             State::Bytes {
                 sem,
@@ -388,6 +507,7 @@ impl Limiter {
                     RateKey::Global => String::new(),
                     RateKey::Host => key.unwrap_or_default().to_owned(),
                 };
+                let mut waiting = None;
                 loop {
                     let resume = paused_until
                         .lock()
@@ -396,6 +516,7 @@ impl Limiter {
                         .copied();
                     if let Some(at) = resume {
                         if at > tokio::time::Instant::now() {
+                            waiting.get_or_insert_with(|| self.inner.gauge.begin_wait());
                             tokio::time::sleep_until(at).await;
                             continue;
                         }
@@ -403,15 +524,17 @@ impl Limiter {
                     match buckets.check_key(&bucket) {
                         Ok(()) => break,
                         Err(not_until) => {
+                            waiting.get_or_insert_with(|| self.inner.gauge.begin_wait());
                             tokio::time::sleep(not_until.wait_time_from(clock.now())).await
                         }
                     }
                 }
+                if waiting.is_none() {
+                    self.inner.gauge.immediate.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok(None)
             }
-        };
-        self.inner.gauge.waited(started.elapsed());
-        result
+        }
     }
 
     /// [`acquire`](Self::acquire) for blocking stages: parks the calling
@@ -455,11 +578,22 @@ impl Limiter {
         permits: u32,
         gauge: u64,
     ) -> Result<Ticket, LimitError> {
-        let permit = sem
-            .clone()
-            .acquire_many_owned(permits)
-            .await
-            .map_err(|_| LimitError::Closed(self.inner.name.clone()))?;
+        let permit = match sem.clone().try_acquire_many_owned(permits) {
+            Ok(p) => {
+                self.inner.gauge.immediate.fetch_add(1, Ordering::Relaxed);
+                p
+            }
+            Err(tokio::sync::TryAcquireError::Closed) => {
+                return Err(LimitError::Closed(self.inner.name.clone()))
+            }
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                let _waiting = self.inner.gauge.begin_wait();
+                sem.clone()
+                    .acquire_many_owned(permits)
+                    .await
+                    .map_err(|_| LimitError::Closed(self.inner.name.clone()))?
+            }
+        };
         self.inner.gauge.add(gauge);
         Ok(Ticket {
             limiter: self.clone(),

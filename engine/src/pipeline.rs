@@ -211,6 +211,19 @@ impl Pipeline {
             .sum::<u64>()
     }
 
+    /// Checks this machine for every stage (output directories writable,
+    /// ...): the environment tier of `warpline validate`.
+    pub fn check_environment(&self) -> Vec<crate::config::Problem> {
+        self.stages
+            .iter()
+            .flat_map(|s| {
+                s.handler.check_environment().into_iter().map(move |m| {
+                    crate::config::Problem::environment(format!("stages.{}", s.name), m)
+                })
+            })
+            .collect()
+    }
+
     /// Runs the pipeline to the end on the caller's tokio runtime.
     pub async fn run(&self) -> Result<RunReport, RunError> {
         self.run_with(&RunControl::new()).await

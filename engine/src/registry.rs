@@ -125,6 +125,12 @@ impl Settings {
         Problem::new(format!("{}.{key}", self.path), message)
     }
 
+    /// A problem at `key` that comes from this machine (a CRS PROJ does not
+    /// know, a GDAL driver or option, a directory).
+    pub fn env_problem(&self, key: &str, message: impl Into<String>) -> Problem {
+        Problem::environment(format!("{}.{key}", self.path), message)
+    }
+
     /// Reads the settings into `T`, which should use
     /// `#[serde(deny_unknown_fields)]` so a misspelt key is an error.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, Vec<Problem>> {

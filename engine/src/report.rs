@@ -10,8 +10,10 @@ use serde::Serialize;
 
 use crate::item::ErrorKind;
 use crate::limit::LimiterKind;
+use crate::observe::Timeline;
 use crate::pipeline::Pipeline;
-use crate::run::{Ledger, StageStats};
+use crate::run::{HostStats, Ledger, StageStats};
+use std::collections::HashMap;
 
 /// How the run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -69,6 +71,12 @@ pub struct StageReport {
     pub processed: u64,
     /// Time spent in the stage's code, summed over workers, in seconds.
     pub busy_s: f64,
+    /// Time workers waited for an item (the mailbox was empty), summed.
+    pub starved_s: f64,
+    /// Time workers waited to hand an item on (the next mailbox was full).
+    pub blocked_s: f64,
+    /// Busy time over the time its workers had: `busy_s / (workers x elapsed_s)`.
+    pub utilisation: f64,
 }
 
 /// One limiter's use.
@@ -87,6 +95,26 @@ pub struct LimiterReport {
     pub per_second: Option<f64>,
     /// Time spent waiting for this limiter, summed over items, in seconds.
     pub wait_s: f64,
+    /// The 95th percentile of an acquisition's wait, in seconds.
+    pub p95_wait_s: f64,
+    /// The share of the run during which an item was waiting for this
+    /// limiter: it was at capacity (0..1).
+    pub share_at_capacity: f64,
+}
+
+/// Requests to one remote host (by the stages that fetch).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostReport {
+    /// The host (`(local)` for files).
+    pub host: String,
+    /// Tries, retries included.
+    pub requests: u64,
+    /// Requests per second between the first and the last.
+    pub achieved_per_s: f64,
+    /// Answers 429 Too Many Requests.
+    pub throttled_429: u64,
+    /// Tries that were tried again.
+    pub retries: u64,
 }
 
 /// One failed item.
@@ -192,12 +220,22 @@ pub struct RunReport {
     pub outcome: RunOutcome,
     /// Wall-clock seconds from start to the last worker's end.
     pub elapsed_s: f64,
+    /// Items done per second.
+    pub throughput_per_s: f64,
+    /// Bytes read (fetched).
+    pub bytes_in: u64,
+    /// Bytes written.
+    pub bytes_out: u64,
+    /// What limited the run, in a sentence.
+    pub diagnosis: String,
     /// What became of the items.
     pub items: ItemCounts,
     /// Per stage, in flow order.
     pub stages: Vec<StageReport>,
     /// Per limiter, in acquisition order.
     pub limiters: Vec<LimiterReport>,
+    /// Per remote host.
+    pub hosts: Vec<HostReport>,
     /// The first failures, up to [`REPORTED_FAILURES`](crate::run::REPORTED_FAILURES).
     pub failures: Vec<Failure>,
     /// Failures counted but not listed.
@@ -205,6 +243,91 @@ pub struct RunReport {
     /// The process's peak resident memory so far, in bytes (Linux; `null`
     /// elsewhere). For an embedding service it covers the whole process.
     pub peak_rss_bytes: Option<u64>,
+    /// Items in flight and limiter use over time, when the run was sampled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
+}
+
+/// Above this share of the run at capacity, a limiter is called the
+/// bottleneck.
+const BOUND: f64 = 0.5;
+
+/// What limited the run, in a sentence, with the numbers behind it.
+pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
+    if r.items.total == 0 {
+        return "no input was admitted".to_owned();
+    }
+    let holders = |name: &str| -> Vec<String> {
+        pipeline
+            .stages
+            .iter()
+            .filter(|s| s.limits.iter().any(|l| l.name() == name))
+            .map(|s| s.name.clone())
+            .collect()
+    };
+    let busiest = r
+        .limiters
+        .iter()
+        .filter(|l| l.share_at_capacity >= BOUND)
+        .max_by(|a, b| a.share_at_capacity.total_cmp(&b.share_at_capacity));
+    if let Some(l) = busiest {
+        let stages = holders(&l.name);
+        let who = match stages.as_slice() {
+            [] => "the source".to_owned(),
+            [one] => format!("`{one}`"),
+            many => many
+                .iter()
+                .map(|s| format!("`{s}`"))
+                .collect::<Vec<_>>()
+                .join(" and "),
+        };
+        let pct = (l.share_at_capacity * 100.0).round();
+        let hint = match l.kind {
+            LimiterKind::Count
+                if l.capacity >= u64::from(crate::units::cores())
+                    && stages.iter().any(|s| {
+                        pipeline
+                            .stages
+                            .iter()
+                            .any(|p| &p.name == s && p.handler.is_blocking())
+                    }) =>
+            {
+                format!("; raising `{}` beyond the core count will not help", l.name)
+            }
+            LimiterKind::Count => format!("; raising `{}` (now {}) may help", l.name, l.capacity),
+            LimiterKind::Bytes => format!(
+                "; a larger `{}` budget (now {}) or fewer workers would admit more",
+                l.name,
+                bytesize::ByteSize(l.capacity).display().iec()
+            ),
+            LimiterKind::Rate => format!(
+                "; the rate `{}` ({}/s) sets the pace, as intended",
+                l.name,
+                l.per_second.unwrap_or_default()
+            ),
+        };
+        return format!(
+            "{who} {} the bottleneck: `{}` was at capacity {pct}% of the run{hint}",
+            if stages.len() > 1 { "are" } else { "is" },
+            l.name
+        );
+    }
+    let stage = r
+        .stages
+        .iter()
+        .max_by(|a, b| a.utilisation.total_cmp(&b.utilisation));
+    if let Some(s) = stage.filter(|s| s.utilisation >= 0.8) {
+        return format!(
+            "`{}` is the bottleneck: its {} worker{} were busy {}% of the run; more workers (and the limits they need) may help",
+            s.name,
+            s.workers,
+            if s.workers == 1 { "" } else { "s" },
+            (s.utilisation * 100.0).round()
+        );
+    }
+    "no limiter was at capacity and no stage was busy most of the time: something outside the limits \
+     serialises (the source, the network or the disk)"
+        .to_owned()
 }
 
 /// The process's peak resident set size (VmHWM), in bytes.
@@ -222,20 +345,49 @@ impl RunReport {
         stats: &[StageStats],
         outcome: RunOutcome,
         elapsed: Duration,
+        timeline: Option<Timeline>,
+        hosts: &HashMap<String, HostStats>,
     ) -> Self {
+        let secs = elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
         let failures = ledger
             .failures
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone();
         let failed = ledger.failed.load(Ordering::Acquire);
-        RunReport {
+        let done = ledger.done.load(Ordering::Acquire);
+        let mut hosts: Vec<HostReport> = hosts
+            .iter()
+            .map(|(host, h)| {
+                let span = match (h.first, h.last) {
+                    (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
+                    _ => 0.0,
+                };
+                HostReport {
+                    host: host.clone(),
+                    requests: h.requests,
+                    achieved_per_s: if span > 0.0 {
+                        (h.requests.saturating_sub(1)) as f64 / span
+                    } else {
+                        0.0
+                    },
+                    throttled_429: h.throttled,
+                    retries: h.retries,
+                }
+            })
+            .collect();
+        hosts.sort_by(|a, b| a.host.cmp(&b.host));
+        let mut report = RunReport {
             pipeline: pipeline.name.clone(),
             outcome,
             elapsed_s: elapsed.as_secs_f64(),
+            throughput_per_s: done as f64 / secs,
+            bytes_in: ledger.bytes_in.load(Ordering::Acquire),
+            bytes_out: ledger.bytes_out.load(Ordering::Acquire),
+            diagnosis: String::new(),
             items: ItemCounts {
                 total: ledger.total.load(Ordering::Acquire),
-                done: ledger.done.load(Ordering::Acquire),
+                done,
                 skipped: ledger.skipped.load(Ordering::Acquire),
                 failed,
             },
@@ -250,6 +402,13 @@ impl RunReport {
                     mailbox: plan.mailbox,
                     processed: s.processed.load(Ordering::Acquire),
                     busy_s: Duration::from_nanos(s.busy_ns.load(Ordering::Acquire)).as_secs_f64(),
+                    starved_s: Duration::from_nanos(s.starved_ns.load(Ordering::Acquire))
+                        .as_secs_f64(),
+                    blocked_s: Duration::from_nanos(s.blocked_ns.load(Ordering::Acquire))
+                        .as_secs_f64(),
+                    utilisation: Duration::from_nanos(s.busy_ns.load(Ordering::Acquire))
+                        .as_secs_f64()
+                        / (f64::from(plan.workers) * secs),
                 })
                 .collect(),
             limiters: pipeline
@@ -262,12 +421,18 @@ impl RunReport {
                     peak_in_use: (l.kind() != LimiterKind::Rate).then(|| l.peak_in_use()),
                     per_second: l.per_second(),
                     wait_s: l.total_wait().as_secs_f64(),
+                    p95_wait_s: l.p95_wait().as_secs_f64(),
+                    share_at_capacity: (l.contended().as_secs_f64() / secs).min(1.0),
                 })
                 .collect(),
+            hosts,
             failures_not_listed: failed.saturating_sub(failures.len() as u64),
             failures,
             peak_rss_bytes: peak_rss_bytes(),
-        }
+            timeline,
+        };
+        report.diagnosis = diagnose(pipeline, &report);
+        report
     }
 
     /// The report of the stage with this name.
@@ -289,58 +454,77 @@ impl RunReport {
 impl fmt::Display for RunReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let i = &self.items;
+        let size = |b: u64| bytesize::ByteSize(b).display().iec().to_string();
         writeln!(
             f,
             "pipeline `{}` {} in {:.2}s: {} items, {} done, {} skipped, {} failed",
             self.pipeline, self.outcome, self.elapsed_s, i.total, i.done, i.skipped, i.failed
         )?;
-        if self.elapsed_s > 0.0 && i.done > 0 {
+        writeln!(f, "  throughput: {:.1} items/s", self.throughput_per_s)?;
+        if self.bytes_in > 0 || self.bytes_out > 0 {
             writeln!(
                 f,
-                "  throughput: {:.1} items/s",
-                i.done as f64 / self.elapsed_s
+                "  bytes: {} in, {} out",
+                size(self.bytes_in),
+                size(self.bytes_out)
             )?;
+        }
+        if let Some(rss) = self.peak_rss_bytes {
+            writeln!(f, "  peak memory (RSS): {}", size(rss))?;
         }
         writeln!(f, "  stages:")?;
         for s in &self.stages {
             writeln!(
                 f,
-                "    {:<16} {:<10} workers {:>3}  mailbox {:>4}  processed {:>8}  busy {:>8.2}s",
-                s.name, s.kind, s.workers, s.mailbox, s.processed, s.busy_s
+                "    {:<12} {:<9} workers {:>3} mailbox {:>4} processed {:>7} busy {:>7.2}s ({:>3.0}%) starved {:>6.2}s blocked {:>6.2}s",
+                s.name,
+                s.kind,
+                s.workers,
+                s.mailbox,
+                s.processed,
+                s.busy_s,
+                s.utilisation * 100.0,
+                s.starved_s,
+                s.blocked_s
             )?;
         }
         if !self.limiters.is_empty() {
             writeln!(f, "  limiters:")?;
         }
         for l in &self.limiters {
-            match (l.kind, l.peak_in_use) {
-                (LimiterKind::Rate, _) => writeln!(
-                    f,
-                    "    {:<16} rate   {}/s burst {}  waited {:.2}s",
-                    l.name,
+            let use_ = match (l.kind, l.peak_in_use) {
+                (LimiterKind::Rate, _) => format!(
+                    "{}/s burst {}",
                     l.per_second.unwrap_or_default(),
-                    l.capacity,
-                    l.wait_s
-                )?,
-                (LimiterKind::Bytes, peak) => writeln!(
-                    f,
-                    "    {:<16} bytes  peak {} of {}  waited {:.2}s",
-                    l.name,
-                    bytesize::ByteSize(peak.unwrap_or_default()).display().iec(),
-                    bytesize::ByteSize(l.capacity).display().iec(),
-                    l.wait_s
-                )?,
-                (kind, peak) => writeln!(
-                    f,
-                    "    {:<16} {:<6} peak {} of {}  waited {:.2}s",
-                    l.name,
-                    kind.to_string(),
-                    peak.unwrap_or_default(),
-                    l.capacity,
-                    l.wait_s
-                )?,
-            }
+                    l.capacity
+                ),
+                (LimiterKind::Bytes, peak) => {
+                    format!(
+                        "peak {} of {}",
+                        size(peak.unwrap_or_default()),
+                        size(l.capacity)
+                    )
+                }
+                (_, peak) => format!("peak {} of {}", peak.unwrap_or_default(), l.capacity),
+            };
+            writeln!(
+                f,
+                "    {:<12} {:<5} {use_:<28} at capacity {:>3.0}%  waited {:.2}s (p95 {:.3}s)",
+                l.name,
+                l.kind.to_string(),
+                l.share_at_capacity * 100.0,
+                l.wait_s,
+                l.p95_wait_s
+            )?;
         }
+        for h in &self.hosts {
+            writeln!(
+                f,
+                "  host {}: {} requests, {:.1}/s, {} x 429, {} retries",
+                h.host, h.requests, h.achieved_per_s, h.throttled_429, h.retries
+            )?;
+        }
+        writeln!(f, "  diagnosis: {}", self.diagnosis)?;
         for fail in self.failures.iter().take(10) {
             writeln!(
                 f,

@@ -16,12 +16,13 @@
 //! counted failed as `interrupted`. Tickets release on drop, so no permit
 //! outlives the run either way.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use std::time::Instant;
 
 use async_channel::{Receiver, Sender, TrySendError};
@@ -31,9 +32,11 @@ use tokio_util::sync::CancellationToken;
 use crate::config::OnError;
 use crate::item::{ErrorKind, Item, Outcome, StageError};
 use crate::limit::{LimitError, LimiterKind, RateKey, Ticket};
+use crate::observe::{Emitter, EventKind, EventSink, Sample, Timeline};
 use crate::pipeline::{Pipeline, StagePlan};
 use crate::report::{redact, Failure, RunOutcome, RunReport};
 use crate::stage::{Handler, Source, SourceError};
+use tracing::Instrument;
 
 /// How many failures the report lists one by one; the rest are counted.
 pub const REPORTED_FAILURES: usize = 1000;
@@ -86,7 +89,7 @@ impl RunControl {
 
 /// What a run does besides running: where failure records go, and which
 /// inputs to admit.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct RunOptions {
     /// Write each failed item as one JSON line to this file (created or
     /// truncated at the start; each line is flushed as it is written, so the
@@ -95,6 +98,23 @@ pub struct RunOptions {
     /// Admit only inputs with these ids (`--retry-failed`); the others are
     /// not counted at all.
     pub only_ids: Option<HashSet<String>>,
+    /// Where the run's [`Event`](crate::observe::Event)s go.
+    pub events: Option<Arc<dyn EventSink>>,
+    /// Sample the pipeline this often: the report then has a
+    /// [`Timeline`], and `metrics` gauges (queue depth, limiter use and
+    /// waiters) are kept up to date.
+    pub sample: Option<Duration>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("failures", &self.failures)
+            .field("only_ids", &self.only_ids.as_ref().map(HashSet::len))
+            .field("events", &self.events.is_some())
+            .field("sample", &self.sample)
+            .finish()
+    }
 }
 
 impl RunOptions {
@@ -157,6 +177,27 @@ pub enum RunError {
 pub(crate) struct StageStats {
     pub processed: AtomicU64,
     pub busy_ns: AtomicU64,
+    /// Time workers waited for an item (the mailbox was empty).
+    pub starved_ns: AtomicU64,
+    /// Time workers waited to hand an item on (the next mailbox was full).
+    pub blocked_ns: AtomicU64,
+    /// Items in the stage's workers right now.
+    pub working: AtomicU64,
+}
+
+fn add_ns(counter: &AtomicU64, since: Instant) {
+    let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    counter.fetch_add(ns, Ordering::Relaxed);
+}
+
+/// Requests to one host.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct HostStats {
+    pub requests: u64,
+    pub throttled: u64,
+    pub retries: u64,
+    pub first: Option<Instant>,
+    pub last: Option<Instant>,
 }
 
 /// Every item's end, counted once.
@@ -167,6 +208,8 @@ pub(crate) struct Ledger {
     pub skipped: AtomicU64,
     pub failed: AtomicU64,
     pub failures: Mutex<Vec<Failure>>,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
 }
 
 struct Shared {
@@ -179,20 +222,54 @@ struct Shared {
     aborted_on_error: AtomicBool,
     /// Set once the abort token is cancelled: a cheap check for hot paths.
     aborted: Arc<AtomicBool>,
+    events: Emitter,
+    hosts: Mutex<HashMap<String, HostStats>>,
 }
 
 impl Shared {
-    fn done(&self) {
+    fn bytes(&self, item: &Item) {
+        if item.bytes_in > 0 {
+            self.ledger
+                .bytes_in
+                .fetch_add(item.bytes_in, Ordering::Relaxed);
+        }
+        if item.bytes_out > 0 {
+            self.ledger
+                .bytes_out
+                .fetch_add(item.bytes_out, Ordering::Relaxed);
+        }
+    }
+
+    fn done(&self, item: &Item) {
+        self.bytes(item);
         self.ledger.done.fetch_add(1, Ordering::AcqRel);
+        metrics::counter!("warpline_items_total", "outcome" => "done").increment(1);
+        self.events.emit(|| EventKind::Done {
+            item: item.id.clone(),
+        });
     }
 
     fn skipped(&self, item: &Item, stage: &str, reason: &str) {
         tracing::debug!(item = %item.id, stage, reason, "skipped");
+        self.bytes(item);
         self.ledger.skipped.fetch_add(1, Ordering::AcqRel);
+        metrics::counter!("warpline_items_total", "outcome" => "skipped").increment(1);
+        self.events.emit(|| EventKind::Skipped {
+            item: item.id.clone(),
+            stage: stage.to_owned(),
+            reason: reason.to_owned(),
+        });
     }
 
     fn failed(&self, id: &str, source: &str, stage: &str, attempts: u32, error: StageError) {
         let source = redact(source);
+        metrics::counter!("warpline_items_total", "outcome" => "failed").increment(1);
+        self.events.emit(|| EventKind::Failed {
+            item: id.to_owned(),
+            stage: stage.to_owned(),
+            kind: error.kind,
+            message: error.message.clone(),
+        });
         if error.kind == ErrorKind::Interrupted {
             tracing::debug!(item = %id, stage, "interrupted: {}", error.message);
         } else {
@@ -284,6 +361,7 @@ impl Worker {
         loop {
             // Work first: when an item is waiting, the abort token (a lock)
             // is not touched at all.
+            let starved = self.rx.is_empty().then(Instant::now);
             let item = tokio::select! {
                 biased;
                 received = self.rx.recv() => match received {
@@ -292,6 +370,10 @@ impl Worker {
                 },
                 _ = abort.cancelled() => break,
             };
+            let stats = &self.shared.stats[self.index];
+            if let Some(since) = starved {
+                add_ns(&stats.starved_ns, since);
+            }
             if self.shared.aborted.load(Ordering::Acquire) {
                 self.shared.interrupted(
                     item,
@@ -300,7 +382,12 @@ impl Worker {
                 );
                 break;
             }
-            self.handle(item, &abort).await;
+            stats.working.fetch_add(1, Ordering::Relaxed);
+            // At ERROR level so the span is kept whatever level the filter lets
+            // through: every line inside an item's work carries its id and stage.
+            let span = tracing::error_span!("item", id = %item.id, stage = %self.plan.name);
+            self.handle(item, &abort).instrument(span).await;
+            stats.working.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -314,6 +401,7 @@ impl Worker {
             }
         }
         item.attempts = 0;
+        let requests = self.plan.handler.counts_requests();
         let (result, held) = loop {
             item.attempts += 1;
             let (result, held) = match self.acquire(&mut item, abort).await {
@@ -321,8 +409,12 @@ impl Worker {
                 Ok(Some(held)) => (self.call(&mut item, abort).await, held),
                 Err(error) => (Err(error), Vec::new()),
             };
+            let retrying = matches!(&result, Err(e) if self.plan.retry.retries(e, item.attempts));
+            if requests {
+                self.count_request(&item, &result, retrying);
+            }
             match result {
-                Err(error) if self.plan.retry.retries(&error, item.attempts) => {
+                Err(error) if retrying => {
                     drop(held); // nothing is held while waiting
                     let key = self.rate_key(&item);
                     if let Some(delay) = error.retry_after {
@@ -358,13 +450,33 @@ impl Worker {
 
         match result {
             Ok(Outcome::Continue) => match &self.tx {
-                None => shared.done(),
-                Some(tx) => forward(tx, item, shared, abort, stage).await,
+                None => shared.done(&item),
+                Some(tx) => {
+                    let stats = &shared.stats[self.index];
+                    forward(tx, item, shared, abort, stage, Some(stats)).await
+                }
             },
             Ok(Outcome::Skip(reason)) => shared.skipped(&item, stage, &reason),
             Err(error) => {
                 shared.failed(&item.id, &item.source, stage, item.attempts, error);
             }
+        }
+    }
+
+    /// Counts one try of a request-making stage against the item's host.
+    fn count_request(&self, item: &Item, result: &Result<Outcome, StageError>, retrying: bool) {
+        let host = host_of(&item.source).unwrap_or_else(|| "(local)".to_owned());
+        let now = Instant::now();
+        let mut hosts = self.shared.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        let h = hosts.entry(host).or_default();
+        h.requests += 1;
+        h.first.get_or_insert(now);
+        h.last = Some(now);
+        if matches!(result, Err(e) if e.status == Some(429)) {
+            h.throttled += 1;
+        }
+        if retrying {
+            h.retries += 1;
         }
     }
 
@@ -407,16 +519,21 @@ impl Worker {
         };
         let mut held = Vec::with_capacity(self.plan.limits.len());
         let key = self.rate_key(item);
+        let mut waits = Vec::new();
         for limiter in &self.plan.limits {
             let amount = match limiter.kind() {
                 LimiterKind::Bytes => bytes,
                 _ => 1,
             };
+            let started = self.shared.events.on().then(Instant::now);
             let acquired = tokio::select! {
                 biased;
                 r = limiter.acquire(amount, key.as_deref()) => r,
                 _ = abort.cancelled() => Err(LimitError::Closed(limiter.name().to_owned())),
             };
+            if let Some(t) = started {
+                waits.push((limiter.name().to_owned(), t.elapsed().as_secs_f64()));
+            }
             match acquired {
                 Ok(Some(ticket)) => held.push(ticket),
                 Ok(None) => {}
@@ -443,6 +560,12 @@ impl Worker {
                 }
             }
         }
+        self.shared.events.emit(|| EventKind::StageStarted {
+            item: item.id.clone(),
+            stage: stage.to_owned(),
+            attempt: item.attempts,
+            waits,
+        });
         Ok(Some(held))
     }
 
@@ -471,8 +594,21 @@ impl Worker {
         };
         let stats = &self.shared.stats[self.index];
         stats.processed.fetch_add(1, Ordering::Relaxed);
-        let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        stats.busy_ns.fetch_add(busy, Ordering::Relaxed);
+        let busy = started.elapsed();
+        stats.busy_ns.fetch_add(
+            u64::try_from(busy.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        self.shared.events.emit(|| EventKind::StageFinished {
+            item: item.id.clone(),
+            stage: self.plan.name.clone(),
+            busy_s: busy.as_secs_f64(),
+            outcome: match &result {
+                Ok(Outcome::Continue) => "ok".to_owned(),
+                Ok(Outcome::Skip(_)) => "skip".to_owned(),
+                Err(e) => e.kind.to_string(),
+            },
+        });
         result
     }
 }
@@ -485,6 +621,7 @@ async fn forward(
     shared: &Shared,
     abort: &CancellationToken,
     stage: &str,
+    stats: Option<&StageStats>,
 ) {
     let item = match tx.try_send(item) {
         Ok(()) => return,
@@ -496,6 +633,7 @@ async fn forward(
     };
     // The slow path keeps the names, as the send future owns the item.
     let (id, source, attempts) = (item.id.clone(), item.source.clone(), item.attempts);
+    let blocked = Instant::now();
     tokio::select! {
         biased;
         _ = abort.cancelled() => shared.failed(
@@ -505,6 +643,9 @@ async fn forward(
         sent = tx.send(item) => if let Err(e) = sent {
             shared.interrupted(e.into_inner(), stage, "before the next stage could take the item");
         },
+    }
+    if let Some(s) = stats {
+        add_ns(&s.blocked_ns, blocked);
     }
 }
 
@@ -567,7 +708,94 @@ async fn drive_source(
             shared.interrupted(item, "source", "before the item was admitted");
             break;
         }
-        forward(&tx, item, shared, &abort, "source").await;
+        shared.events.emit(|| EventKind::Admitted {
+            item: item.id.clone(),
+        });
+        forward(&tx, item, shared, &abort, "source", None).await;
+    }
+}
+
+/// Samples the pipeline every so often (see [`RunOptions::sample`]).
+struct Sampler {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Timeline>,
+}
+
+impl Sampler {
+    fn start(
+        pipeline: &Pipeline,
+        receivers: &[Receiver<Item>],
+        shared: &Arc<Shared>,
+        every: Duration,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let names: Vec<String> = pipeline.stages.iter().map(|s| s.name.clone()).collect();
+        let limiters: Vec<crate::limit::Limiter> = pipeline.limits.iter().cloned().collect();
+        let receivers = receivers.to_vec();
+        let shared = Arc::clone(shared);
+        let started = tokio::time::Instant::now();
+        let task = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut timeline = Timeline {
+                    interval_s: every.as_secs_f64(),
+                    stages: names.clone(),
+                    limiters: limiters
+                        .iter()
+                        .filter(|l| l.kind() != LimiterKind::Rate)
+                        .map(|l| (l.name().to_owned(), l.capacity()))
+                        .collect(),
+                    samples: Vec::new(),
+                };
+                let mut interval = every;
+                loop {
+                    let working: Vec<u64> = shared
+                        .stats
+                        .iter()
+                        .map(|s| s.working.load(Ordering::Relaxed))
+                        .collect();
+                    let queued: Vec<u64> = receivers.iter().map(|r| r.len() as u64).collect();
+                    for (i, name) in names.iter().enumerate() {
+                        metrics::gauge!("warpline_stage_queue_depth", "stage" => name.clone())
+                            .set(queued[i] as f64);
+                        metrics::gauge!("warpline_stage_working", "stage" => name.clone())
+                            .set(working[i] as f64);
+                    }
+                    for l in &limiters {
+                        let name = l.name().to_owned();
+                        metrics::gauge!("warpline_limiter_in_use", "limiter" => name.clone())
+                            .set(l.in_use() as f64);
+                        metrics::gauge!("warpline_limiter_waiters", "limiter" => name)
+                            .set(l.waiters() as f64);
+                    }
+                    let in_use = limiters
+                        .iter()
+                        .filter(|l| l.kind() != LimiterKind::Rate)
+                        .map(|l| l.in_use())
+                        .collect();
+                    timeline.push(
+                        Sample {
+                            t_s: started.elapsed().as_secs_f64(),
+                            working,
+                            queued,
+                            in_use,
+                        },
+                        &mut interval,
+                    );
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tokio::time::sleep(interval) => {}
+                    }
+                }
+                timeline
+            })
+        };
+        Sampler { stop, task }
+    }
+
+    async fn finish(self) -> Timeline {
+        self.stop.cancel();
+        self.task.await.unwrap_or_default()
     }
 }
 
@@ -576,7 +804,8 @@ pub(crate) async fn run(
     control: &RunControl,
     options: &RunOptions,
 ) -> Result<RunReport, RunError> {
-    let started = Instant::now();
+    // tokio's clock, as the limiters use: paused time in tests stays coherent.
+    let started = tokio::time::Instant::now();
     let failures_file = match &options.failures {
         None => None,
         Some(path) => Some(Mutex::new(std::io::BufWriter::new(
@@ -608,6 +837,12 @@ pub(crate) async fn run(
         on_error: pipeline.on_error,
         aborted_on_error: AtomicBool::new(false),
         aborted: Arc::new(AtomicBool::new(false)),
+        events: Emitter::new(options.events.clone()),
+        hosts: Mutex::new(HashMap::new()),
+    });
+    shared.events.emit(|| EventKind::RunStarted {
+        pipeline: pipeline.name.clone(),
+        total: source.len_hint(),
     });
     let mailboxes: Vec<(Sender<Item>, Receiver<Item>)> = pipeline
         .stages
@@ -671,6 +906,9 @@ pub(crate) async fn run(
     // closes when everything upstream of it has finished.
     let first = mailboxes.first().map(|(tx, _)| tx.clone());
     let receivers: Vec<Receiver<Item>> = mailboxes.into_iter().map(|(_, rx)| rx).collect();
+    let sampler = options
+        .sample
+        .map(|every| Sampler::start(pipeline, &receivers, &shared, every));
 
     match (&spawn_error, first) {
         (Some(_), _) => control.abort(),
@@ -708,13 +946,30 @@ pub(crate) async fn run(
     } else {
         RunOutcome::Completed
     };
+    let timeline = match sampler {
+        Some(s) => Some(s.finish().await),
+        None => None,
+    };
+    let hosts = shared
+        .hosts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     let report = RunReport::build(
         pipeline,
         &shared.ledger,
         &shared.stats,
         outcome,
         started.elapsed(),
+        timeline,
+        &hosts,
     );
+    shared.events.emit(|| EventKind::RunFinished {
+        outcome: serde_json::to_value(report.outcome)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+    });
     tracing::info!(
         pipeline = %pipeline.name,
         done = report.items.done,

@@ -42,6 +42,18 @@ pub trait AsyncStage: Send + Sync + 'static {
     fn skip_check(&self, _item: &Item) -> Option<String> {
         None
     }
+
+    /// Whether each try is a request to the item's host (a fetch): the
+    /// report then counts requests, 429s and retries per host.
+    fn counts_requests(&self) -> bool {
+        false
+    }
+
+    /// Checks this machine before a run (for example: the output directory
+    /// can be written). Each message is a problem; none by default.
+    fn check_environment(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A stage whose work blocks (CPU, GDAL, file I/O). Runs on OS threads the
@@ -71,6 +83,18 @@ pub trait BlockingStage: Send + Sync + 'static {
     /// it is admitted, before any stage works on it. Must be cheap.
     fn skip_check(&self, _item: &Item) -> Option<String> {
         None
+    }
+
+    /// Whether each try is a request to the item's host (a fetch): the
+    /// report then counts requests, 429s and retries per host.
+    fn counts_requests(&self) -> bool {
+        false
+    }
+
+    /// Checks this machine before a run (for example: the output directory
+    /// can be written). Each message is a problem; none by default.
+    fn check_environment(&self) -> Vec<String> {
+        Vec::new()
     }
 }
 
@@ -112,6 +136,20 @@ impl Handler {
         match self {
             Handler::Async(s) => s.demand(item),
             Handler::Blocking(s) => s.demand(item),
+        }
+    }
+
+    pub(crate) fn check_environment(&self) -> Vec<String> {
+        match self {
+            Handler::Async(s) => s.check_environment(),
+            Handler::Blocking(s) => s.check_environment(),
+        }
+    }
+
+    pub(crate) fn counts_requests(&self) -> bool {
+        match self {
+            Handler::Async(s) => s.counts_requests(),
+            Handler::Blocking(s) => s.counts_requests(),
         }
     }
 

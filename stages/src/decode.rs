@@ -85,7 +85,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     }
     let assume_crs = d.assume_crs.as_deref().and_then(|text| {
         crs_to_wkt(text)
-            .map_err(|m| problems.push(s.problem("assume_crs", m)))
+            .map_err(|m| problems.push(s.env_problem("assume_crs", m)))
             .ok()
     });
     let max_decoded_bytes = match &d.max_decoded_bytes {

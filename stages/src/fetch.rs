@@ -306,8 +306,13 @@ impl AsyncStage for Fetch {
         } else {
             self.file(item).await?
         };
+        item.bytes_in += bytes.len() as u64;
         item.set_payload(Fetched { bytes });
         Ok(Outcome::Continue)
+    }
+
+    fn counts_requests(&self) -> bool {
+        true
     }
 
     fn retry_default(&self) -> RetryPolicy {

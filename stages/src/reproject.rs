@@ -117,7 +117,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
             String::new()
         }
         Some(text) => crs_to_wkt(text).unwrap_or_else(|m| {
-            problems.push(s.problem("crs", m));
+            problems.push(s.env_problem("crs", m));
             String::new()
         }),
     };
@@ -188,7 +188,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
             problems.push(s.problem("extent_crs", "only applies with `extent`"));
         }
         if let Err(m) = crs_to_wkt(text) {
-            problems.push(s.problem("extent_crs", m));
+            problems.push(s.env_problem("extent_crs", m));
         }
         args.extend(["-te_srs".to_owned(), text.clone()]);
     }

@@ -190,11 +190,23 @@ fn list(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
 
 impl SourceSpec for List {
     fn open(&self) -> Result<Box<dyn Source>, String> {
-        let file = std::fs::File::open(&self.path)
-            .map_err(|e| format!("cannot read the input list {}: {e}", self.path.display()))?;
+        let open = || {
+            std::fs::File::open(&self.path)
+                .map_err(|e| format!("cannot read the input list {}: {e}", self.path.display()))
+        };
+        // One pass to count the inputs (for progress), then the real read.
+        let len = std::io::BufReader::new(open()?)
+            .lines()
+            .map_while(Result::ok)
+            .filter(|l| {
+                let t = l.trim();
+                !t.is_empty() && !t.starts_with('#')
+            })
+            .count() as u64;
         Ok(Box::new(ListRun {
+            len,
             name: self.path.display().to_string(),
-            lines: std::io::BufReader::new(file).lines(),
+            lines: std::io::BufReader::new(open()?).lines(),
             line_no: 0,
             schemes: self.schemes.clone(),
             ids: Ids::default(),
@@ -203,6 +215,7 @@ impl SourceSpec for List {
 }
 
 struct ListRun {
+    len: u64,
     name: String,
     lines: std::io::Lines<std::io::BufReader<std::fs::File>>,
     line_no: u64,
@@ -244,6 +257,10 @@ impl Source for ListRun {
                 }),
             });
         }
+    }
+
+    fn len_hint(&self) -> Option<u64> {
+        Some(self.len)
     }
 }
 

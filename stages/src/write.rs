@@ -195,7 +195,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         Ok(declared) => {
             for (k, v) in &options {
                 if let Err(m) = check_option(&declared, k, v) {
-                    problems.push(s.problem(&format!("creation_options.{k}"), m));
+                    problems.push(s.env_problem(&format!("creation_options.{k}"), m));
                 }
             }
         }
@@ -269,6 +269,38 @@ impl Write {
 }
 
 impl BlockingStage for Write {
+    fn check_environment(&self) -> Vec<String> {
+        // The directory, or the nearest ancestor that exists (it would be
+        // created there): a file can be made and removed in it.
+        let mut at = if self.dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            self.dir.as_path()
+        };
+        while !at.exists() {
+            at = at
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+        }
+        let probe = at.join(format!(".warpline-probe-{}", std::process::id()));
+        let result = if at.is_dir() {
+            std::fs::write(&probe, b"probe").and_then(|_| std::fs::remove_file(&probe))
+        } else {
+            Err(std::io::Error::other(format!(
+                "{} is not a directory",
+                at.display()
+            )))
+        };
+        match result {
+            Ok(()) => Vec::new(),
+            Err(e) => vec![format!(
+                "output directory {} cannot be written: {e}",
+                self.dir.display()
+            )],
+        }
+    }
+
     fn skip_check(&self, item: &Item) -> Option<String> {
         let path = self.output_path(&item.id);
         (self.exists == Exists::Skip && path.exists()).then(|| format!("{} exists", path.display()))
@@ -357,6 +389,7 @@ impl BlockingStage for Write {
                 StageError::permanent(format!("{id}: cannot finish {}: {e}", path.display()))
             })?;
         guard.keep = true;
+        item.bytes_out += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         // The rename is durable once the directory is synced.
         let _ = sync(&parent);
         item.set_payload(Written { path });

@@ -237,7 +237,7 @@ pub(super) fn compile(
     // The flow: every declared stage exactly once, in order.
     let mut stages = Vec::new();
     match &section.flow {
-        None => problems.push(Problem::new(
+        None => problems.push(Problem::graph(
             "pipeline.flow",
             format!(
                 "missing: list the stages in the order items pass through them, e.g. flow = [{}]",
@@ -248,7 +248,7 @@ pub(super) fn compile(
                     .join(", ")
             ),
         )),
-        Some(flow) if flow.is_empty() => problems.push(Problem::new(
+        Some(flow) if flow.is_empty() => problems.push(Problem::graph(
             "pipeline.flow",
             "must name at least one stage",
         )),
@@ -258,14 +258,14 @@ pub(super) fn compile(
             for (i, name) in flow.iter().enumerate() {
                 let path = format!("pipeline.flow[{i}]");
                 if !seen.insert(name.clone()) {
-                    problems.push(Problem::new(
+                    problems.push(Problem::graph(
                         path,
                         format!("duplicate stage `{name}`: a stage appears in the flow once"),
                     ));
                 } else if let Some(plan) = by_name.remove(name) {
                     stages.push(plan);
                 } else if !stage_names.contains(name) {
-                    problems.push(Problem::new(
+                    problems.push(Problem::graph(
                         path,
                         format!(
                             "unknown stage `{name}`; declared stages: {}",
@@ -276,7 +276,7 @@ pub(super) fn compile(
             }
             for name in &stage_names {
                 if !seen.contains(name) {
-                    problems.push(Problem::new(
+                    problems.push(Problem::graph(
                         join("stages", name),
                         "declared but not in pipeline.flow: add it to the flow or remove it",
                     ));
@@ -429,7 +429,7 @@ fn resolve_limits(
         let p = format!("{path}[{i}]");
         match limits.get(name) {
             None if declared.broken.contains(name) => {}
-            None => problems.push(Problem::new(
+            None => problems.push(Problem::graph(
                 p,
                 format!(
                     "unknown limiter `{name}`; declared limiters: {}",
@@ -437,7 +437,7 @@ fn resolve_limits(
                 ),
             )),
             Some(_) if out.iter().any(|l| l.name() == name) => {
-                problems.push(Problem::new(p, format!("duplicate limiter `{name}`")))
+                problems.push(Problem::graph(p, format!("duplicate limiter `{name}`")))
             }
             Some(l) => out.push(l.clone()),
         }
@@ -462,11 +462,11 @@ fn build_stage(
     let acquire = resolve_limits(&join(path, "limits"), &common.limits, declared, problems);
     for (i, name) in common.carry.iter().enumerate() {
         match acquire.iter().find(|l| l.name() == name) {
-            None => problems.push(Problem::new(
+            None => problems.push(Problem::graph(
                 format!("{path}.carry[{i}]"),
                 format!("`{name}` is not in this stage's `limits`; a stage can only carry what it holds"),
             )),
-            Some(l) if l.kind() == LimiterKind::Rate => problems.push(Problem::new(
+            Some(l) if l.kind() == LimiterKind::Rate => problems.push(Problem::graph(
                 format!("{path}.carry[{i}]"),
                 format!("`{name}` is a rate limiter: a token is spent, not held, so it cannot be carried"),
             )),
@@ -474,7 +474,7 @@ fn build_stage(
         }
     }
     let Some(kind) = common.kind else {
-        problems.push(Problem::new(
+        problems.push(Problem::graph(
             join(path, "kind"),
             format!(
                 "missing; known stage kinds: {}",
@@ -484,7 +484,7 @@ fn build_stage(
         return None;
     };
     let Some(factory) = registry.stage(&kind) else {
-        problems.push(Problem::new(
+        problems.push(Problem::graph(
             join(path, "kind"),
             format!(
                 "unknown stage kind {kind:?}; known stage kinds: {}",
@@ -580,7 +580,7 @@ fn build_source(
     let held = resolve_limits("source.limits", &common.limits, declared, problems);
     for (i, l) in held.iter().enumerate() {
         if l.kind() != LimiterKind::Count {
-            problems.push(Problem::new(
+            problems.push(Problem::graph(
                 format!("source.limits[{i}]"),
                 format!(
                     "`{}` is a {} limiter; the source holds one slot of a count limiter (a unit \
@@ -592,7 +592,7 @@ fn build_source(
         }
     }
     let Some(kind) = common.kind else {
-        problems.push(Problem::new(
+        problems.push(Problem::graph(
             "source.kind",
             format!(
                 "missing; known source kinds: {}",
@@ -602,7 +602,7 @@ fn build_source(
         return None;
     };
     let Some(factory) = registry.source(&kind) else {
-        problems.push(Problem::new(
+        problems.push(Problem::graph(
             "source.kind",
             format!(
                 "unknown source kind {kind:?}; known source kinds: {}",
@@ -643,7 +643,7 @@ fn check_carried(source: &SourcePlan, stages: &[StagePlan], problems: &mut Vec<P
         let path = join("stages", &stage.name);
         for (i, name) in stage.release.iter().enumerate() {
             if !carried.iter().any(|(l, _)| l.name() == name) {
-                problems.push(Problem::new(
+                problems.push(Problem::graph(
                     format!("{path}.release[{i}]"),
                     format!("items reaching this stage carry no `{name}`: only a limiter carried by the source or an earlier stage can be released"),
                 ));
@@ -654,7 +654,7 @@ fn check_carried(source: &SourcePlan, stages: &[StagePlan], problems: &mut Vec<P
         for want in &stage.limits {
             for (held, from) in &carried {
                 if held.name() == want.name() {
-                    problems.push(Problem::new(
+                    problems.push(Problem::graph(
                         join(&path, "limits"),
                         format!(
                             "items arrive holding `{}` (carried from {from}); waiting for more of it while \
@@ -664,7 +664,7 @@ fn check_carried(source: &SourcePlan, stages: &[StagePlan], problems: &mut Vec<P
                         ),
                     ));
                 } else if want.kind() != LimiterKind::Rate && held.order() > want.order() {
-                    problems.push(Problem::new(
+                    problems.push(Problem::graph(
                         join(&path, "limits"),
                         format!(
                             "waits for `{}` while items hold `{}` (carried from {from}), but `{}` is declared after `{}`; \

@@ -14,10 +14,26 @@ use crate::registry::Registry;
 
 pub use file::{LimitSection, OnError, PipelineSection};
 
+/// Which check found a problem. `warpline validate` checks in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// The file's shape: TOML syntax, known keys, types, values.
+    Schema,
+    /// How the parts connect: the flow, limiter and stage references, the
+    /// acquisition order.
+    Graph,
+    /// This machine: CRSs PROJ understands, GDAL drivers and creation
+    /// options, output directories that can be written.
+    Environment,
+}
+
 /// One thing wrong with a pipeline, at a key path such as
 /// `stages.decode.workers`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Problem {
+    /// Which check found it.
+    pub tier: Tier,
     /// Where in the pipeline file (dotted key path; `<file>` for the whole).
     pub path: String,
     /// What is wrong and, where it helps, what would be right.
@@ -25,11 +41,28 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// A problem at `path`.
+    /// A problem with the file's shape at `path`.
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         Problem {
+            tier: Tier::Schema,
             path: path.into(),
             message: message.into(),
+        }
+    }
+
+    /// A problem with how the parts connect.
+    pub fn graph(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Problem {
+            tier: Tier::Graph,
+            ..Problem::new(path, message)
+        }
+    }
+
+    /// A problem with this machine (CRS, driver, directory).
+    pub fn environment(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Problem {
+            tier: Tier::Environment,
+            ..Problem::new(path, message)
         }
     }
 }

@@ -1,0 +1,186 @@
+//! Watching a run: [`Event`]s for each item's progress (to a file with
+//! `--events`, to a progress bar, to an embedding service), and the
+//! [`Timeline`] of items in flight per stage and limiter use over time
+//! (for `--report-html` and metrics).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::item::ErrorKind;
+
+/// Something that happened in a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// Seconds since the run started.
+    pub t_s: f64,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EventKind {
+    /// The run started; `total` is the number of inputs when the source
+    /// knows it.
+    RunStarted {
+        /// The pipeline's name.
+        pipeline: String,
+        /// Inputs, if known.
+        total: Option<u64>,
+    },
+    /// The source made an item and it entered the pipeline.
+    Admitted {
+        /// The item's id.
+        item: String,
+    },
+    /// A stage took the item, after waiting for its limiters.
+    StageStarted {
+        /// The item's id.
+        item: String,
+        /// The stage.
+        stage: String,
+        /// The try, from 1.
+        attempt: u32,
+        /// Seconds spent waiting for each limiter, by name.
+        waits: Vec<(String, f64)>,
+    },
+    /// A stage finished its work on the item (whatever the outcome).
+    StageFinished {
+        /// The item's id.
+        item: String,
+        /// The stage.
+        stage: String,
+        /// Seconds in the stage's code.
+        busy_s: f64,
+        /// `ok`, `skip`, or the error kind.
+        outcome: String,
+    },
+    /// The item passed every stage.
+    Done {
+        /// The item's id.
+        item: String,
+    },
+    /// The item was skipped.
+    Skipped {
+        /// The item's id.
+        item: String,
+        /// The stage that skipped it.
+        stage: String,
+        /// Why.
+        reason: String,
+    },
+    /// The item failed.
+    Failed {
+        /// The item's id.
+        item: String,
+        /// The stage that failed it.
+        stage: String,
+        /// The error kind.
+        kind: ErrorKind,
+        /// The message.
+        message: String,
+    },
+    /// The run ended.
+    RunFinished {
+        /// `completed`, `stopped`, `aborted` or `aborted_on_error`.
+        outcome: String,
+    },
+}
+
+/// Receives a run's events, on whichever thread produced them: keep it
+/// quick (buffer, count, or forward to a channel).
+pub trait EventSink: Send + Sync + 'static {
+    /// One event.
+    fn event(&self, event: &Event);
+}
+
+impl<F: Fn(&Event) + Send + Sync + 'static> EventSink for F {
+    fn event(&self, event: &Event) {
+        self(event)
+    }
+}
+
+/// The sink and the clock of a run.
+#[derive(Clone)]
+pub(crate) struct Emitter {
+    sink: Option<Arc<dyn EventSink>>,
+    started: std::time::Instant,
+}
+
+impl Emitter {
+    pub(crate) fn new(sink: Option<Arc<dyn EventSink>>) -> Self {
+        Emitter {
+            sink,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    pub(crate) fn on(&self) -> bool {
+        self.sink.is_some()
+    }
+
+    /// Emits the event `make` builds, if anyone listens.
+    pub(crate) fn emit(&self, make: impl FnOnce() -> EventKind) {
+        if let Some(sink) = &self.sink {
+            let at_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or(0);
+            sink.event(&Event {
+                at_ms,
+                t_s: self.started.elapsed().as_secs_f64(),
+                kind: make(),
+            });
+        }
+    }
+}
+
+/// Samples over time: items in flight per stage (working or queued), and
+/// what each count or bytes limiter holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Timeline {
+    /// Seconds between samples (it doubles as a long run goes on, so a
+    /// timeline stays under about 1,000 samples).
+    pub interval_s: f64,
+    /// Stage names, in flow order.
+    pub stages: Vec<String>,
+    /// Limiter names, with their capacity.
+    pub limiters: Vec<(String, u64)>,
+    /// The samples.
+    pub samples: Vec<Sample>,
+}
+
+/// One moment of a [`Timeline`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sample {
+    /// Seconds since the run started.
+    pub t_s: f64,
+    /// Per stage: items in its workers.
+    pub working: Vec<u64>,
+    /// Per stage: items in its mailbox.
+    pub queued: Vec<u64>,
+    /// Per limiter: slots or bytes held.
+    pub in_use: Vec<u64>,
+}
+
+/// The most samples a timeline keeps before it halves its resolution.
+pub(crate) const MAX_SAMPLES: usize = 1000;
+
+impl Timeline {
+    pub(crate) fn push(&mut self, sample: Sample, interval: &mut Duration) {
+        self.samples.push(sample);
+        if self.samples.len() >= MAX_SAMPLES {
+            let kept: Vec<Sample> = self.samples.iter().step_by(2).cloned().collect();
+            self.samples = kept;
+            *interval *= 2;
+        }
+        self.interval_s = interval.as_secs_f64();
+    }
+}

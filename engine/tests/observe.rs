@@ -1,0 +1,335 @@
+//! The report and events: invariants that must hold for any run, a
+//! diagnosis that names the limiter a pipeline was built to be bound by, and
+//! events that agree with the report.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use warpline_engine::limit::LimiterKind;
+use warpline_engine::{
+    Event, EventKind, Input, Pipeline, Registry, RunControl, RunOptions, RunReport, Source,
+    SourceError, SourceSpec,
+};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn run(toml: &str, registry: &Registry) -> (RunReport, Vec<Event>) {
+    let pipeline = Pipeline::from_toml_str(toml, registry).unwrap_or_else(|e| panic!("{e}"));
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&events);
+    let options = RunOptions {
+        events: Some(Arc::new(move |e: &Event| {
+            sink.lock().unwrap().push(e.clone())
+        })),
+        sample: Some(Duration::from_millis(5)),
+        ..RunOptions::default()
+    };
+    let report = rt()
+        .block_on(pipeline.run_with_options(&RunControl::new(), &options))
+        .unwrap();
+    let events = events.lock().unwrap().clone();
+    (report, events)
+}
+
+fn assert_invariants(r: &RunReport) {
+    let i = r.items;
+    assert_eq!(i.done + i.skipped + i.failed, i.total, "{r}");
+    for l in &r.limiters {
+        if l.kind != LimiterKind::Rate {
+            assert!(
+                l.peak_in_use.unwrap() <= l.capacity,
+                "{}: peak over capacity",
+                l.name
+            );
+        }
+        assert!((0.0..=1.0).contains(&l.share_at_capacity), "{}", l.name);
+        assert!(l.p95_wait_s <= l.wait_s.max(l.p95_wait_s), "{}", l.name);
+    }
+    for s in &r.stages {
+        assert!(s.busy_s >= 0.0 && s.starved_s >= 0.0 && s.blocked_s >= 0.0);
+        assert!(s.utilisation <= 1.05, "{}: {}", s.name, s.utilisation);
+    }
+    let first = &r.stages[0];
+    assert!(
+        first.processed
+            <= i.total
+                + r.failures
+                    .iter()
+                    .map(|f| u64::from(f.attempts))
+                    .sum::<u64>()
+    );
+    assert!(!r.diagnosis.is_empty());
+    let t = r.timeline.as_ref().expect("sampled");
+    for s in &t.samples {
+        assert_eq!(s.working.len(), r.stages.len());
+        for (v, (name, cap)) in s.in_use.iter().zip(&t.limiters) {
+            assert!(v <= cap, "{name} sampled over capacity");
+        }
+    }
+}
+
+const MIXED: &str = r#"
+[pipeline]
+flow = ["io", "cpu_work", "sink"]
+[source]
+kind = "generate"
+count = 300
+sizes = ["10KiB", "200KiB", "1MiB"]
+[limits.api]
+per_second = 2000
+burst = 20
+[limits.memory]
+budget = "2MiB"
+[limits.cpu]
+permits = 2
+[stages.io]
+kind = "hold"
+duration = "1ms"
+workers = 8
+limits = ["api"]
+[stages.cpu_work]
+kind = "hold"
+mode = "spin"
+duration = "100us"
+workers = 3
+limits = ["memory", "cpu"]
+fail_every = 17
+[stages.sink]
+kind = "discard"
+"#;
+
+#[test]
+fn report_invariants_hold_and_events_agree_with_the_report() {
+    let (r, events) = run(MIXED, &Registry::with_builtins());
+    assert_invariants(&r);
+    assert_eq!(r.items.failed, 300 / 17);
+    let mut count: HashMap<&str, u64> = HashMap::new();
+    let mut finished: HashMap<String, u64> = HashMap::new();
+    let mut admitted = std::collections::HashSet::new();
+    for e in &events {
+        let name = match &e.kind {
+            EventKind::RunStarted { total, .. } => {
+                assert_eq!(*total, Some(300));
+                "run_started"
+            }
+            EventKind::Admitted { item } => {
+                assert!(admitted.insert(item.clone()), "{item} admitted twice");
+                "admitted"
+            }
+            EventKind::StageStarted { .. } => "stage_started",
+            EventKind::StageFinished { stage, .. } => {
+                *finished.entry(stage.clone()).or_default() += 1;
+                "stage_finished"
+            }
+            EventKind::Done { .. } => "done",
+            EventKind::Skipped { .. } => "skipped",
+            EventKind::Failed { .. } => "failed",
+            EventKind::RunFinished { outcome } => {
+                assert_eq!(outcome, "completed");
+                "run_finished"
+            }
+            _ => "other",
+        };
+        *count.entry(name).or_default() += 1;
+        // Every event serialises to one JSON object with its kind.
+        let json = serde_json::to_value(e).unwrap();
+        assert!(json["event"].is_string() && json["at_ms"].is_u64());
+    }
+    assert_eq!(count["admitted"], r.items.total);
+    assert_eq!(count["done"], r.items.done);
+    assert_eq!(count.get("failed").copied().unwrap_or(0), r.items.failed);
+    assert_eq!(count["stage_started"], count["stage_finished"]);
+    for s in &r.stages {
+        assert_eq!(finished[&s.name], s.processed, "stage {}", s.name);
+    }
+    assert_eq!((count["run_started"], count["run_finished"]), (1, 1));
+    let last = events.last().unwrap();
+    assert!(matches!(last.kind, EventKind::RunFinished { .. }));
+}
+
+#[test]
+fn a_cpu_bound_pipeline_names_cpu() {
+    let (r, _) = run(
+        r#"
+        [pipeline]
+        flow = ["decode", "warp"]
+        [source]
+        kind = "generate"
+        count = 120
+        [limits.cpu]
+        permits = 1
+        [stages.decode]
+        kind = "hold"
+        mode = "spin"
+        duration = "1ms"
+        workers = 4
+        limits = ["cpu"]
+        [stages.warp]
+        kind = "hold"
+        mode = "spin"
+        duration = "1ms"
+        workers = 4
+        limits = ["cpu"]
+        "#,
+        &Registry::with_builtins(),
+    );
+    assert_invariants(&r);
+    assert!(
+        r.diagnosis.contains("`cpu` was at capacity"),
+        "{}",
+        r.diagnosis
+    );
+    assert!(
+        r.diagnosis
+            .contains("`decode` and `warp` are the bottleneck"),
+        "{}",
+        r.diagnosis
+    );
+}
+
+#[test]
+fn a_rate_bound_pipeline_names_the_rate() {
+    let (r, _) = run(
+        r#"
+        [pipeline]
+        flow = ["fetch"]
+        [source]
+        kind = "generate"
+        count = 40
+        [limits.api]
+        per_second = 200
+        [stages.fetch]
+        kind = "hold"
+        workers = 8
+        limits = ["api"]
+        "#,
+        &Registry::with_builtins(),
+    );
+    assert_invariants(&r);
+    assert!(
+        r.diagnosis.contains("`api` was at capacity"),
+        "{}",
+        r.diagnosis
+    );
+    assert!(r.diagnosis.contains("sets the pace"), "{}", r.diagnosis);
+}
+
+#[test]
+fn a_memory_bound_pipeline_names_memory() {
+    let (r, _) = run(
+        r#"
+        [pipeline]
+        flow = ["work"]
+        [source]
+        kind = "generate"
+        count = 80
+        size = "1MiB"
+        [limits.memory]
+        budget = "1MiB"
+        [stages.work]
+        kind = "hold"
+        duration = "2ms"
+        workers = 8
+        limits = ["memory"]
+        "#,
+        &Registry::with_builtins(),
+    );
+    assert_invariants(&r);
+    assert!(
+        r.diagnosis.contains("`memory` was at capacity"),
+        "{}",
+        r.diagnosis
+    );
+}
+
+#[test]
+fn a_stage_without_limits_that_is_always_busy_is_named() {
+    let (r, _) = run(
+        r#"
+        [pipeline]
+        flow = ["slow", "sink"]
+        [source]
+        kind = "generate"
+        count = 60
+        [stages.slow]
+        kind = "hold"
+        duration = "3ms"
+        workers = 1
+        [stages.sink]
+        kind = "discard"
+        "#,
+        &Registry::with_builtins(),
+    );
+    assert_invariants(&r);
+    assert!(
+        r.diagnosis.starts_with("`slow` is the bottleneck"),
+        "{}",
+        r.diagnosis
+    );
+}
+
+/// A source that takes its time: nothing inside the pipeline limits it.
+struct Trickle(u64);
+struct TrickleRun(u64);
+
+impl SourceSpec for Trickle {
+    fn open(&self) -> Result<Box<dyn Source>, String> {
+        Ok(Box::new(TrickleRun(self.0)))
+    }
+}
+
+#[async_trait]
+impl Source for TrickleRun {
+    async fn next(&mut self) -> Option<Result<Input, SourceError>> {
+        if self.0 == 0 {
+            return None;
+        }
+        self.0 -= 1;
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        Some(Ok(Input {
+            id: format!("t{}", self.0),
+            source: "trickle".into(),
+            size_hint: None,
+        }))
+    }
+}
+
+#[test]
+fn when_nothing_inside_limits_the_run_the_diagnosis_says_so() {
+    let mut registry = Registry::with_builtins();
+    registry.register_source("trickle", |_| {
+        Ok(Arc::new(Trickle(60)) as Arc<dyn SourceSpec>)
+    });
+    let (r, _) = run(
+        r#"
+        [pipeline]
+        flow = ["work"]
+        [source]
+        kind = "trickle"
+        [limits.cpu]
+        permits = 4
+        [stages.work]
+        kind = "hold"
+        duration = "100us"
+        workers = 4
+        limits = ["cpu"]
+        "#,
+        &registry,
+    );
+    assert_invariants(&r);
+    assert!(
+        r.diagnosis.starts_with("no limiter was at capacity"),
+        "{}",
+        r.diagnosis
+    );
+}

@@ -1,0 +1,198 @@
+//! `warpline plan`: the pipeline as it will run, with every number resolved.
+
+use std::fmt;
+
+use serde::Serialize;
+use warpline_engine::limit::LimiterKind;
+use warpline_engine::Pipeline;
+
+/// A stage as it will run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedStage {
+    /// Its name.
+    pub name: String,
+    /// Its kind.
+    pub kind: String,
+    /// `async` (tokio tasks) or `blocking` (OS threads).
+    pub workers_are: &'static str,
+    /// Workers.
+    pub workers: u32,
+    /// Mailbox capacity.
+    pub mailbox: u32,
+    /// Limiters taken per item, in acquisition order.
+    pub limits: Vec<String>,
+    /// Limiters carried on, released on entry, charged by the stage itself.
+    pub carry: Vec<String>,
+    /// Released on entry.
+    pub release: Vec<String>,
+    /// Charged by the stage's own code.
+    pub charges: Vec<String>,
+    /// Tries per item.
+    pub attempts: u32,
+}
+
+/// A limiter with its resolved numbers.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedLimiter {
+    /// Its name.
+    pub name: String,
+    /// Count, bytes or rate.
+    pub kind: LimiterKind,
+    /// Slots, bytes, or burst.
+    pub capacity: u64,
+    /// Tokens per second (rate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_second: Option<f64>,
+    /// `host` when keyed per host (rate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per: Option<String>,
+}
+
+/// The pipeline as it will run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// The pipeline's name.
+    pub pipeline: String,
+    /// The source kind, and the unit budget it holds.
+    pub source: String,
+    /// Source limiters (held from admission to the item's end).
+    pub source_limits: Vec<String>,
+    /// The stages, in flow order.
+    pub stages: Vec<PlannedStage>,
+    /// `1 + sum(workers + mailbox)`: the most items in the pipeline at once.
+    pub admission_bound: u64,
+    /// The limiters, in acquisition order.
+    pub limiters: Vec<PlannedLimiter>,
+    /// GDAL's block cache, in bytes.
+    pub gdal_cache_bytes: u64,
+    /// The most memory the run should take: every byte budget, GDAL's
+    /// cache, and a fixed 64 MiB for the process itself.
+    pub estimated_peak_memory_bytes: u64,
+}
+
+/// What the process takes besides budgets and caches.
+const BASE_MEMORY: u64 = 64 << 20;
+
+impl Plan {
+    /// The plan of a compiled pipeline.
+    pub fn of(p: &Pipeline) -> Self {
+        let names =
+            |v: &[warpline_engine::Limiter]| v.iter().map(|l| l.name().to_owned()).collect();
+        let limiters: Vec<PlannedLimiter> = p
+            .limits()
+            .iter()
+            .map(|l| PlannedLimiter {
+                name: l.name().to_owned(),
+                kind: l.kind(),
+                capacity: l.capacity(),
+                per_second: l.per_second(),
+                per: l.rate_key().map(|k| format!("{k:?}").to_lowercase()),
+            })
+            .collect();
+        let budgets: u64 = limiters
+            .iter()
+            .filter(|l| l.kind == LimiterKind::Bytes)
+            .map(|l| l.capacity)
+            .sum();
+        let gdal_cache_bytes = warpline_stages::gdal::cache_max();
+        Plan {
+            pipeline: p.name().to_owned(),
+            source: p.source().kind.clone(),
+            source_limits: names(&p.source().limits),
+            stages: p
+                .stages()
+                .iter()
+                .map(|s| PlannedStage {
+                    name: s.name.clone(),
+                    kind: s.kind.clone(),
+                    workers_are: if s.handler.is_blocking() {
+                        "blocking"
+                    } else {
+                        "async"
+                    },
+                    workers: s.workers,
+                    mailbox: s.mailbox,
+                    limits: names(&s.limits),
+                    carry: s.carry.clone(),
+                    release: s.release.clone(),
+                    charges: names(&s.charges),
+                    attempts: s.retry.attempts,
+                })
+                .collect(),
+            admission_bound: p.admission_bound(),
+            limiters,
+            gdal_cache_bytes,
+            estimated_peak_memory_bytes: budgets + gdal_cache_bytes + BASE_MEMORY,
+        }
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let size = |b: u64| bytesize::ByteSize(b).display().iec().to_string();
+        writeln!(f, "pipeline `{}`", self.pipeline)?;
+        writeln!(
+            f,
+            "  source: {} (holds {:?} per item)",
+            self.source, self.source_limits
+        )?;
+        writeln!(f, "  stages:")?;
+        for s in &self.stages {
+            writeln!(
+                f,
+                "    {:<12} {:<9} {:>3} {} workers, mailbox {:>4}, tries {}, limits {:?}{}{}{}",
+                s.name,
+                s.kind,
+                s.workers,
+                s.workers_are,
+                s.mailbox,
+                s.attempts,
+                s.limits,
+                if s.release.is_empty() {
+                    String::new()
+                } else {
+                    format!(", releases {:?}", s.release)
+                },
+                if s.carry.is_empty() {
+                    String::new()
+                } else {
+                    format!(", carries {:?}", s.carry)
+                },
+                if s.charges.is_empty() {
+                    String::new()
+                } else {
+                    format!(", charges {:?}", s.charges)
+                },
+            )?;
+        }
+        writeln!(f, "  admission bound: {} items", self.admission_bound)?;
+        writeln!(f, "  limiters (in acquisition order):")?;
+        for l in &self.limiters {
+            match l.kind {
+                LimiterKind::Count => {
+                    writeln!(f, "    {:<12} count  {} slots", l.name, l.capacity)?
+                }
+                LimiterKind::Bytes => {
+                    writeln!(f, "    {:<12} bytes  {}", l.name, size(l.capacity))?
+                }
+                LimiterKind::Rate => writeln!(
+                    f,
+                    "    {:<12} rate   {}/s, burst {}, one bucket per {}",
+                    l.name,
+                    l.per_second.unwrap_or_default(),
+                    l.capacity,
+                    match l.per.as_deref() {
+                        Some("host") => "host",
+                        _ => "run",
+                    }
+                )?,
+            }
+        }
+        writeln!(f, "  GDAL block cache: {}", size(self.gdal_cache_bytes))?;
+        writeln!(
+            f,
+            "  estimated peak memory: {} (byte budgets + GDAL cache + 64 MiB)",
+            size(self.estimated_peak_memory_bytes)
+        )
+    }
+}
