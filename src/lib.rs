@@ -3,20 +3,24 @@
 //! An actor-based dataflow engine for geospatial raster batch work: fetch
 //! raster tiles, decode them, reproject them and write GeoTIFF / COG, with
 //! every resource bounded by a named limiter and every input accounted for.
+//! This crate is warpline as a library, for embedding in your own Rust
+//! service; the `warpline` binary is built on the same API.
 //!
-//! This crate is warpline as a library: it re-exports the engine and the
-//! stages, and [`registry`] gives every kind the `warpline` binary knows.
+//! ## Where things live
 //!
 //! - [`engine`] (`warpline-engine`): the generic runtime: stages, mailboxes,
 //!   limiters, pipeline files, the run report;
-//! - [`stages`] (`warpline-stages`): the raster stages;
-//! - [`demo`]: `warpline demo`: sample tiles served on loopback, run
-//!   through `pipelines/demo.toml`;
-//! - [`tileserver`]: the loopback tile server the demo and tests use;
-//! - [`html`]: the report as a self-contained HTML page;
-//! - [`plan`]: `warpline plan`, the pipeline with every number resolved;
-//! - [`progress`]: the progress bar and the `--events` file;
-//! - `src/main.rs` and `src/cli.rs`: the `warpline` binary.
+//! - [`stages`] (`warpline-stages`): the raster stages and the one module
+//!   that calls GDAL;
+//! - [`registry`]: every kind the binary knows; [`demo`] and
+//!   [`tileserver`]: `warpline demo` and its loopback tile server;
+//!   [`html`], [`plan`] and [`progress`]: what the binary shows;
+//! - `examples/service.rs`: an axum service that runs posted pipelines.
+//!
+//! ## Run a pipeline
+//!
+//! On your own tokio runtime (current-thread or multi-threaded); warpline
+//! starts no runtime of its own.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -42,6 +46,131 @@
 //! assert_eq!(report.items.done, 50);
 //! # }
 //! ```
+//!
+//! [`Pipeline::from_path`] reads a file; [`Loader`] adds environment and
+//! `--set`-style overrides. Every problem comes back at once, each with its
+//! key path ([`ConfigErrors`]).
+//!
+//! ## Build one in code
+//!
+//! [`PipelineBuilder`] writes what a file would say and compiles it the same
+//! way, so the checks and messages are the same.
+//!
+//! ```
+//! use serde_json::json;
+//!
+//! let pipeline = warpline::PipelineBuilder::new("in-code")
+//!     .source("generate", json!({ "count": 10 }))
+//!     .stage("work", "hold", json!({ "duration": "1ms", "workers": 2 }))
+//!     .build(&warpline::registry())
+//!     .expect("valid pipeline");
+//! assert_eq!(pipeline.admission_bound(), 1 + 2 + 2);
+//! ```
+//!
+//! ## Spawn, watch, cancel
+//!
+//! [`Pipeline::spawn`] returns a [`RunHandle`] at once: exact
+//! [`progress`](RunWatch::progress) counts, [`events`](RunWatch::events) as
+//! a `Stream`, [`stop`](RunWatch::stop) (drain) and
+//! [`cancel`](RunWatch::cancel) (abort; every permit is given back), a
+//! [`cancellation_token`](RunWatch::cancellation_token), and the report.
+//!
+//! ```
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() {
+//! use futures::StreamExt;
+//!
+//! let pipeline = warpline::PipelineBuilder::new("watched")
+//!     .source("generate", serde_json::json!({ "count": 1000000 }))
+//!     .stage("work", "hold", serde_json::json!({ "duration": "1ms", "workers": 4 }))
+//!     .build(&warpline::registry())
+//!     .unwrap();
+//! let handle = pipeline.spawn(warpline::RunOptions::default());
+//! let mut events = handle.events();
+//! while let Some(event) = events.next().await {
+//!     if matches!(event.kind, warpline::EventKind::Done { .. }) {
+//!         break; // one item went all the way through
+//!     }
+//! }
+//! handle.cancel();
+//! let report = handle.report().await.unwrap();
+//! assert!(report.items.done < 1000000);
+//! assert_eq!(report.items.done + report.items.failed, report.items.total);
+//! # }
+//! ```
+//!
+//! ## Share limits between pipelines
+//!
+//! A service running many jobs at once gives them one `connections` and one
+//! `memory` budget: build the shared [`Limits`] once, pass them to every
+//! pipeline ([`Loader::with_limits`], [`PipelineBuilder::with_limits`]), and
+//! let each pipeline file name the ones it draws on with
+//! `[limits.NAME] shared = true`. Its other limits stay its own. Shared
+//! limiters keep the order of the shared set, so no two pipelines take them
+//! in opposite orders.
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use warpline::{Limiter, Limits, Loader};
+//!
+//! let mut shared = Limits::new();
+//! shared.add(Limiter::count("connections", NonZeroU32::new(16).unwrap())).unwrap();
+//! let job = r#"
+//!     [pipeline]
+//!     flow = ["work"]
+//!     [source]
+//!     kind = "generate"
+//!     count = 3
+//!     [limits.connections]
+//!     shared = true
+//!     [stages.work]
+//!     kind = "hold"
+//!     limits = ["connections"]
+//! "#;
+//! let a = Loader::from_toml_str(job).with_limits(&shared).load(&warpline::registry()).unwrap();
+//! let b = Loader::from_toml_str(job).with_limits(&shared).load(&warpline::registry()).unwrap();
+//! assert!(a.limits().holds(shared.get("connections").unwrap()));
+//! assert!(b.limits().holds(shared.get("connections").unwrap()));
+//! ```
+//!
+//! ## Your own stages and sources
+//!
+//! Implement [`AsyncStage`] (I/O, on tokio tasks) or [`BlockingStage`] (CPU
+//! or blocking C, on OS threads the stage owns) and register a factory by
+//! kind name; a file then uses it with `kind = "..."`. Sources implement
+//! [`Source`] and [`SourceSpec`]. A factory reads its settings with
+//! [`Settings::parse`] into a struct with `#[serde(deny_unknown_fields)]`.
+//!
+//! ```
+//! use warpline::{async_trait, AsyncStage, Handler, Item, Outcome, StageError};
+//!
+//! struct Stamp;
+//!
+//! #[async_trait]
+//! impl AsyncStage for Stamp {
+//!     async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
+//!         item.set_payload(format!("seen {}", item.id));
+//!         Ok(Outcome::Continue)
+//!     }
+//! }
+//!
+//! let mut registry = warpline::registry();
+//! registry.register_stage("stamp", |_settings| Ok(Handler::from_async(Stamp)));
+//! let p = warpline::Pipeline::from_toml_str(
+//!     "[pipeline]\nflow = [\"s\"]\n[source]\nkind = \"generate\"\ncount = 2\n[stages.s]\nkind = \"stamp\"\n",
+//!     &registry,
+//! );
+//! assert!(p.is_ok());
+//! ```
+//!
+//! ## GDAL in a process with several pipelines
+//!
+//! GDAL's process-wide state is set up once, safely, however many pipelines
+//! start at the same time: drivers, an error handler that forwards GDAL's
+//! messages to `tracing` inside the item's span, and the block cache, sized
+//! to the largest a pipeline's memory budget asks for (see
+//! [`stages::gdal`]). GDAL calls run only on the blocking stages' own
+//! threads, never on your runtime's.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
@@ -55,8 +184,13 @@ pub mod tileserver;
 pub use warpline_engine as engine;
 pub use warpline_stages as stages;
 
+pub use warpline_engine::async_trait;
+pub use warpline_engine::limit::{Limiter, Limits, Oversize, RateKey};
 pub use warpline_engine::{
-    ConfigErrors, Loader, Pipeline, Problem, Registry, RunControl, RunError, RunOptions, RunReport,
+    AsyncStage, BlockingStage, ConfigErrors, Event, EventKind, EventSink, Handler, Input, Item,
+    Loader, Outcome, Pipeline, PipelineBuilder, Problem, Progress, Registry, RunControl, RunError,
+    RunHandle, RunOptions, RunReport, RunWatch, Settings, Source, SourceError, SourceSpec,
+    StageError,
 };
 
 /// Every stage and source kind warpline ships.

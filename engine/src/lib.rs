@@ -9,6 +9,9 @@
 //!
 //! - [`pipeline`]: a compiled [`Pipeline`], its [`admission
 //!   bound`](Pipeline::admission_bound), and [`Pipeline::run`];
+//! - [`handle`]: [`Pipeline::spawn`] and the [`RunHandle`] that watches,
+//!   stops or cancels a run in the background;
+//! - [`builder`]: a [`PipelineBuilder`] for pipelines made in code;
 //! - [`run`]: the source loop, the workers (tokio tasks or OS threads), and
 //!   shutdown through [`RunControl`];
 //! - [`limit`]: count, bytes and rate [`Limiter`]s and the [`Ticket`]s that
@@ -51,7 +54,9 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
 
+pub mod builder;
 pub mod config;
+pub mod handle;
 pub mod item;
 pub mod limit;
 pub mod observe;
@@ -63,7 +68,11 @@ pub mod stage;
 pub mod synthetic;
 pub mod units;
 
+/// The attribute for implementing [`AsyncStage`] and [`Source`].
+pub use async_trait::async_trait;
+pub use builder::PipelineBuilder;
 pub use config::{ConfigErrors, Loader, Problem, Tier};
+pub use handle::{Progress, RunHandle, RunWatch};
 pub use item::{ErrorKind, Input, Item, Outcome, StageError};
 pub use limit::{Limiter, LimiterKind, Limits, Ticket};
 pub use observe::{Event, EventKind, EventSink};

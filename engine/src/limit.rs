@@ -13,8 +13,8 @@
 //! Acquiring a count or bytes limiter yields a [`Ticket`], which releases its
 //! share when dropped, so an error, a panic or a cancellation can never leak
 //! a permit. Several limiters are always acquired in one global order (their
-//! `order`, the order of declaration), which makes deadlock between stages
-//! impossible.
+//! position in the pipeline's [`Limits`], the order of declaration), which
+//! makes deadlock between stages impossible.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -235,7 +235,6 @@ enum State {
 
 struct Inner {
     name: String,
-    order: usize,
     state: State,
     gauge: Gauge,
 }
@@ -261,11 +260,10 @@ const KIB: u64 = 1024;
 
 impl Limiter {
     /// A count limiter with `permits` slots (at least 1).
-    pub fn count(name: impl Into<String>, order: usize, permits: NonZeroU32) -> Self {
+    pub fn count(name: impl Into<String>, permits: NonZeroU32) -> Self {
         let permits = permits.get();
         Self::new(
             name,
-            order,
             State::Count {
                 sem: Arc::new(Semaphore::new(permits as usize)),
                 permits,
@@ -275,11 +273,10 @@ impl Limiter {
 
     /// A byte budget of `budget` bytes (rounded up to whole KiB, at least 1 KiB,
     /// at most `u32::MAX` KiB, about 4 TiB).
-    pub fn bytes(name: impl Into<String>, order: usize, budget: u64, oversize: Oversize) -> Self {
+    pub fn bytes(name: impl Into<String>, budget: u64, oversize: Oversize) -> Self {
         let budget_kib = u32::try_from(budget.div_ceil(KIB).max(1)).unwrap_or(u32::MAX);
         Self::new(
             name,
-            order,
             State::Bytes {
                 sem: Arc::new(Semaphore::new(budget_kib as usize)),
                 budget: u64::from(budget_kib) * KIB,
@@ -294,7 +291,6 @@ impl Limiter {
     /// finite number.
     pub fn rate(
         name: impl Into<String>,
-        order: usize,
         per_second: f64,
         burst: NonZeroU32,
         key: RateKey,
@@ -310,7 +306,6 @@ impl Limiter {
         let buckets = RateLimiter::new(quota, HashMapStateStore::default(), clock.clone());
         Some(Self::new(
             name,
-            order,
             State::Rate {
                 buckets,
                 clock,
@@ -322,11 +317,10 @@ impl Limiter {
         ))
     }
 
-    fn new(name: impl Into<String>, order: usize, state: State) -> Self {
+    fn new(name: impl Into<String>, state: State) -> Self {
         Limiter {
             inner: Arc::new(Inner {
                 name: name.into(),
-                order,
                 state,
                 gauge: Gauge::default(),
             }),
@@ -336,11 +330,6 @@ impl Limiter {
     /// The resource name (`cpu`, `memory`, `connections`, ...).
     pub fn name(&self) -> &str {
         &self.inner.name
-    }
-
-    /// The position in the global acquisition order.
-    pub fn order(&self) -> usize {
-        self.inner.order
     }
 
     /// Count, bytes or rate.
@@ -639,22 +628,54 @@ impl Drop for Ticket {
     }
 }
 
-/// The named limiters of a pipeline, in their global acquisition order.
+/// Named limiters in their acquisition order: a pipeline's, or a set that
+/// several pipelines share (see [`Loader::with_limits`](crate::Loader::with_limits)).
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use warpline_engine::limit::{Limiter, Limits, Oversize};
+///
+/// let mut shared = Limits::new();
+/// shared.add(Limiter::count("connections", NonZeroU32::new(8).unwrap())).unwrap();
+/// shared.add(Limiter::bytes("memory", 512 << 20, Oversize::Fail)).unwrap();
+/// assert_eq!(shared.position("memory"), Some(1));
+/// assert!(shared.add(Limiter::count("memory", NonZeroU32::MIN)).is_err());
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct Limits {
     by_order: Vec<Limiter>,
 }
 
 impl Limits {
-    /// Adds a limiter; its order must be the next position.
+    /// No limiters.
+    pub fn new() -> Self {
+        Limits::default()
+    }
+
+    /// Adds a limiter after the others; a name may be used once.
+    pub fn add(&mut self, limiter: Limiter) -> Result<(), String> {
+        if self.get(limiter.name()).is_some() {
+            return Err(format!(
+                "a limiter named `{}` exists already",
+                limiter.name()
+            ));
+        }
+        self.by_order.push(limiter);
+        Ok(())
+    }
+
     pub(crate) fn push(&mut self, limiter: Limiter) {
-        debug_assert_eq!(limiter.order(), self.by_order.len());
         self.by_order.push(limiter);
     }
 
     /// The limiter with this name.
     pub fn get(&self, name: &str) -> Option<&Limiter> {
         self.by_order.iter().find(|l| l.name() == name)
+    }
+
+    /// Where the limiter with this name stands in the acquisition order.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.by_order.iter().position(|l| l.name() == name)
     }
 
     /// All limiters, in acquisition order.
@@ -671,6 +692,14 @@ impl Limits {
     pub fn is_empty(&self) -> bool {
         self.by_order.is_empty()
     }
+
+    /// Whether `limiter` is this very limiter (shared), not one with the
+    /// same name.
+    pub fn holds(&self, limiter: &Limiter) -> bool {
+        self.by_order
+            .iter()
+            .any(|l| Arc::ptr_eq(&l.inner, &limiter.inner))
+    }
 }
 
 #[cfg(test)]
@@ -683,7 +712,7 @@ mod tests {
 
     #[tokio::test]
     async fn tickets_give_back_on_drop() {
-        let l = Limiter::count("cpu", 0, nz(2));
+        let l = Limiter::count("cpu", nz(2));
         let a = l.acquire(1, None).await.unwrap();
         let b = l.acquire(1, None).await.unwrap();
         assert_eq!(l.available(), 0);
@@ -697,7 +726,7 @@ mod tests {
 
     #[tokio::test]
     async fn bytes_round_up_to_kib_and_enforce_oversize_policy() {
-        let fail = Limiter::bytes("memory", 0, 10 * 1024, Oversize::Fail);
+        let fail = Limiter::bytes("memory", 10 * 1024, Oversize::Fail);
         let t = fail.acquire(1, None).await.unwrap().unwrap();
         assert_eq!(t.amount(), 1024);
         drop(t);
@@ -705,7 +734,7 @@ mod tests {
         assert!(matches!(err, LimitError::OverBudget { .. }), "{err}");
         assert!(err.to_string().contains("memory"));
 
-        let alone = Limiter::bytes("memory", 0, 10 * 1024, Oversize::Alone);
+        let alone = Limiter::bytes("memory", 10 * 1024, Oversize::Alone);
         let t = alone.acquire(1 << 30, None).await.unwrap().unwrap();
         assert_eq!(alone.available(), 0);
         assert_eq!(t.amount(), 10 * 1024);
@@ -713,8 +742,8 @@ mod tests {
 
     #[test]
     fn rate_rejects_non_positive() {
-        assert!(Limiter::rate("r", 0, 0.0, nz(1), RateKey::Global).is_none());
-        assert!(Limiter::rate("r", 0, f64::NAN, nz(1), RateKey::Global).is_none());
-        assert!(Limiter::rate("r", 0, -1.0, nz(1), RateKey::Global).is_none());
+        assert!(Limiter::rate("r", 0.0, nz(1), RateKey::Global).is_none());
+        assert!(Limiter::rate("r", f64::NAN, nz(1), RateKey::Global).is_none());
+        assert!(Limiter::rate("r", -1.0, nz(1), RateKey::Global).is_none());
     }
 }

@@ -79,7 +79,8 @@ impl Settings {
                 ),
             ));
         }
-        if let Some(after) = self.held.iter().find(|h| h.order() > l.order()) {
+        let pos = |x: &Limiter| self.limits.position(x.name());
+        if let Some(after) = self.held.iter().find(|h| pos(h) > pos(l)) {
             return Err(self.problem(
                 key,
                 format!(

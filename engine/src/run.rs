@@ -81,6 +81,11 @@ impl RunControl {
         self.stop.is_cancelled()
     }
 
+    /// A token whose cancellation aborts the run.
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.abort.clone()
+    }
+
     /// Whether [`abort`](Self::abort) was called (or the deadline passed).
     pub fn is_aborted(&self) -> bool {
         self.abort.is_cancelled()
@@ -154,6 +159,9 @@ pub enum RunError {
         /// What went wrong.
         message: String,
     },
+    /// The run's task panicked or was cancelled from outside.
+    #[error("the run ended abnormally: {0}")]
+    Panicked(String),
     /// The failures file could not be created.
     #[error("cannot create the failures file {path}: {error}")]
     Failures {

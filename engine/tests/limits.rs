@@ -305,7 +305,7 @@ async fn an_aborted_run_gives_every_permit_back_blocking_workers() {
 #[tokio::test(start_paused = true)]
 async fn a_token_bucket_takes_the_expected_virtual_time() {
     let burst = NonZeroU32::new(5).unwrap();
-    let rate = Limiter::rate("api", 0, 10.0, burst, RateKey::Global).unwrap();
+    let rate = Limiter::rate("api", 10.0, burst, RateKey::Global).unwrap();
     let start = tokio::time::Instant::now();
     for _ in 0..25 {
         rate.acquire(1, None).await.unwrap();
@@ -317,7 +317,7 @@ async fn a_token_bucket_takes_the_expected_virtual_time() {
 #[tokio::test(start_paused = true)]
 async fn keyed_token_buckets_do_not_share_tokens() {
     let burst = NonZeroU32::new(4).unwrap();
-    let rate = Limiter::rate("hosts", 0, 2.0, burst, RateKey::Host).unwrap();
+    let rate = Limiter::rate("hosts", 2.0, burst, RateKey::Host).unwrap();
     let start = tokio::time::Instant::now();
     for _ in 0..4 {
         rate.acquire(1, Some("a.example")).await.unwrap();
@@ -337,7 +337,7 @@ async fn keyed_token_buckets_do_not_share_tokens() {
 #[tokio::test(start_paused = true)]
 async fn a_paused_key_hands_out_no_token_until_the_pause_ends() {
     let burst = NonZeroU32::new(10).unwrap();
-    let rate = Limiter::rate("hosts", 0, 100.0, burst, RateKey::Host).unwrap();
+    let rate = Limiter::rate("hosts", 100.0, burst, RateKey::Host).unwrap();
     let start = tokio::time::Instant::now();
     rate.pause_key(Some("slow.example"), Duration::from_secs(3));
     rate.acquire(1, Some("fast.example")).await.unwrap();

@@ -102,7 +102,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     {
         // GDAL's block cache holds a second copy of what it decodes: size
         // it from the budget (an eighth, within 16 MiB .. 512 MiB).
-        crate::gdal::set_cache_max((m.capacity() / 8).clamp(16 << 20, 512 << 20));
+        crate::gdal::request_cache((m.capacity() / 8).clamp(16 << 20, 512 << 20));
     }
     if !problems.is_empty() {
         return Err(problems);

@@ -2,8 +2,11 @@
 //! and the `gdal` crate where it is safe). Read ../shared/GDAL-NOTES.md
 //! before changing anything here.
 //!
-//! - [`init`]: process-wide set-up, once: drivers, an error handler that
-//!   forwards to `tracing` (never panics), the block cache size;
+//! - [`init`]: process-wide set-up, once however many pipelines start at
+//!   the same time (a `std::sync::Once`): drivers, an error handler that
+//!   forwards to `tracing` (never panics; it runs on the thread of the GDAL
+//!   call, so messages arrive inside the item's span), the block cache
+//!   size ([`request_cache`]: the largest any pipeline asked for);
 //! - [`MemFile`]: bytes Rust owns, seen by GDAL as a `/vsimem/` file whose
 //!   name the engine made (never a name built from input);
 //! - [`Raster`]: a decoded raster: Rust-owned band buffers with a MEM
@@ -46,6 +49,19 @@ pub fn init() {
 
 /// The block cache when no memory budget says otherwise.
 pub const DEFAULT_CACHE: u64 = 64 << 20;
+
+static CACHE_REQUESTED: AtomicU64 = AtomicU64::new(0);
+
+/// Asks for a block cache of at least `bytes`. The cache is one per
+/// process: with several pipelines in one process it is the largest any of
+/// them asked for.
+pub fn request_cache(bytes: u64) {
+    init();
+    let before = CACHE_REQUESTED.fetch_max(bytes, Ordering::AcqRel);
+    if bytes > before {
+        set_cache_max(bytes);
+    }
+}
 
 /// Sets GDAL's block cache size (bytes). `GDALSetCacheMax64` works at any
 /// time, unlike the `GDAL_CACHEMAX` config option.

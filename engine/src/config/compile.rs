@@ -112,6 +112,7 @@ pub(super) fn compile(
     mut root: Map<String, Value>,
     registry: &Registry,
     default_name: &str,
+    shared: Option<&Limits>,
 ) -> Result<Pipeline, Vec<Problem>> {
     let mut problems = Vec::new();
     for key in root.keys() {
@@ -177,7 +178,7 @@ pub(super) fn compile(
         .and_then(|v| v.clone().into_table().ok())
         .is_some_and(|t| t.contains_key("limits"));
     let implicit = (!declares_descriptors && !source_has_limits).then(|| {
-        let l = Limiter::count(DESCRIPTORS, 0, default_descriptors());
+        let l = Limiter::count(DESCRIPTORS, default_descriptors());
         limits.push(l.clone());
         l
     });
@@ -187,12 +188,32 @@ pub(super) fn compile(
             let built = check_name(&path, &name, &mut problems)
                 .then(|| parse::<LimitSection>(&path, value, &mut problems))
                 .flatten()
-                .and_then(|s| build_limiter(&path, &name, limits.len(), &s, &mut problems));
+                .and_then(|s| match s.shared {
+                    Some(true) => take_shared(&path, &name, &s, shared, &mut problems),
+                    _ => build_limiter(&path, &name, &s, &mut problems),
+                });
             match built {
                 Some(l) => limits.push(l),
                 None => {
                     broken.insert(name);
                 }
+            }
+        }
+    }
+    // Shared limiters keep the sharing process's order, so that no two
+    // pipelines can take them in opposite orders.
+    if let Some(shared) = shared {
+        let mine: Vec<&Limiter> = limits.iter().filter(|l| shared.holds(l)).collect();
+        for pair in mine.windows(2) {
+            if shared.position(pair[0].name()) > shared.position(pair[1].name()) {
+                problems.push(Problem::graph(
+                    join("limits", pair[1].name()),
+                    format!(
+                        "shared limiters must be declared in the order the process shares them: `{}` before `{}`",
+                        pair[1].name(),
+                        pair[0].name()
+                    ),
+                ));
             }
         }
     }
@@ -286,7 +307,7 @@ pub(super) fn compile(
     }
 
     if let Some(source) = &source {
-        check_carried(source, &stages, &mut problems);
+        check_carried(source, &stages, &limits, &mut problems);
     }
 
     let source = source.map(|mut s| {
@@ -308,10 +329,46 @@ pub(super) fn compile(
     }
 }
 
+/// `[limits.NAME] shared = true`: the limiter of that name that the
+/// embedding process shares between pipelines.
+fn take_shared(
+    path: &str,
+    name: &str,
+    s: &LimitSection,
+    shared: Option<&Limits>,
+    problems: &mut Vec<Problem>,
+) -> Option<Limiter> {
+    if s.permits.is_some()
+        || s.budget.is_some()
+        || s.per_second.is_some()
+        || s.oversize.is_some()
+        || s.burst.is_some()
+        || s.per.is_some()
+    {
+        problems.push(Problem::new(
+            path,
+            "a shared limiter is sized by the process that shares it: give only `shared = true`",
+        ));
+        return None;
+    }
+    let found = shared.and_then(|l| l.get(name)).cloned();
+    if found.is_none() {
+        let offered = shared
+            .map(|l| known(l.iter().map(|x| x.name())))
+            .unwrap_or_else(|| {
+                "none (this pipeline is not run by a process that shares limiters)".to_owned()
+            });
+        problems.push(Problem::graph(
+            path,
+            format!("no shared limiter `{name}`; shared limiters: {offered}"),
+        ));
+    }
+    found
+}
+
 fn build_limiter(
     path: &str,
     name: &str,
-    order: usize,
     s: &LimitSection,
     problems: &mut Vec<Problem>,
 ) -> Option<Limiter> {
@@ -346,7 +403,7 @@ fn build_limiter(
             .resolve()
             .map_err(|m| problems.push(Problem::new(join(path, "permits"), m)))
             .ok()?;
-        return Some(Limiter::count(name, order, NonZeroU32::new(n)?));
+        return Some(Limiter::count(name, NonZeroU32::new(n)?));
     }
     if let Some(b) = &s.budget {
         misplaced("burst", s.burst.is_some(), problems);
@@ -376,7 +433,7 @@ fn build_limiter(
                 return None;
             }
         };
-        return Some(Limiter::bytes(name, order, bytes, oversize));
+        return Some(Limiter::bytes(name, bytes, oversize));
     }
     let rate = s.per_second.unwrap_or_default();
     misplaced("oversize", s.oversize.is_some(), problems);
@@ -399,7 +456,7 @@ fn build_limiter(
         ));
         return None;
     }
-    let limiter = Limiter::rate(name, order, rate, NonZeroU32::new(burst)?, key);
+    let limiter = Limiter::rate(name, rate, NonZeroU32::new(burst)?, key);
     if limiter.is_none() {
         problems.push(Problem::new(
             join(path, "per_second"),
@@ -443,7 +500,7 @@ fn resolve_limits(
         }
     }
     // One global order, whatever order the stage listed them in.
-    out.sort_by_key(Limiter::order);
+    out.sort_by_key(|l| limits.position(l.name()));
     out
 }
 
@@ -632,7 +689,13 @@ fn build_source(
 /// Checks what items carry from stage to stage: a release must name something
 /// carried, and no stage may wait for a limiter ordered before one its items
 /// already hold (that wait could close a cycle: a deadlock).
-fn check_carried(source: &SourcePlan, stages: &[StagePlan], problems: &mut Vec<Problem>) {
+fn check_carried(
+    source: &SourcePlan,
+    stages: &[StagePlan],
+    limits: &Limits,
+    problems: &mut Vec<Problem>,
+) {
+    let pos = |l: &Limiter| limits.position(l.name()).unwrap_or(usize::MAX);
     // limiter name -> (order, kind, who carries it)
     let mut carried: Vec<(Limiter, String)> = source
         .limits
@@ -663,7 +726,7 @@ fn check_carried(source: &SourcePlan, stages: &[StagePlan], problems: &mut Vec<P
                             want.name()
                         ),
                     ));
-                } else if want.kind() != LimiterKind::Rate && held.order() > want.order() {
+                } else if want.kind() != LimiterKind::Rate && pos(held) > pos(want) {
                     problems.push(Problem::graph(
                         join(&path, "limits"),
                         format!(

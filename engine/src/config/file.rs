@@ -92,4 +92,7 @@ pub struct LimitSection {
     /// For a rate limiter: `"host"` for one bucket per remote host; by
     /// default one bucket for everything.
     pub per: Option<String>,
+    /// `true`: the limiter of this name that the embedding process shares
+    /// between pipelines (see `Loader::with_limits`).
+    pub shared: Option<bool>,
 }

@@ -157,6 +157,7 @@ pub struct Loader {
     text: Text,
     env: bool,
     sets: Vec<(String, String)>,
+    shared: Option<crate::limit::Limits>,
 }
 
 impl fmt::Debug for Loader {
@@ -179,6 +180,7 @@ impl Loader {
             text: Text::Path(path.as_ref().to_owned()),
             env: false,
             sets: Vec::new(),
+            shared: None,
         }
     }
 
@@ -188,6 +190,7 @@ impl Loader {
             text: Text::Inline(text.to_owned()),
             env: false,
             sets: Vec::new(),
+            shared: None,
         }
     }
 
@@ -195,6 +198,14 @@ impl Loader {
     /// (double underscores separate keys; names are lowercased).
     pub fn with_env(mut self) -> Self {
         self.env = true;
+        self
+    }
+
+    /// Lets the pipeline use these limiters, shared with other pipelines of
+    /// the process: a file declares `[limits.NAME] shared = true` to draw on
+    /// the shared `NAME` instead of a limiter of its own.
+    pub fn with_limits(mut self, shared: &crate::limit::Limits) -> Self {
+        self.shared = Some(shared.clone());
         self
     }
 
@@ -261,6 +272,6 @@ impl Loader {
             .build()
             .and_then(|c| c.try_deserialize::<config::Map<String, config::Value>>())
             .map_err(|e| fail(vec![Problem::new("<file>", e.to_string())]))?;
-        compile::compile(root, registry, &default_name).map_err(fail)
+        compile::compile(root, registry, &default_name, self.shared.as_ref()).map_err(fail)
     }
 }

@@ -1,0 +1,254 @@
+//! A pipeline running in the background on the caller's tokio runtime:
+//! [`Pipeline::spawn`] returns a [`RunHandle`] to watch it ([`progress`],
+//! [`events`] as a `Stream`), stop or cancel it, and await its report.
+//!
+//! [`progress`]: RunHandle::progress
+//! [`events`]: RunHandle::events
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use serde::Serialize;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::observe::{Event, EventKind, EventSink};
+use crate::pipeline::Pipeline;
+use crate::report::RunReport;
+use crate::run::{RunControl, RunError, RunOptions};
+
+/// How many events a slow subscriber may fall behind before it misses some.
+pub const EVENT_BUFFER: usize = 4096;
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Progress {
+    /// Inputs in all, when the source knows.
+    pub total: Option<u64>,
+    /// Items admitted so far.
+    pub admitted: u64,
+    /// Items done.
+    pub done: u64,
+    /// Items skipped.
+    pub skipped: u64,
+    /// Items failed.
+    pub failed: u64,
+    /// Whether the run has ended.
+    pub finished: bool,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    total: AtomicU64,
+    known_total: AtomicBool,
+    admitted: AtomicU64,
+    done: AtomicU64,
+    skipped: AtomicU64,
+    failed: AtomicU64,
+    finished: AtomicBool,
+}
+
+/// Counts for [`RunHandle::progress`], and the broadcast behind
+/// [`RunHandle::events`], plus the caller's own sink.
+struct HandleSink {
+    counts: Arc<Counts>,
+    events: broadcast::Sender<Event>,
+    user: Option<Arc<dyn EventSink>>,
+}
+
+impl EventSink for HandleSink {
+    fn event(&self, event: &Event) {
+        let c = &self.counts;
+        match &event.kind {
+            EventKind::RunStarted { total: Some(t), .. } => {
+                c.total.store(*t, Ordering::Relaxed);
+                c.known_total.store(true, Ordering::Relaxed);
+            }
+            EventKind::Admitted { .. } => {
+                c.admitted.fetch_add(1, Ordering::Relaxed);
+            }
+            EventKind::Done { .. } => {
+                c.done.fetch_add(1, Ordering::Relaxed);
+            }
+            EventKind::Skipped { .. } => {
+                c.skipped.fetch_add(1, Ordering::Relaxed);
+            }
+            EventKind::Failed { .. } => {
+                c.failed.fetch_add(1, Ordering::Relaxed);
+            }
+            EventKind::RunFinished { .. } => c.finished.store(true, Ordering::Release),
+            _ => {}
+        }
+        // No subscriber is not an error.
+        let _ = self.events.send(event.clone());
+        if let Some(user) = &self.user {
+            user.event(event);
+        }
+    }
+}
+
+/// A pipeline running in the background. Dropping the handle does not stop
+/// the run; [`cancel`](Self::cancel) does.
+#[derive(Debug)]
+pub struct RunHandle {
+    watch: RunWatch,
+    task: tokio::task::JoinHandle<Result<RunReport, RunError>>,
+}
+
+/// What a [`RunHandle`] offers besides the report, cheap to clone: for a
+/// service that keeps watching (and may cancel) a run while another task
+/// awaits its report.
+#[derive(Debug, Clone)]
+pub struct RunWatch {
+    control: RunControl,
+    counts: Arc<Counts>,
+    events: broadcast::Sender<Event>,
+}
+
+impl Pipeline {
+    /// Starts the pipeline on the current tokio runtime (multi-threaded or
+    /// not; no second runtime, no global actor system) and returns at once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use futures::StreamExt;
+    /// use warpline_engine::{Pipeline, Registry, RunOptions};
+    ///
+    /// let pipeline = Pipeline::from_toml_str(r#"
+    ///     [pipeline]
+    ///     flow = ["work"]
+    ///     [source]
+    ///     kind = "generate"
+    ///     count = 5
+    ///     [stages.work]
+    ///     kind = "hold"
+    ///     duration = "1ms"
+    /// "#, &Registry::with_builtins()).unwrap();
+    /// let handle = pipeline.spawn(RunOptions::default());
+    /// let events = handle.events(); // subscribe before the run gets far
+    /// let report = handle.report().await.unwrap();
+    /// assert_eq!(report.items.done, 5);
+    /// let seen: Vec<_> = events.collect().await;
+    /// assert!(seen.len() >= 5);
+    /// # }
+    /// ```
+    pub fn spawn(self, options: RunOptions) -> RunHandle {
+        let control = RunControl::new();
+        let counts = Arc::new(Counts::default());
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let sink = HandleSink {
+            counts: Arc::clone(&counts),
+            events: events.clone(),
+            user: options.events.clone(),
+        };
+        let options = RunOptions {
+            events: Some(Arc::new(sink)),
+            ..options
+        };
+        let run_control = control.clone();
+        let task = tokio::spawn(async move { self.run_with_options(&run_control, &options).await });
+        RunHandle {
+            watch: RunWatch {
+                control,
+                counts,
+                events,
+            },
+            task,
+        }
+    }
+}
+
+impl std::ops::Deref for RunHandle {
+    type Target = RunWatch;
+
+    fn deref(&self) -> &RunWatch {
+        &self.watch
+    }
+}
+
+impl RunHandle {
+    /// A clonable view of the run: progress, events, stop and cancel.
+    pub fn watch(&self) -> RunWatch {
+        self.watch.clone()
+    }
+
+    /// Whether the run has ended.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Waits for the run to end and returns its report.
+    pub async fn report(self) -> Result<RunReport, RunError> {
+        let RunHandle { watch, task } = self;
+        // The event stream ends once the run's sink (the last sender) goes.
+        drop(watch);
+        task.await.map_err(|e| RunError::Panicked(e.to_string()))?
+    }
+}
+
+impl RunWatch {
+    /// Stops admitting inputs; items in flight finish (until the pipeline's
+    /// shutdown deadline).
+    pub fn stop(&self) {
+        self.control.stop();
+    }
+
+    /// Aborts the run: every wait is cancelled, every permit given back, and
+    /// what did not finish is counted failed as `interrupted`.
+    pub fn cancel(&self) {
+        self.control.abort();
+    }
+
+    /// A token whose cancellation aborts the run (to tie the run to a
+    /// request's or a service's own cancellation).
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.control.cancellation_token()
+    }
+
+    /// Counts so far (exact, unlike a lagging event subscriber).
+    pub fn progress(&self) -> Progress {
+        let c = &self.counts;
+        Progress {
+            total: c
+                .known_total
+                .load(Ordering::Relaxed)
+                .then(|| c.total.load(Ordering::Relaxed)),
+            admitted: c.admitted.load(Ordering::Relaxed),
+            done: c.done.load(Ordering::Relaxed),
+            skipped: c.skipped.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            finished: c.finished.load(Ordering::Acquire),
+        }
+    }
+
+    /// The run's events from now on, as a `Stream` that ends with the run.
+    /// A subscriber that falls more than [`EVENT_BUFFER`] events behind
+    /// misses the oldest ones (the progress counts stay exact).
+    pub fn events(&self) -> BoxStream<'static, Event> {
+        let rx = self.events.subscribe();
+        let finished = self.counts.finished.load(Ordering::Acquire);
+        // Ends after `run_finished` (or at once if the run has ended).
+        Box::pin(futures::stream::unfold(
+            (rx, finished),
+            |(mut rx, finished)| async move {
+                if finished {
+                    return None;
+                }
+                loop {
+                    match rx.recv().await {
+                        Ok(e) => {
+                            let last = matches!(e.kind, EventKind::RunFinished { .. });
+                            return Some((e, (rx, last)));
+                        }
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            tracing::debug!("an event subscriber missed {n} events");
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            },
+        ))
+    }
+}
