@@ -1,0 +1,355 @@
+//! The whole pipeline, measured against the machine's own limit.
+//!
+//!     cargo bench --bench raster                # every scenario
+//!     cargo bench --bench raster -- cpu-1000    # one
+//!
+//! Each scenario runs in a fresh child process (so peak RSS is its own) and
+//! prints one line of figures:
+//!
+//! - `floor`: decode + warp + write of 512 px, 3-band Byte tiles from UTM
+//!   to EPSG:3857 (bilinear, uncompressed GTiff), sequentially on one
+//!   thread: CPU ms per tile;
+//! - `cpu-1000`, `cpu-10000`: that work for N tiles served on loopback, the
+//!   full pipeline: tiles/s, CPU ms per tile, achieved / (floor x cores),
+//!   peak RSS;
+//! - `skewed-1000`: 1% of the tiles 20-100x larger, a 512 MiB memory
+//!   budget: peak RSS against budget + 64 MiB;
+//! - `rate`: a server that allows 20 requests/s (50 ms latency, 429 beyond),
+//!   a bucket configured to 20/s: achieved rate / limit, 429s.
+//!
+//! The tile server runs in the parent process, so its CPU is not counted.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gdal::raster::Buffer;
+use gdal::DriverManager;
+use warpline::tileserver::{Faults, TileServer};
+
+const TILE: usize = 512;
+const DISTINCT: usize = 48;
+
+/// CPU time of this process (user + system).
+fn process_cpu() -> Duration {
+    rusage(libc::RUSAGE_SELF)
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    rusage(libc::RUSAGE_THREAD)
+}
+
+fn rusage(who: libc::c_int) -> Duration {
+    // SAFETY: rusage is plain old data; all-zero is a valid value.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable rusage; getrusage only writes it.
+    unsafe { libc::getrusage(who, &mut u) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+fn peak_rss_mib() -> f64 {
+    warpline::engine::report::peak_rss_bytes().unwrap_or(0) as f64 / (1 << 20) as f64
+}
+
+/// A 3-band Byte GeoTIFF in UTM 18N, `size` px, with texture; DEFLATE when
+/// `compress` (the skewed corpus keeps its large tiles small on the wire).
+fn make_tile(seed: usize, size: usize, compress: bool, dir: &Path) -> Vec<u8> {
+    let path = dir.join(format!("t{seed}-{size}.tif"));
+    let mem = DriverManager::get_driver_by_name("MEM").unwrap();
+    let mut ds = mem
+        .create_with_band_type::<u8, _>("", size, size, 3)
+        .unwrap();
+    let x0 = 583_000.0 + (seed % 8) as f64 * size as f64 * 30.0;
+    let y0 = 4_507_000.0 - (seed / 8) as f64 * size as f64 * 30.0;
+    ds.set_geo_transform(&[x0, 30.0, 0.0, y0, 0.0, -30.0])
+        .unwrap();
+    ds.set_spatial_ref(&gdal::spatial_ref::SpatialRef::from_epsg(32618).unwrap())
+        .unwrap();
+    for b in 0..3 {
+        let data: Vec<u8> = (0..size * size)
+            .map(|p| {
+                let (x, y) = (p % size, p / size);
+                ((x * (b + 1) + y * 3 + seed * 17 + (x * y) % 7) % 251) as u8
+            })
+            .collect();
+        ds.rasterband(b + 1)
+            .unwrap()
+            .write((0, 0), (size, size), &mut Buffer::new((size, size), data))
+            .unwrap();
+    }
+    let opts: Vec<&str> = if compress {
+        vec!["COMPRESS=DEFLATE", "TILED=YES"]
+    } else {
+        vec![]
+    };
+    let gtiff = DriverManager::get_driver_by_name("GTiff").unwrap();
+    ds.create_copy(&gtiff, &path, &gdal::cpl::CslStringList::from_iter(opts))
+        .unwrap();
+    drop(ds);
+    let bytes = std::fs::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    bytes
+}
+
+fn pipeline_toml(list: &Path, out: &Path, extra_limits: &str, fetch_limits: &str) -> String {
+    format!(
+        r#"
+[pipeline]
+flow = ["fetch", "decode", "reproject", "write"]
+[source]
+kind = "list"
+path = {list:?}
+[limits.connections]
+permits = 8
+{extra_limits}
+[limits.memory]
+budget = "512MiB"
+[limits.cpu]
+permits = "cores"
+[stages.fetch]
+kind = "fetch"
+workers = 8
+limits = [{fetch_limits}]
+memory = "memory"
+[stages.decode]
+kind = "decode"
+workers = "cores"
+limits = ["memory", "cpu"]
+release = ["memory"]
+carry = ["memory"]
+[stages.reproject]
+kind = "reproject"
+workers = "cores"
+limits = ["memory", "cpu"]
+release = ["memory"]
+carry = ["memory"]
+crs = "EPSG:3857"
+resampling = "bilinear"
+[stages.write]
+kind = "write"
+workers = "cores"
+limits = ["cpu"]
+dir = {out:?}
+exists = "overwrite"
+"#,
+        list = list.display().to_string(),
+        out = out.display().to_string()
+    )
+}
+
+/// The per-tile CPU floor: the three blocking stages called one after the
+/// other on this thread.
+fn floor(work: &Path) -> f64 {
+    let tiles: Vec<Vec<u8>> = (0..16).map(|i| make_tile(i, TILE, false, work)).collect();
+    let out = work.join("floor");
+    let toml = pipeline_toml(&work.join("unused.txt"), &out, "", "\"connections\"");
+    let p = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
+    let stages: Vec<_> = p.stages()[1..]
+        .iter()
+        .map(|s| match &s.handler {
+            warpline::Handler::Blocking(h) => h.clone(),
+            warpline::Handler::Async(_) => unreachable!("decode, reproject and write are blocking"),
+        })
+        .collect();
+    let mut times = Vec::new();
+    for round in 0..3 {
+        for (i, bytes) in tiles.iter().enumerate() {
+            let mut item = warpline::Item::new(warpline::Input {
+                id: format!("f{round}-{i}"),
+                source: "bench".into(),
+                size_hint: None,
+            });
+            item.set_payload(warpline::stages::fetch::Fetched {
+                bytes: bytes.clone(),
+            });
+            let start = thread_cpu();
+            for s in &stages {
+                s.process(&mut item).unwrap();
+            }
+            times.push((thread_cpu() - start).as_secs_f64() * 1000.0);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+struct Served {
+    list: std::path::PathBuf,
+    _server: TileServer,
+}
+
+async fn serve(n: usize, skewed: bool, faults: Faults, work: &Path) -> Served {
+    let mut distinct: Vec<Vec<u8>> = (0..DISTINCT)
+        .map(|i| make_tile(i, TILE, skewed, work))
+        .collect();
+    let mut big = Vec::new();
+    if skewed {
+        // 20x .. 100x the pixels of a normal tile.
+        for (i, factor) in [20.0f64, 35.0, 50.0, 70.0, 100.0].iter().enumerate() {
+            big.push(make_tile(
+                100 + i,
+                (TILE as f64 * factor.sqrt()) as usize,
+                true,
+                work,
+            ));
+        }
+    }
+    let mut tiles = Vec::with_capacity(n);
+    for i in 0..n {
+        let bytes = if skewed && i % 100 == 50 {
+            big[(i / 100) % big.len()].clone()
+        } else {
+            distinct[i % DISTINCT].clone()
+        };
+        tiles.push((format!("tile-{i:05}.tif"), bytes));
+    }
+    distinct.clear();
+    let server = TileServer::start_with(tiles.iter().map(|(n, b)| (n.clone(), b.clone())), faults)
+        .await
+        .unwrap();
+    let list = work.join("tiles.txt");
+    let urls: Vec<String> = tiles.iter().map(|(n, _)| server.url(n)).collect();
+    std::fs::write(&list, urls.join("\n")).unwrap();
+    Served {
+        list,
+        _server: server,
+    }
+}
+
+/// Runs one scenario in this (child) process and prints its figures.
+fn scenario(name: &str) {
+    let work = tempfile::tempdir().unwrap();
+    let cores = warpline::engine::units::cores() as f64;
+    match name {
+        "floor" => println!("floor_ms_per_tile={:.2}", floor(work.path())),
+        _ => {
+            let (n, skewed, rate) = match name {
+                "cpu-1000" => (1000, false, false),
+                "cpu-10000" => (10000, false, false),
+                "skewed-1000" => (1000, true, false),
+                "rate" => (200, false, true),
+                other => panic!("unknown scenario {other}"),
+            };
+            // The server lives in the parent: this child only runs warpline.
+            let list = std::env::var("WARPLINE_BENCH_LIST").expect("list from the parent");
+            let out = work.path().join("out");
+            let (extra, fetch) = if rate {
+                (
+                    "[limits.per_host]\nper_second = 20\nburst = 1\nper = \"host\"\n",
+                    "\"connections\", \"per_host\"",
+                )
+            } else {
+                ("", "\"connections\"")
+            };
+            let toml = pipeline_toml(Path::new(&list), &out, extra, fetch);
+            let pipeline = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let cpu0 = process_cpu();
+            let t0 = Instant::now();
+            let report = rt.block_on(pipeline.run()).unwrap();
+            let wall = t0.elapsed().as_secs_f64();
+            let cpu = (process_cpu() - cpu0).as_secs_f64();
+            assert_eq!(report.items.done, n as u64, "{report}");
+            let h = report.hosts.first();
+            println!(
+                "tiles={n} skewed={skewed} wall_s={wall:.2} tiles_per_s={:.1} cpu_ms_per_tile={:.2} peak_rss_mib={:.0} requests={} throttled_429={} achieved_per_s={:.2} cores={cores} diagnosis={:?}",
+                n as f64 / wall,
+                cpu * 1000.0 / n as f64,
+                peak_rss_mib(),
+                h.map(|h| h.requests).unwrap_or(0),
+                h.map(|h| h.throttled_429).unwrap_or(0),
+                h.map(|h| h.achieved_per_s).unwrap_or(0.0),
+                report.diagnosis
+            );
+        }
+    }
+}
+
+fn field(line: &str, key: &str) -> Option<f64> {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+}
+
+fn main() {
+    if let Ok(name) = std::env::var("WARPLINE_BENCH_SCENARIO") {
+        scenario(&name);
+        return;
+    }
+    let wanted: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let all = ["floor", "cpu-1000", "skewed-1000", "rate", "cpu-10000"];
+    let chosen: Vec<&str> = all
+        .iter()
+        .copied()
+        .filter(|s| wanted.is_empty() || wanted.iter().any(|w| w == s))
+        .collect();
+    let exe = std::env::current_exe().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let mut floor_ms = None;
+    let cores = warpline::engine::units::cores() as f64;
+    for name in chosen {
+        let mut cmd = Command::new(&exe);
+        cmd.env("WARPLINE_BENCH_SCENARIO", name)
+            .stdout(Stdio::piped());
+        let served = match name {
+            "floor" => None,
+            _ => {
+                let (n, skewed, faults) = match name {
+                    "cpu-1000" => (1000, false, Faults::default()),
+                    "cpu-10000" => (10000, false, Faults::default()),
+                    "skewed-1000" => (1000, true, Faults::default()),
+                    _ => (
+                        200,
+                        false,
+                        Faults {
+                            latency: Some(Duration::from_millis(50)),
+                            rate_limit: Some(20.0),
+                            ..Faults::default()
+                        },
+                    ),
+                };
+                let s = rt.block_on(serve(n, skewed, faults, work.path()));
+                cmd.env("WARPLINE_BENCH_LIST", &s.list);
+                Some(s)
+            }
+        };
+        let mut child = cmd.spawn().expect("bench child");
+        let line = BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .map_while(Result::ok)
+            .last()
+            .unwrap_or_default();
+        assert!(child.wait().unwrap().success(), "scenario {name} failed");
+        drop(served);
+        if name == "floor" {
+            floor_ms = field(&line, "floor_ms_per_tile");
+        }
+        let mut extra = String::new();
+        if let (Some(f), Some(tps)) = (floor_ms, field(&line, "tiles_per_s")) {
+            extra = format!(
+                " achieved/(floor x cores)={:.2}",
+                tps / (1000.0 / f * cores)
+            );
+        }
+        if name == "rate" {
+            if let Some(r) = field(&line, "achieved_per_s") {
+                extra = format!(" achieved/limit={:.3}", r / 20.0);
+            }
+        }
+        println!("{name}: {line}{extra}");
+    }
+}
