@@ -4,7 +4,7 @@
 set -euo pipefail
 
 # Debian packages the build and the tests need.
-PACKAGES=(pkg-config libgdal-dev gdal-bin)
+PACKAGES=(pkg-config libgdal-dev gdal-bin redis-server)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

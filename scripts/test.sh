@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, then every test (unit,
-# integration, doc tests) of every crate. Ends with one summary line.
+# integration, doc tests) of every crate, with a Redis server of its own for
+# the coordinator tests. Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# A throwaway Redis on its own port, for tests/redis.rs.
+REDIS_PORT=${WARPLINE_TEST_REDIS_PORT:-6399}
+if ! redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --daemonize yes --save "" --appendonly no >/dev/null
+  for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+export WARPLINE_TEST_REDIS="redis://127.0.0.1:$REDIS_PORT"
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0

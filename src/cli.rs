@@ -106,6 +106,63 @@ struct RunArgs {
     /// How progress is shown.
     #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
     progress: ProgressMode,
+    /// Admit only the inputs of shard INDEX of COUNT (`3/10`, counted from
+    /// 0), split by a fixed hash of each input's id. `auto/COUNT` takes the
+    /// index from JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID or
+    /// AWS_BATCH_JOB_ARRAY_INDEX.
+    #[arg(long, value_name = "INDEX/COUNT")]
+    shard: Option<warpline::engine::shard::Shard>,
+    #[command(flatten)]
+    redis: RedisArgs,
+}
+
+/// Where a run's shared work queue lives.
+#[derive(Debug, Args)]
+struct RedisArgs {
+    /// Read inputs from the run's work queue in Redis (filled by `warpline
+    /// enqueue`) instead of the pipeline's source; keep `scope = "global"`
+    /// rates there.
+    #[arg(long, value_name = "redis://HOST:PORT")]
+    coordinator: Option<String>,
+    /// The run's name in Redis (default: the pipeline's name).
+    #[arg(long, value_name = "NAME")]
+    run: Option<String>,
+    /// This worker's name (default: HOST-PID).
+    #[arg(long, value_name = "NAME")]
+    consumer: Option<String>,
+    /// Deliveries of an item before it goes to the dead-letter stream.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    max_deliveries: u32,
+    /// Claim an item from another worker when it has been pending this long.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    reclaim_after: String,
+}
+
+impl RedisArgs {
+    async fn connect(
+        &self,
+        pipeline_name: &str,
+    ) -> anyhow::Result<Option<warpline::coordinator::Coordinator>> {
+        let Some(url) = &self.coordinator else {
+            return Ok(None);
+        };
+        let reclaim_after = warpline::engine::units::parse_duration(&self.reclaim_after)
+            .map_err(|e| anyhow::anyhow!("--reclaim-after: {e}"))?;
+        let consumer = self.consumer.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
+            format!("{}-{}", host.trim(), std::process::id())
+        });
+        let settings = warpline::coordinator::Settings {
+            run: self.run.clone().unwrap_or_else(|| pipeline_name.to_owned()),
+            consumer,
+            max_deliveries: self.max_deliveries.max(1),
+            reclaim_after,
+        };
+        let c = warpline::coordinator::Coordinator::connect(url, settings)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?;
+        Ok(Some(c))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -141,6 +198,25 @@ enum Command {
         /// Override a setting before checking, as for `run`. Repeatable.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
+        /// Text for people, JSON for tools.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Put the inputs of a pipeline's source in the run's work queue in
+    /// Redis, once each (enqueueing twice adds nothing).
+    Enqueue {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+        /// Override a setting, as for `run`. Repeatable.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        #[command(flatten)]
+        redis: RedisArgs,
+    },
+    /// Show a Redis-coordinated run's progress across workers.
+    Status {
+        #[command(flatten)]
+        redis: RedisArgs,
         /// Text for people, JSON for tools.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -205,6 +281,12 @@ pub(crate) fn main() -> ExitCode {
             or_error(run(&pipeline, &args, only_ids))
         }
         Command::Demo { dir, args } => or_error(demo(&dir, &args)),
+        Command::Enqueue {
+            pipeline,
+            sets,
+            redis,
+        } => or_error(enqueue(&pipeline, &sets, &redis)),
+        Command::Status { redis, format } => or_error(status(&redis, format)),
     };
     ExitCode::from(code)
 }
@@ -249,7 +331,39 @@ fn loader(path: &Path, sets: &[String]) -> Result<Loader, String> {
 
 /// Loads a pipeline, printing every problem; `Err(code)` to exit with.
 fn load(path: &Path, sets: &[String]) -> Result<Pipeline, u8> {
-    match loader(path, sets).map(|l| l.load(&warpline::registry())) {
+    load_with(path, sets, None)
+}
+
+/// A stand-in for global rates while the coordinator is not connected yet
+/// (the pipeline's name, which names the run, comes from compiling it).
+struct NotConnected;
+
+#[warpline::async_trait]
+impl warpline::engine::limit::RateBackend for NotConnected {
+    async fn acquire(&self, _key: &str) -> Result<(), String> {
+        Err("the coordinator is not connected".to_owned())
+    }
+    async fn pause(&self, _key: &str, _delay: Duration) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn not_connected() -> warpline::engine::limit::RateBackendFactory {
+    Arc::new(|_: &str, _: f64, _: u32| {
+        Arc::new(NotConnected) as Arc<dyn warpline::engine::limit::RateBackend>
+    })
+}
+
+fn load_with(
+    path: &Path,
+    sets: &[String],
+    global: Option<warpline::engine::limit::RateBackendFactory>,
+) -> Result<Pipeline, u8> {
+    let loaded = loader(path, sets).map(|l| match global {
+        Some(g) => l.with_global_rates(g),
+        None => l,
+    });
+    match loaded.map(|l| l.load(&warpline::registry())) {
         Err(usage) => {
             eprintln!("error: {usage}");
             Err(EXIT_INVALID)
@@ -356,12 +470,86 @@ fn run(
     args: &RunArgs,
     only_ids: Option<std::collections::HashSet<String>>,
 ) -> anyhow::Result<u8> {
-    let pipeline = match load(path, &args.sets) {
+    let runtime = runtime()?;
+    runtime.block_on(async {
+        let global = args.redis.coordinator.as_ref().map(|_| not_connected());
+        let pipeline = match load_with(path, &args.sets, global) {
+            Ok(p) => p,
+            Err(code) => return Ok(code),
+        };
+        let Some(c) = args.redis.connect(pipeline.name()).await? else {
+            return execute(&pipeline, args, only_ids, None).await;
+        };
+        // Again, with the coordinator's global rates, reading its queue.
+        let mut loader = match loader(path, &args.sets) {
+            Ok(l) => l,
+            Err(usage) => {
+                eprintln!("error: {usage}");
+                return Ok(EXIT_INVALID);
+            }
+        };
+        loader = loader.with_global_rates(c.rate_backends());
+        let pipeline = match loader.load(&warpline::registry()) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("{e}");
+                return Ok(EXIT_INVALID);
+            }
+        };
+        let (queue, acker) = c.worker();
+        let pipeline = pipeline.with_source("redis", queue);
+        let code = execute(&pipeline, args, only_ids, Some(acker.clone())).await;
+        acker.finish().await;
+        code
+    })
+}
+
+fn enqueue(path: &Path, sets: &[String], redis: &RedisArgs) -> anyhow::Result<u8> {
+    let pipeline = match load_with(path, sets, Some(not_connected())) {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let runtime = runtime()?;
-    runtime.block_on(execute(&pipeline, args, only_ids))
+    if redis.coordinator.is_none() {
+        eprintln!("error: enqueue needs --coordinator redis://HOST:PORT");
+        return Ok(EXIT_INVALID);
+    }
+    runtime()?.block_on(async {
+        let c = redis
+            .connect(pipeline.name())
+            .await?
+            .expect("checked above");
+        let source = pipeline.source().open().map_err(|e| anyhow::anyhow!(e))?;
+        let (added, already) = c.enqueue(source).await.map_err(|e| anyhow::anyhow!(e))?;
+        println!("enqueued {added} inputs ({already} were there already)");
+        Ok(EXIT_OK)
+    })
+}
+
+fn status(redis: &RedisArgs, format: Format) -> anyhow::Result<u8> {
+    let Some(run) = &redis.run else {
+        eprintln!("error: status needs --run NAME (the pipeline's name by default when running)");
+        return Ok(EXIT_INVALID);
+    };
+    runtime()?.block_on(async {
+        let Some(c) = redis.connect(run).await? else {
+            eprintln!("error: status needs --coordinator redis://HOST:PORT");
+            return Ok(EXIT_INVALID);
+        };
+        let s = c.status().await.map_err(|e| anyhow::anyhow!(e))?;
+        match format {
+            Format::Json => println!("{}", serde_json::to_string_pretty(&s)?),
+            Format::Text => println!(
+                "run `{}`: {} enqueued, {} done, {} dead, {} pending{}",
+                s.run,
+                s.enqueued,
+                s.done,
+                s.dead,
+                s.pending,
+                if s.complete { ": complete" } else { "" }
+            ),
+        }
+        Ok(EXIT_OK)
+    })
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -395,7 +583,7 @@ fn demo(dir: &Path, args: &RunArgs) -> anyhow::Result<u8> {
             demo.server.addr(),
             dir.join("tiles.txt").display()
         );
-        let code = execute(&demo.pipeline, args, None).await?;
+        let code = execute(&demo.pipeline, args, None, None).await?;
         println!("outputs: {}", dir.join("output").display());
         Ok(code)
     })
@@ -407,8 +595,12 @@ async fn execute(
     pipeline: &Pipeline,
     args: &RunArgs,
     only_ids: Option<std::collections::HashSet<String>>,
+    acker: Option<Arc<warpline::coordinator::Acker>>,
 ) -> anyhow::Result<u8> {
     let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
+    if let Some(a) = acker {
+        sinks.push(a);
+    }
     let terminal = std::io::stderr().is_terminal();
     let progress = (args.progress != ProgressMode::Off)
         .then(|| Progress::new(terminal && args.progress == ProgressMode::Auto));
@@ -440,6 +632,7 @@ async fn execute(
         only_ids,
         events: (!sinks.is_empty()).then(|| Arc::new(Fanout(sinks)) as Arc<dyn EventSink>),
         sample,
+        shard: args.shard,
     };
 
     let control = RunControl::new();

@@ -12,6 +12,8 @@
 //!   limiters, pipeline files, the run report;
 //! - [`stages`] (`warpline-stages`): the raster stages and the one module
 //!   that calls GDAL;
+//! - [`coordinator`]: runs across machines on Redis (a shared work queue,
+//!   global rate limits);
 //! - [`registry`]: every kind the binary knows; [`demo`] and
 //!   [`tileserver`]: `warpline demo` and its loopback tile server;
 //!   [`html`], [`plan`] and [`progress`]: what the binary shows;
@@ -175,6 +177,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
 
+pub mod coordinator;
 pub mod demo;
 pub mod html;
 pub mod plan;

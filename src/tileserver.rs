@@ -68,6 +68,8 @@ pub struct Faults {
 
 #[derive(Debug, Default)]
 struct Stats {
+    /// When each tile request arrived.
+    times: Mutex<Vec<std::time::Instant>>,
     requests: AtomicU64,
     throttled: AtomicU64,
     in_flight: AtomicU64,
@@ -163,6 +165,22 @@ impl TileServer {
         self.shared.stats.requests.load(Ordering::SeqCst)
     }
 
+    /// Requests per second between the first request and the last.
+    pub fn achieved_rate(&self) -> f64 {
+        let times = self
+            .shared
+            .stats
+            .times
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match (times.first(), times.last()) {
+            (Some(a), Some(b)) if times.len() > 1 => {
+                (times.len() - 1) as f64 / b.duration_since(*a).as_secs_f64().max(f64::MIN_POSITIVE)
+            }
+            _ => 0.0,
+        }
+    }
+
     /// Requests answered with a whole tile.
     pub fn served(&self) -> u64 {
         self.shared.stats.served.load(Ordering::SeqCst)
@@ -244,6 +262,11 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     };
     let stats = &shared.stats;
     stats.requests.fetch_add(1, Ordering::SeqCst);
+    stats
+        .times
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(std::time::Instant::now());
     let now = stats.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     stats.peak_in_flight.fetch_max(now, Ordering::SeqCst);
     let _in_flight = InFlight(stats);

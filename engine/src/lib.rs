@@ -27,6 +27,7 @@
 //!   [`Timeline`](observe::Timeline) of a run;
 //! - [`synthetic`]: the `generate` source and the `hold` and `discard` stages,
 //!   for exercising and benchmarking the engine;
+//! - [`shard`]: `--shard i/N`, a fixed split of the inputs by id;
 //! - [`units`]: sizes, durations and counts as a file writes them.
 //!
 //! ```
@@ -64,6 +65,7 @@ pub mod pipeline;
 pub mod registry;
 pub mod report;
 pub mod run;
+pub mod shard;
 pub mod stage;
 pub mod synthetic;
 pub mod units;

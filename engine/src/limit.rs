@@ -82,7 +82,30 @@ pub enum LimitError {
     /// The limiter was closed while waiting (the run is ending).
     #[error("limiter `{0}` was closed")]
     Closed(String),
+    /// A rate kept elsewhere could not be reached.
+    #[error("rate limiter `{limiter}`: {message}")]
+    Backend {
+        /// The limiter's name.
+        limiter: String,
+        /// What went wrong.
+        message: String,
+    },
 }
+
+/// A token bucket kept outside this process, shared by every worker of a
+/// run on every machine (for example in Redis, with Redis's own clock).
+#[async_trait::async_trait]
+pub trait RateBackend: Send + Sync + 'static {
+    /// Waits until a token of the bucket `key` may be taken, and takes it.
+    async fn acquire(&self, key: &str) -> Result<(), String>;
+
+    /// Hands out no token of `key` before `delay` has passed (a server
+    /// said `Retry-After`), for every worker.
+    async fn pause(&self, key: &str, delay: Duration) -> Result<(), String>;
+}
+
+/// Makes the backend of a global rate limiter: `(name, per_second, burst)`.
+pub type RateBackendFactory = Arc<dyn Fn(&str, f64, u32) -> Arc<dyn RateBackend> + Send + Sync>;
 
 /// How a rate limiter chooses its bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -227,6 +250,8 @@ enum State {
         per_second: f64,
         burst: u32,
         key: RateKey,
+        /// Kept elsewhere (`scope = "global"`) instead of in `buckets`.
+        external: Option<Arc<dyn RateBackend>>,
         /// Per key, a time before which no token is handed out (set when a
         /// server says `Retry-After`).
         paused_until: Mutex<HashMap<String, tokio::time::Instant>>,
@@ -312,6 +337,7 @@ impl Limiter {
                 per_second,
                 burst: burst.get(),
                 key,
+                external: None,
                 paused_until: Mutex::new(HashMap::new()),
             },
         ))
@@ -325,6 +351,35 @@ impl Limiter {
                 gauge: Gauge::default(),
             }),
         }
+    }
+
+    /// A rate limiter whose bucket is kept by `backend` (shared by every
+    /// process of a run), not in this process.
+    pub fn rate_shared_by(
+        name: impl Into<String>,
+        per_second: f64,
+        burst: NonZeroU32,
+        key: RateKey,
+        backend: Arc<dyn RateBackend>,
+    ) -> Option<Self> {
+        let mut l = Self::rate(name, per_second, burst, key)?;
+        if let Some(inner) = Arc::get_mut(&mut l.inner) {
+            if let State::Rate { external, .. } = &mut inner.state {
+                *external = Some(backend);
+            }
+        }
+        Some(l)
+    }
+
+    /// Whether the bucket is kept outside this process.
+    pub fn is_global(&self) -> bool {
+        matches!(
+            &self.inner.state,
+            State::Rate {
+                external: Some(_),
+                ..
+            }
+        )
     }
 
     /// The resource name (`cpu`, `memory`, `connections`, ...).
@@ -490,12 +545,24 @@ impl Limiter {
                 clock,
                 key: keying,
                 paused_until,
+                external,
                 ..
             } => {
                 let bucket = match keying {
                     RateKey::Global => String::new(),
                     RateKey::Host => key.unwrap_or_default().to_owned(),
                 };
+                if let Some(backend) = external {
+                    let _waiting = self.inner.gauge.begin_wait();
+                    return backend
+                        .acquire(&bucket)
+                        .await
+                        .map(|_| None)
+                        .map_err(|message| LimitError::Backend {
+                            limiter: self.inner.name.clone(),
+                            message,
+                        });
+                }
                 let mut waiting = None;
                 loop {
                     let resume = paused_until
@@ -545,6 +612,7 @@ impl Limiter {
         if let State::Rate {
             key: keying,
             paused_until,
+            external,
             ..
         } = &self.inner.state
         {
@@ -552,6 +620,16 @@ impl Limiter {
                 RateKey::Global => String::new(),
                 RateKey::Host => key.unwrap_or_default().to_owned(),
             };
+            if let Some(backend) = external {
+                let (backend, bucket) = (Arc::clone(backend), bucket.clone());
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move {
+                        if let Err(e) = backend.pause(&bucket, delay).await {
+                            tracing::warn!("cannot pause the global rate bucket {bucket:?}: {e}");
+                        }
+                    });
+                }
+            }
             let until = tokio::time::Instant::now() + delay;
             let mut map = paused_until
                 .lock()

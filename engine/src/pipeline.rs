@@ -23,6 +23,13 @@ pub struct SourcePlan {
     pub limits: Vec<Limiter>,
 }
 
+impl SourcePlan {
+    /// Opens the source on its own (to list or enqueue its inputs).
+    pub fn open(&self) -> Result<Box<dyn crate::stage::Source>, String> {
+        self.spec.open()
+    }
+}
+
 impl fmt::Debug for SourcePlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SourcePlan")
@@ -166,6 +173,14 @@ impl Pipeline {
     /// Compiles a pipeline from TOML text.
     pub fn from_toml_str(text: &str, registry: &Registry) -> Result<Self, ConfigErrors> {
         Loader::from_toml_str(text).load(registry)
+    }
+
+    /// The same pipeline reading its inputs from `spec` instead (a work
+    /// queue, for example); the source's unit budget stays.
+    pub fn with_source(mut self, kind: &str, spec: Arc<dyn SourceSpec>) -> Self {
+        self.source.kind = kind.to_owned();
+        self.source.spec = spec;
+        self
     }
 
     /// The pipeline's name.

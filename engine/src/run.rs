@@ -105,6 +105,8 @@ pub struct RunOptions {
     pub only_ids: Option<HashSet<String>>,
     /// Where the run's [`Event`](crate::observe::Event)s go.
     pub events: Option<Arc<dyn EventSink>>,
+    /// Admit only the inputs of this shard (`--shard i/N`).
+    pub shard: Option<crate::shard::Shard>,
     /// Sample the pipeline this often: the report then has a
     /// [`Timeline`], and `metrics` gauges (queue depth, limiter use and
     /// waiters) are kept up to date.
@@ -118,6 +120,7 @@ impl std::fmt::Debug for RunOptions {
             .field("only_ids", &self.only_ids.as_ref().map(HashSet::len))
             .field("events", &self.events.is_some())
             .field("sample", &self.sample)
+            .field("shard", &self.shard)
             .finish()
     }
 }
@@ -549,6 +552,10 @@ impl Worker {
                     let kind = match e {
                         LimitError::OverBudget { .. } => ErrorKind::OverBudget,
                         LimitError::Closed(_) => ErrorKind::Interrupted,
+                        LimitError::Backend { .. } => {
+                            // Try again like any transient failure.
+                            return Err(StageError::transient(format!("{}: {e}", item.id)));
+                        }
                     };
                     let message = match kind {
                         ErrorKind::Interrupted => {
@@ -663,6 +670,7 @@ async fn drive_source(
     tx: Sender<Item>,
     shared: &Shared,
     only: Option<&HashSet<String>>,
+    shard: Option<crate::shard::Shard>,
 ) {
     let stop = shared.control.stop.clone();
     let abort = shared.control.abort.clone();
@@ -687,10 +695,16 @@ async fn drive_source(
                 _ = stop.cancelled() => break 'inputs,
                 next = source.next() => next,
             };
-            let wanted = match (&next, only) {
-                (_, None) | (None, _) => true,
-                (Some(Ok(input)), Some(ids)) => ids.contains(&input.id),
-                (Some(Err(e)), Some(ids)) => ids.contains(&e.id),
+            let id = match &next {
+                None => None,
+                Some(Ok(input)) => Some(input.id.as_str()),
+                Some(Err(e)) => Some(e.id.as_str()),
+            };
+            let wanted = match id {
+                None => true,
+                Some(id) => {
+                    only.is_none_or(|ids| ids.contains(id)) && shard.is_none_or(|s| s.takes(id))
+                }
             };
             if wanted {
                 break next;
@@ -921,7 +935,15 @@ pub(crate) async fn run(
     match (&spawn_error, first) {
         (Some(_), _) => control.abort(),
         (None, Some(tx)) => {
-            drive_source(pipeline, source, tx, &shared, options.only_ids.as_ref()).await
+            drive_source(
+                pipeline,
+                source,
+                tx,
+                &shared,
+                options.only_ids.as_ref(),
+                options.shard,
+            )
+            .await
         }
         (None, None) => {}
     }

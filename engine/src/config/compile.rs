@@ -13,7 +13,7 @@ use super::file::{
 };
 use super::{join, problem_from, Problem};
 use crate::item::ErrorKind;
-use crate::limit::{Limiter, LimiterKind, Limits, Oversize, RateKey};
+use crate::limit::{Limiter, LimiterKind, Limits, Oversize, RateBackendFactory, RateKey};
 use crate::pipeline::RetryPolicy;
 use crate::pipeline::{Pipeline, SourcePlan, StagePlan};
 use crate::registry::{Registry, Settings};
@@ -113,6 +113,7 @@ pub(super) fn compile(
     registry: &Registry,
     default_name: &str,
     shared: Option<&Limits>,
+    global: Option<&RateBackendFactory>,
 ) -> Result<Pipeline, Vec<Problem>> {
     let mut problems = Vec::new();
     for key in root.keys() {
@@ -190,7 +191,7 @@ pub(super) fn compile(
                 .flatten()
                 .and_then(|s| match s.shared {
                     Some(true) => take_shared(&path, &name, &s, shared, &mut problems),
-                    _ => build_limiter(&path, &name, &s, &mut problems),
+                    _ => build_limiter(&path, &name, &s, global, &mut problems),
                 });
             match built {
                 Some(l) => limits.push(l),
@@ -370,6 +371,7 @@ fn build_limiter(
     path: &str,
     name: &str,
     s: &LimitSection,
+    global: Option<&RateBackendFactory>,
     problems: &mut Vec<Problem>,
 ) -> Option<Limiter> {
     let given = [
@@ -456,7 +458,29 @@ fn build_limiter(
         ));
         return None;
     }
-    let limiter = Limiter::rate(name, rate, NonZeroU32::new(burst)?, key);
+    let limiter = match s.scope.as_deref() {
+        None | Some("local") => Limiter::rate(name, rate, NonZeroU32::new(burst)?, key),
+        Some("global") => match global {
+            Some(factory) => {
+                let backend = factory(name, rate, burst);
+                Limiter::rate_shared_by(name, rate, NonZeroU32::new(burst)?, key, backend)
+            }
+            None => {
+                problems.push(Problem::environment(
+                    join(path, "scope"),
+                    "a global rate is kept by the coordinator: run with --coordinator redis://...",
+                ));
+                return None;
+            }
+        },
+        Some(other) => {
+            problems.push(Problem::new(
+                join(path, "scope"),
+                format!("expected \"local\" or \"global\", got {other:?}"),
+            ));
+            return None;
+        }
+    };
     if limiter.is_none() {
         problems.push(Problem::new(
             join(path, "per_second"),

@@ -95,4 +95,7 @@ pub struct LimitSection {
     /// `true`: the limiter of this name that the embedding process shares
     /// between pipelines (see `Loader::with_limits`).
     pub shared: Option<bool>,
+    /// For a rate limiter: `"local"` (default: this process) or `"global"`
+    /// (every worker of a run, kept by the coordinator).
+    pub scope: Option<String>,
 }

@@ -158,6 +158,7 @@ pub struct Loader {
     env: bool,
     sets: Vec<(String, String)>,
     shared: Option<crate::limit::Limits>,
+    global: Option<crate::limit::RateBackendFactory>,
 }
 
 impl fmt::Debug for Loader {
@@ -181,6 +182,7 @@ impl Loader {
             env: false,
             sets: Vec::new(),
             shared: None,
+            global: None,
         }
     }
 
@@ -191,6 +193,7 @@ impl Loader {
             env: false,
             sets: Vec::new(),
             shared: None,
+            global: None,
         }
     }
 
@@ -206,6 +209,13 @@ impl Loader {
     /// the shared `NAME` instead of a limiter of its own.
     pub fn with_limits(mut self, shared: &crate::limit::Limits) -> Self {
         self.shared = Some(shared.clone());
+        self
+    }
+
+    /// Keeps rate limiters with `scope = "global"` with this backend (the
+    /// coordinator's), shared by every worker of the run.
+    pub fn with_global_rates(mut self, factory: crate::limit::RateBackendFactory) -> Self {
+        self.global = Some(factory);
         self
     }
 
@@ -272,6 +282,13 @@ impl Loader {
             .build()
             .and_then(|c| c.try_deserialize::<config::Map<String, config::Value>>())
             .map_err(|e| fail(vec![Problem::new("<file>", e.to_string())]))?;
-        compile::compile(root, registry, &default_name, self.shared.as_ref()).map_err(fail)
+        compile::compile(
+            root,
+            registry,
+            &default_name,
+            self.shared.as_ref(),
+            self.global.as_ref(),
+        )
+        .map_err(fail)
     }
 }

@@ -1,0 +1,330 @@
+//! Beyond one machine: `--shard i/N`, and worker processes sharing a Redis
+//! work queue and a global rate limit, one of them killed mid-run.
+//!
+//! Needs a Redis server: `WARPLINE_TEST_REDIS=redis://127.0.0.1:6399`
+//! (`scripts/test.sh` starts one). Without the variable these tests say
+//! they are skipped; with it, an unreachable server fails them.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{hashes, runtime, tiles};
+use warpline::engine::shard::Shard;
+use warpline::tileserver::{Faults, TileServer};
+use warpline::{Event, EventKind, RunOptions};
+
+fn redis_url() -> Option<String> {
+    match std::env::var("WARPLINE_TEST_REDIS") {
+        Ok(url) => {
+            let client = redis::Client::open(url.as_str()).expect("a redis:// URL");
+            client.get_connection().unwrap_or_else(|e| {
+                panic!("WARPLINE_TEST_REDIS={url} is set but Redis is not there: {e}")
+            });
+            Some(url)
+        }
+        Err(_) => {
+            eprintln!("WARPLINE_TEST_REDIS is not set: the Redis tests are skipped");
+            None
+        }
+    }
+}
+
+/// Ids admitted by a run over `count` generated inputs in shard `shard`.
+fn admitted(shard: Shard, count: u64) -> BTreeSet<String> {
+    let pipeline = warpline::PipelineBuilder::new("sharded")
+        .source("generate", serde_json::json!({ "count": count }))
+        .stage("work", "hold", serde_json::json!({ "workers": 2 }))
+        .build(&warpline::registry())
+        .unwrap();
+    let ids = Arc::new(Mutex::new(BTreeSet::new()));
+    let sink = Arc::clone(&ids);
+    let options = RunOptions {
+        shard: Some(shard),
+        events: Some(Arc::new(move |e: &Event| {
+            if let EventKind::Admitted { item } = &e.kind {
+                sink.lock().unwrap().insert(item.clone());
+            }
+        })),
+        ..RunOptions::default()
+    };
+    let report = runtime()
+        .block_on(pipeline.run_with_options(&warpline::RunControl::new(), &options))
+        .unwrap();
+    assert_eq!(report.items.done, report.items.total);
+    let ids = ids.lock().unwrap().clone();
+    assert_eq!(ids.len() as u64, report.items.total);
+    ids
+}
+
+#[test]
+fn shards_are_disjoint_cover_every_input_and_are_stable() {
+    let n = 3;
+    let shards: Vec<BTreeSet<String>> = (0..n)
+        .map(|i| admitted(Shard::new(i, n).unwrap(), 600))
+        .collect();
+    let mut union = BTreeSet::new();
+    for (i, a) in shards.iter().enumerate() {
+        assert!(
+            a.len() > 100,
+            "shard {i} has {} of 600: the split is lopsided",
+            a.len()
+        );
+        for b in &shards[i + 1..] {
+            assert!(a.is_disjoint(b));
+        }
+        union.extend(a.iter().cloned());
+    }
+    assert_eq!(union.len(), 600, "the shards cover every input");
+    assert_eq!(
+        admitted(Shard::new(1, n).unwrap(), 600),
+        shards[1],
+        "stable from run to run"
+    );
+}
+
+fn worker_pipeline(list: &Path, out: &Path, rate: u32) -> String {
+    format!(
+        r#"
+[pipeline]
+name = "mosaic"
+flow = ["fetch", "decode", "write"]
+[source]
+kind = "list"
+path = {list:?}
+[limits.connections]
+permits = 4
+[limits.tiles]
+per_second = {rate}
+burst = 1
+per = "host"
+scope = "global"
+[stages.fetch]
+kind = "fetch"
+workers = 4
+limits = ["connections", "tiles"]
+retry = {{ attempts = 1 }}
+[stages.decode]
+kind = "decode"
+[stages.write]
+kind = "write"
+dir = {out:?}
+"#,
+        list = list.display().to_string(),
+        out = out.display().to_string()
+    )
+}
+
+fn warpline(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
+    c.args(args).env_remove("WARPLINE_LOG");
+    c
+}
+
+fn status(url: &str, run: &str) -> serde_json::Value {
+    let out = warpline(&[
+        "status",
+        "--coordinator",
+        url,
+        "--run",
+        run,
+        "--format",
+        "json",
+    ])
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn final_files(dir: &Path) -> usize {
+    hashes(dir).keys().filter(|n| !n.starts_with('.')).count()
+}
+
+#[test]
+fn three_workers_one_killed_every_item_once_within_the_global_rate() {
+    let Some(url) = redis_url() else { return };
+    let run = format!("t{}-{}", std::process::id(), fastrand_id());
+    let rt = runtime();
+    let tiles = tiles(15, 64); // 60 tiles
+    let server = rt
+        .block_on(TileServer::start_with(tiles.clone(), Faults::default()))
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let list = work.path().join("tiles.txt");
+    let urls: Vec<String> = tiles.iter().map(|(n, _)| server.url(n)).collect();
+    std::fs::write(&list, urls.join("\n")).unwrap();
+    let out = work.path().join("out");
+    let pipeline = work.path().join("p.toml");
+    let rate = 20;
+    std::fs::write(&pipeline, worker_pipeline(&list, &out, rate)).unwrap();
+    let p = pipeline.to_str().unwrap();
+
+    let co = ["--coordinator", url.as_str(), "--run", run.as_str()];
+    for _ in 0..2 {
+        let out = warpline(&["enqueue", p]).args(co).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(
+        status(&url, &run)["enqueued"],
+        60,
+        "enqueueing twice adds nothing"
+    );
+
+    let spawn = |name: &str| -> Child {
+        warpline(&[
+            "run",
+            p,
+            "--reclaim-after",
+            "1s",
+            "--consumer",
+            name,
+            "--progress",
+            "off",
+        ])
+        .args(co)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+    };
+    let mut victim = spawn("victim");
+    let mut others = vec![spawn("w1"), spawn("w2")];
+    // Kill one worker once some outputs exist (a condition, polled).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while final_files(&out) < 15 {
+        assert!(Instant::now() < deadline, "no progress");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    for w in &mut others {
+        let status = w.wait().unwrap();
+        assert!(status.success(), "a surviving worker failed: {status:?}");
+    }
+
+    let s = status(&url, &run);
+    assert_eq!(s["complete"], true, "{s}");
+    assert_eq!(s["pending"], 0, "{s}");
+    assert_eq!(s["done"], 60, "{s}");
+    assert_eq!(s["dead"], 0, "{s}");
+    // Exactly one complete output per item, each as a clean decode+write.
+    assert_eq!(final_files(&out), 60);
+    for name in hashes(&out).keys().filter(|n| !n.starts_with('.')) {
+        let ds = gdal::Dataset::open(out.join(name)).unwrap();
+        assert_eq!(ds.raster_size(), (64, 64), "{name}");
+    }
+    // The killed worker's items were claimed again by the others.
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let deliveries: std::collections::HashMap<String, u32> = redis::cmd("HGETALL")
+        .arg(format!("warpline:{run}:deliveries"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(deliveries.len(), 60);
+    assert!(
+        deliveries.values().any(|n| *n >= 2),
+        "nothing was reclaimed: {deliveries:?}"
+    );
+    let achieved = server.achieved_rate();
+    assert!(
+        achieved <= f64::from(rate) * 1.02,
+        "the tile server saw {achieved:.2} requests/s over the global {rate}/s"
+    );
+    assert!(server.requests() >= 60);
+}
+
+#[test]
+fn a_poison_item_lands_in_the_dead_letter_stream_after_the_maximum_deliveries() {
+    let Some(url) = redis_url() else { return };
+    let run = format!("p{}-{}", std::process::id(), fastrand_id());
+    let rt = runtime();
+    let tiles = tiles(1, 64);
+    let server = rt.block_on(TileServer::start(tiles.clone())).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let list = work.path().join("tiles.txt");
+    let mut urls: Vec<String> = tiles.iter().map(|(n, _)| server.url(n)).collect();
+    urls.push(server.url("poison.tif")); // 404, every time
+    std::fs::write(&list, urls.join("\n")).unwrap();
+    let out = work.path().join("out");
+    let pipeline = work.path().join("p.toml");
+    std::fs::write(&pipeline, worker_pipeline(&list, &out, 1000)).unwrap();
+    let p = pipeline.to_str().unwrap();
+    let co = ["--coordinator", url.as_str(), "--run", run.as_str()];
+    assert!(warpline(&["enqueue", p])
+        .args(co)
+        .status()
+        .unwrap()
+        .success());
+    let status_code = warpline(&[
+        "run",
+        p,
+        "--max-deliveries",
+        "2",
+        "--reclaim-after",
+        "300ms",
+        "--progress",
+        "off",
+    ])
+    .args(co)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .status()
+    .unwrap();
+    assert_eq!(
+        status_code.code(),
+        Some(3),
+        "the poison item failed locally"
+    );
+    let s = status(&url, &run);
+    assert_eq!(
+        (
+            s["done"].as_u64(),
+            s["dead"].as_u64(),
+            s["pending"].as_u64()
+        ),
+        (Some(4), Some(1), Some(0)),
+        "{s}"
+    );
+    assert_eq!(s["complete"], true);
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let dead: redis::Value = redis::cmd("XRANGE")
+        .arg(format!("warpline:{run}:dead"))
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .unwrap();
+    let text = format!("{dead:?}");
+    assert!(text.contains("poison") && text.contains("404"), "{text}");
+    assert!(text.contains("deliveries"), "{text}");
+    assert_eq!(
+        server.requests(),
+        4 + 2,
+        "the poison was tried exactly twice"
+    );
+}
+
+fn fastrand_id() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        % 1_000_000_007
+}
