@@ -131,7 +131,6 @@ resampling = "bilinear"
 [stages.write]
 kind = "write"
 workers = "cores"
-limits = ["cpu"]
 dir = {out:?}
 exists = "overwrite"
 "#,
@@ -238,7 +237,7 @@ fn scenario(name: &str) {
             let out = work.path().join("out");
             let (extra, fetch) = if rate {
                 (
-                    "[limits.per_host]\nper_second = 20\nburst = 1\nper = \"host\"\n",
+                    "[limits.per_host]\nper_second = 20\nburst = 2\nper = \"host\"\n",
                     "\"connections\", \"per_host\"",
                 )
             } else {
@@ -279,6 +278,7 @@ fn field(line: &str, key: &str) -> Option<f64> {
 
 fn main() {
     if let Ok(name) = std::env::var("WARPLINE_BENCH_SCENARIO") {
+        warpline::tune_allocator();
         scenario(&name);
         return;
     }

@@ -3,5 +3,6 @@
 mod cli;
 
 fn main() -> std::process::ExitCode {
+    warpline::tune_allocator();
     cli::main()
 }

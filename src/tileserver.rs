@@ -60,7 +60,8 @@ pub struct Faults {
     /// Wait this long before answering each request.
     pub latency: Option<Duration>,
     /// Answer 429 (`Retry-After: 1`) to requests beyond this many per
-    /// second (a token bucket with a burst of 1).
+    /// second: GCRA with a burst of 3 (two requests may come early), as
+    /// servers allow, so scheduling jitter alone is not punished.
     pub rate_limit: Option<f64>,
     /// Answer `302 Found` for these tile names, to these locations.
     pub redirects: Vec<(String, String)>,
@@ -282,8 +283,9 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             let now = tokio::time::Instant::now();
+            // GCRA: the theoretical arrival time may run one period ahead.
             match *next {
-                Some(t) if t > now => false,
+                Some(tat) if tat > now + period * 2 => false,
                 _ => {
                     *next = Some(now.max(next.unwrap_or(now)) + period);
                     true

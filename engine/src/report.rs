@@ -325,6 +325,30 @@ pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
             (s.utilisation * 100.0).round()
         );
     }
+    // Blocking stages keeping every core busy: the machine is the limit.
+    let cores = f64::from(crate::units::cores());
+    let blocking_busy: f64 = pipeline
+        .stages
+        .iter()
+        .zip(&r.stages)
+        .filter(|(p, _)| p.handler.is_blocking())
+        .map(|(_, s)| s.busy_s)
+        .sum();
+    let share = blocking_busy / (cores * r.elapsed_s.max(f64::MIN_POSITIVE));
+    if share >= 0.8 {
+        let names: Vec<String> = pipeline
+            .stages
+            .iter()
+            .filter(|p| p.handler.is_blocking())
+            .map(|p| format!("`{}`", p.name))
+            .collect();
+        return format!(
+            "the CPU is the bottleneck: {} kept the {} cores busy {}% of the run; more workers will not help",
+            names.join(", "),
+            cores,
+            (share.min(1.0) * 100.0).round()
+        );
+    }
     "no limiter was at capacity and no stage was busy most of the time: something outside the limits \
      serialises (the source, the network or the disk)"
         .to_owned()

@@ -331,7 +331,10 @@ impl Decode {
 impl BlockingStage for Decode {
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         let opened = self.open_header(item)?;
-        let bytes = opened.header.decoded_bytes + opened.file.len();
+        // The compressed bytes, the decoded pixels, and the second copy of
+        // those GDAL's block cache keeps while reading (at most the cache).
+        let decoded = opened.header.decoded_bytes;
+        let bytes = opened.file.len() + decoded + decoded.min(crate::gdal::cache_max());
         item.set_payload(opened);
         Ok(bytes)
     }

@@ -98,6 +98,7 @@ pub struct Reproject {
     dtype: Option<sys::GDALDataType::Type>,
     bands: Option<Vec<usize>>,
     max_pixels: u64,
+    warp_memory: u64,
 }
 
 const DEFAULT_WARP_MEMORY: u64 = 64 << 20;
@@ -268,6 +269,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         dtype,
         bands,
         max_pixels: r.max_pixels.unwrap_or(1 << 28),
+        warp_memory: wm,
     }))
 }
 
@@ -465,8 +467,10 @@ impl BlockingStage for Reproject {
         let input = raster.pixel_bytes();
         drop(view);
         item.set_payload(raster);
-        // The input and the output live side by side during the warp.
-        Ok(input + out?)
+        // The input and the output live side by side during the warp, and
+        // the warp's own chunk buffers take up to `warp_memory` more.
+        let out = out?;
+        Ok(input + out + (input + out).min(self.warp_memory))
     }
 
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
