@@ -243,6 +243,9 @@ fn scenario(name: &str) {
             } else {
                 ("", "\"connections\"")
             };
+            // The floor again, in this process and moment: the machine's
+            // speed drifts between runs, so the ratio compares like with like.
+            let floor_ms = if rate { 0.0 } else { floor(work.path()) };
             let toml = pipeline_toml(Path::new(&list), &out, extra, fetch);
             let pipeline = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -257,7 +260,7 @@ fn scenario(name: &str) {
             assert_eq!(report.items.done, n as u64, "{report}");
             let h = report.hosts.first();
             println!(
-                "tiles={n} skewed={skewed} wall_s={wall:.2} tiles_per_s={:.1} cpu_ms_per_tile={:.2} peak_rss_mib={:.0} requests={} throttled_429={} achieved_per_s={:.2} cores={cores} diagnosis={:?}",
+                "tiles={n} skewed={skewed} floor_ms={floor_ms:.2} wall_s={wall:.2} tiles_per_s={:.1} cpu_ms_per_tile={:.2} peak_rss_mib={:.0} requests={} throttled_429={} achieved_per_s={:.2} cores={cores} diagnosis={:?}",
                 n as f64 / wall,
                 cpu * 1000.0 / n as f64,
                 peak_rss_mib(),
@@ -339,6 +342,7 @@ fn main() {
             floor_ms = field(&line, "floor_ms_per_tile");
         }
         let mut extra = String::new();
+        let floor_ms = field(&line, "floor_ms").filter(|f| *f > 0.0).or(floor_ms);
         if let (Some(f), Some(tps)) = (floor_ms, field(&line, "tiles_per_s")) {
             extra = format!(
                 " achieved/(floor x cores)={:.2}",

@@ -458,6 +458,10 @@ impl Reproject {
     }
 }
 
+/// A raster whose warp output was sized (and found under `max_pixels`) in
+/// `demand`.
+struct Checked(Raster);
+
 impl BlockingStage for Reproject {
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         let id = item.id.clone();
@@ -466,7 +470,8 @@ impl BlockingStage for Reproject {
         let out = self.output_bytes(view.as_ref().unwrap_or(&raster.ds), &id);
         let input = raster.pixel_bytes();
         drop(view);
-        item.set_payload(raster);
+        // `process` need not ask GDAL for the output size again.
+        item.set_payload(Checked(raster));
         // The input and the output live side by side during the warp, and
         // the warp's own chunk buffers take up to `warp_memory` more.
         let out = out?;
@@ -475,10 +480,15 @@ impl BlockingStage for Reproject {
 
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         let id = item.id.clone();
-        let raster = Self::take_raster(item)?;
+        let (raster, checked) = match item.take_payload::<Checked>() {
+            Some(Checked(r)) => (r, true),
+            None => (Self::take_raster(item)?, false),
+        };
         let view = self.source_view(&raster, &id)?;
         let src = view.as_ref().unwrap_or(&raster.ds);
-        self.output_bytes(src, &id)?;
+        if !checked {
+            self.output_bytes(src, &id)?;
+        }
 
         let options = WarpOptions::new(&self.args)
             .map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
