@@ -270,7 +270,7 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         .push(std::time::Instant::now());
     let now = stats.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     stats.peak_in_flight.fetch_max(now, Ordering::SeqCst);
-    let _in_flight = InFlight(stats);
+    let in_flight = InFlight(stats);
     let f = &shared.faults;
     if let Some(latency) = f.latency {
         tokio::time::sleep(latency).await;
@@ -371,5 +371,8 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body).await?;
     stats.served.fetch_add(1, Ordering::SeqCst);
+    // The answer is out: no longer in flight, before the connection's
+    // closing handshake (the client may already be on to its next request).
+    drop(in_flight);
     stream.shutdown().await
 }

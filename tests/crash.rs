@@ -103,8 +103,9 @@ fn rerun_finishes_the_rest(s: &Setup) {
     );
 }
 
-#[test]
-fn after_kill_9_a_rerun_finishes_the_rest() {
+/// A slow tile server (so the run can be interrupted), the setup, and a
+/// first run that has written a few outputs.
+fn start_and_wait_for_outputs() -> (tokio::runtime::Runtime, TileServer, Setup, Child) {
     let rt = runtime();
     let tiles = tiles(TILES_PER_CRS, 256);
     let faults = Faults {
@@ -117,6 +118,12 @@ fn after_kill_9_a_rerun_finishes_the_rest() {
     let s = setup(&server, &tiles);
     let mut child = spawn(&s, "first.json");
     wait_for_outputs(&s.out, 3, &mut child);
+    (rt, server, s, child)
+}
+
+#[test]
+fn after_kill_9_a_rerun_finishes_the_rest() {
+    let (_rt, server, s, mut child) = start_and_wait_for_outputs();
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let finished = final_files(&s.out);
@@ -138,18 +145,7 @@ fn after_kill_9_a_rerun_finishes_the_rest() {
 
 #[test]
 fn after_ctrl_c_the_run_drains_leaves_no_temporary_file_and_a_rerun_finishes() {
-    let rt = runtime();
-    let tiles = tiles(TILES_PER_CRS, 256);
-    let faults = Faults {
-        latency: Some(Duration::from_millis(60)),
-        ..Faults::default()
-    };
-    let server = rt
-        .block_on(TileServer::start_with(tiles.clone(), faults))
-        .unwrap();
-    let s = setup(&server, &tiles);
-    let mut child = spawn(&s, "first.json");
-    wait_for_outputs(&s.out, 3, &mut child);
+    let (_rt, server, s, mut child) = start_and_wait_for_outputs();
     let kill = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()

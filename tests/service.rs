@@ -33,6 +33,19 @@ async fn start_service() -> Running {
     }
 }
 
+/// A tile server answering after `latency_ms`, with `per_crs` x 4 tiles,
+/// and their URLs.
+async fn slow_tiles(per_crs: usize, latency_ms: u64) -> (TileServer, Vec<String>) {
+    let tiles = common::tiles(per_crs, 64);
+    let faults = Faults {
+        latency: Some(Duration::from_millis(latency_ms)),
+        ..Faults::default()
+    };
+    let server = TileServer::start_with(tiles.clone(), faults).await.unwrap();
+    let urls = tiles.iter().map(|(n, _)| server.url(n)).collect();
+    (server, urls)
+}
+
 fn job_toml(urls: &[String], out: &std::path::Path) -> String {
     format!(
         r#"
@@ -107,13 +120,7 @@ async fn wait_for(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_jobs_at_once_finish_within_one_shared_connection_limit() {
     let r = start_service().await;
-    let tiles = common::tiles(5, 64);
-    let faults = Faults {
-        latency: Some(Duration::from_millis(15)),
-        ..Faults::default()
-    };
-    let server = TileServer::start_with(tiles.clone(), faults).await.unwrap();
-    let urls: Vec<String> = tiles.iter().map(|(n, _)| server.url(n)).collect();
+    let (server, urls) = slow_tiles(5, 15).await;
     let work = tempfile::tempdir().unwrap();
     let mut ids = Vec::new();
     for job in ["a", "b"] {
@@ -161,13 +168,7 @@ async fn two_jobs_at_once_finish_within_one_shared_connection_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_job_frees_every_permit() {
     let r = start_service().await;
-    let tiles = common::tiles(10, 64);
-    let faults = Faults {
-        latency: Some(Duration::from_millis(100)),
-        ..Faults::default()
-    };
-    let server = TileServer::start_with(tiles.clone(), faults).await.unwrap();
-    let urls: Vec<String> = tiles.iter().map(|(n, _)| server.url(n)).collect();
+    let (_server, urls) = slow_tiles(10, 100).await;
     let work = tempfile::tempdir().unwrap();
     let (_, v) = json(
         r.client
