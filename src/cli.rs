@@ -660,7 +660,7 @@ async fn execute(
                     control.stop();
                 }
             }
-            _ = summary.tick(), if progress.is_some() && !terminal || args.progress == ProgressMode::Log => {
+            _ = summary.tick(), if progress.is_some() && (!terminal || args.progress == ProgressMode::Log) => {
                 if let Some(p) = &progress {
                     tracing::info!(target: "warpline::progress", "{}", p.summary());
                 }

@@ -192,7 +192,8 @@ impl TileServer {
         self.shared.stats.throttled.load(Ordering::SeqCst)
     }
 
-    /// The most requests handled at once.
+    /// The most requests handled at once (from arrival until the answer
+    /// starts: a lower bound on the connections the clients held at once).
     pub fn peak_in_flight(&self) -> u64 {
         self.shared.stats.peak_in_flight.load(Ordering::SeqCst)
     }
@@ -368,11 +369,13 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             return stream.shutdown().await;
         }
     }
+    // In flight ends as the answer starts: the window from a request's
+    // arrival to here lies inside the client's own wait for the answer, so
+    // the count never runs ahead of what the client holds, however the
+    // threads are scheduled.
+    drop(in_flight);
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body).await?;
     stats.served.fetch_add(1, Ordering::SeqCst);
-    // The answer is out: no longer in flight, before the connection's
-    // closing handshake (the client may already be on to its next request).
-    drop(in_flight);
     stream.shutdown().await
 }

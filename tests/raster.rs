@@ -3,11 +3,9 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::{assert_same_raster, gdalwarp, raster_pipeline, run, sample_files};
-use sha2::{Digest, Sha256};
+use common::{assert_same_raster, gdalwarp, hashes, raster_pipeline, run, sample_files};
 use warpline::tileserver::TileServer;
 
 /// A UTM zone near each shared raster (not its own CRS, so it is a warp).
@@ -149,20 +147,6 @@ warp_memory = "16MiB""#,
     .collect();
     gdalwarp(&args, file, &theirs);
     assert_same_raster(&out_dir.join("utm18n-000.tif"), &theirs, "explicit options");
-}
-
-fn hashes(dir: &Path) -> BTreeMap<String, String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let p = e.unwrap().path();
-            let digest = Sha256::digest(std::fs::read(&p).unwrap());
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                format!("{digest:x}"),
-            )
-        })
-        .collect()
 }
 
 #[test]

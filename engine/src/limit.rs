@@ -320,6 +320,16 @@ impl Limiter {
         burst: NonZeroU32,
         key: RateKey,
     ) -> Option<Self> {
+        Self::rate_with(name, per_second, burst, key, None)
+    }
+
+    fn rate_with(
+        name: impl Into<String>,
+        per_second: f64,
+        burst: NonZeroU32,
+        key: RateKey,
+        external: Option<Arc<dyn RateBackend>>,
+    ) -> Option<Self> {
         if !(per_second.is_finite() && per_second > 0.0) {
             return None;
         }
@@ -337,7 +347,7 @@ impl Limiter {
                 per_second,
                 burst: burst.get(),
                 key,
-                external: None,
+                external,
                 paused_until: Mutex::new(HashMap::new()),
             },
         ))
@@ -362,13 +372,7 @@ impl Limiter {
         key: RateKey,
         backend: Arc<dyn RateBackend>,
     ) -> Option<Self> {
-        let mut l = Self::rate(name, per_second, burst, key)?;
-        if let Some(inner) = Arc::get_mut(&mut l.inner) {
-            if let State::Rate { external, .. } = &mut inner.state {
-                *external = Some(backend);
-            }
-        }
-        Some(l)
+        Self::rate_with(name, per_second, burst, key, Some(backend))
     }
 
     /// Whether the bucket is kept outside this process.
