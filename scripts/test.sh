@@ -19,7 +19,7 @@ export WARPLINE_TEST_REDIS="redis://127.0.0.1:$REDIS_PORT"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --locked 2>&1 | tee "$log" || status=$?
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
 passed=$(grep -oE 'test result: .* ([0-9]+) passed' "$log" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -E 'test result:' "$log" | grep -oE '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
 echo

@@ -29,7 +29,12 @@ static INIT: Once = Once::new();
 /// forwards GDAL's messages to `tracing`, and sizes the block cache.
 pub fn init() {
     INIT.call_once(|| {
-        gdal::DriverManager::register_all();
+        // Through the `gdal` crate's own `Once` (every `Dataset::open` and
+        // driver lookup goes through it too), never `register_all`
+        // directly: two threads in GDALAllRegister at the same time corrupt
+        // GDAL's driver tables (seen as a hang and a SIGSEGV when a test
+        // opened a driver while a pipeline started).
+        let _ = gdal::DriverManager::count();
         gdal::config::set_error_handler(|class, code, message| {
             // Runs on whichever thread called GDAL; must never panic.
             match class {
