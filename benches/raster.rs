@@ -154,6 +154,7 @@ fn floor(work: &Path) -> f64 {
         })
         .collect();
     let mut times = Vec::new();
+    let mut per = [0.0f64; 3];
     for round in 0..3 {
         for (i, bytes) in tiles.iter().enumerate() {
             let mut item = warpline::Item::new(warpline::Input {
@@ -165,12 +166,20 @@ fn floor(work: &Path) -> f64 {
                 bytes: bytes.clone(),
             });
             let start = thread_cpu();
-            for s in &stages {
+            for (k, s) in stages.iter().enumerate() {
+                let t = thread_cpu();
                 s.process(&mut item).unwrap();
+                per[k] += (thread_cpu() - t).as_secs_f64() * 1000.0;
             }
             times.push((thread_cpu() - start).as_secs_f64() * 1000.0);
         }
     }
+    eprintln!(
+        "floor per stage (mean ms): decode {:.2} reproject {:.2} write {:.2}",
+        per[0] / times.len() as f64,
+        per[1] / times.len() as f64,
+        per[2] / times.len() as f64
+    );
     times.sort_by(f64::total_cmp);
     times[times.len() / 2]
 }
@@ -243,9 +252,10 @@ fn scenario(name: &str) {
             } else {
                 ("", "\"connections\"")
             };
-            // The floor again, in this process and moment: the machine's
-            // speed drifts between runs, so the ratio compares like with like.
-            let floor_ms = if rate { 0.0 } else { floor(work.path()) };
+            // The floor again, in this process, just before and just after
+            // the run (their mean): the machine's speed drifts, so the
+            // ratio compares like with like.
+            let floor_before = if rate { 0.0 } else { floor(work.path()) };
             let toml = pipeline_toml(Path::new(&list), &out, extra, fetch);
             let pipeline = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -257,8 +267,23 @@ fn scenario(name: &str) {
             let report = rt.block_on(pipeline.run()).unwrap();
             let wall = t0.elapsed().as_secs_f64();
             let cpu = (process_cpu() - cpu0).as_secs_f64();
+            let floor_ms = if rate {
+                0.0
+            } else {
+                (floor_before + floor(work.path())) / 2.0
+            };
             assert_eq!(report.items.done, n as u64, "{report}");
             let h = report.hosts.first();
+            let stage_cpu: Vec<String> = report
+                .stages
+                .iter()
+                .filter_map(|s| {
+                    s.cpu_s.map(|c| {
+                        format!("{}:{:.2}", s.name, c * 1000.0 / s.processed.max(1) as f64)
+                    })
+                })
+                .collect();
+            eprintln!("pipeline per stage (mean ms): {}", stage_cpu.join(" "));
             println!(
                 "tiles={n} skewed={skewed} floor_ms={floor_ms:.2} wall_s={wall:.2} tiles_per_s={:.1} cpu_ms_per_tile={:.2} peak_rss_mib={:.0} requests={} throttled_429={} achieved_per_s={:.2} cores={cores} diagnosis={:?}",
                 n as f64 / wall,

@@ -77,6 +77,10 @@ pub struct StageReport {
     pub blocked_s: f64,
     /// Busy time over the time its workers had: `busy_s / (workers x elapsed_s)`.
     pub utilisation: f64,
+    /// CPU time the stage's code used, summed over workers, in seconds:
+    /// `null` for an async stage (its tasks share the runtime's threads, so
+    /// their CPU time is not theirs alone).
+    pub cpu_s: Option<f64>,
 }
 
 /// One limiter's use.
@@ -354,6 +358,21 @@ pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
         .to_owned()
 }
 
+/// CPU time (user + system) of the calling thread so far; zero where the
+/// platform cannot say.
+pub fn thread_cpu() -> Duration {
+    #[cfg(unix)]
+    {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        Duration::new(
+            u64::try_from(t.tv_sec).unwrap_or(0),
+            u32::try_from(t.tv_nsec).unwrap_or(0),
+        )
+    }
+    #[cfg(not(unix))]
+    Duration::ZERO
+}
+
 /// The process's peak resident set size (VmHWM), in bytes.
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -433,6 +452,9 @@ impl RunReport {
                     utilisation: Duration::from_nanos(s.busy_ns.load(Ordering::Acquire))
                         .as_secs_f64()
                         / (f64::from(plan.workers) * secs),
+                    cpu_s: matches!(plan.handler, crate::stage::Handler::Blocking(_)).then(|| {
+                        Duration::from_nanos(s.cpu_ns.load(Ordering::Acquire)).as_secs_f64()
+                    }),
                 })
                 .collect(),
             limiters: pipeline
@@ -498,7 +520,7 @@ impl fmt::Display for RunReport {
         }
         writeln!(f, "  stages:")?;
         for s in &self.stages {
-            writeln!(
+            write!(
                 f,
                 "    {:<12} {:<9} workers {:>3} mailbox {:>4} processed {:>7} busy {:>7.2}s ({:>3.0}%) starved {:>6.2}s blocked {:>6.2}s",
                 s.name,
@@ -511,6 +533,12 @@ impl fmt::Display for RunReport {
                 s.starved_s,
                 s.blocked_s
             )?;
+            match s.cpu_s {
+                Some(cpu) if s.processed > 0 => {
+                    writeln!(f, " cpu {:.2} ms/item", cpu * 1000.0 / s.processed as f64)?
+                }
+                _ => writeln!(f)?,
+            }
         }
         if !self.limiters.is_empty() {
             writeln!(f, "  limiters:")?;

@@ -188,6 +188,8 @@ pub enum RunError {
 pub(crate) struct StageStats {
     pub processed: AtomicU64,
     pub busy_ns: AtomicU64,
+    /// CPU time of the stage's code on its own threads (blocking stages).
+    pub cpu_ns: AtomicU64,
     /// Time workers waited for an item (the mailbox was empty).
     pub starved_ns: AtomicU64,
     /// Time workers waited to hand an item on (the next mailbox was full).
@@ -521,7 +523,7 @@ impl Worker {
             .iter()
             .any(|l| l.kind() == LimiterKind::Bytes);
         let bytes = if needs_bytes {
-            match self.plan.handler.demand(item) {
+            match self.on_stage_cpu(|| self.plan.handler.demand(item)) {
                 Ok(b) => b,
                 Err(error) => return Err(error),
             }
@@ -584,6 +586,23 @@ impl Worker {
         Ok(Some(held))
     }
 
+    /// Runs `f`, the stage's own code, adding the CPU time it used to the
+    /// stage's when the stage is blocking (its threads are its own, so
+    /// their CPU time is the stage's).
+    fn on_stage_cpu<T>(&self, f: impl FnOnce() -> T) -> T {
+        if !self.plan.handler.is_blocking() {
+            return f();
+        }
+        let before = crate::report::thread_cpu();
+        let r = f();
+        let used = crate::report::thread_cpu().saturating_sub(before);
+        self.shared.stats[self.index].cpu_ns.fetch_add(
+            u64::try_from(used.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        r
+    }
+
     /// Runs the stage's code once, timing it and turning a panic into an
     /// error.
     async fn call(
@@ -603,8 +622,10 @@ impl Worker {
             Handler::Blocking(h) => {
                 // This is an OS thread of the stage's own, not a runtime
                 // thread: blocking here blocks no other work.
-                std::panic::catch_unwind(AssertUnwindSafe(|| h.process(item)))
-                    .unwrap_or_else(|p| Err(panic_message(p)))
+                self.on_stage_cpu(|| {
+                    std::panic::catch_unwind(AssertUnwindSafe(|| h.process(item)))
+                        .unwrap_or_else(|p| Err(panic_message(p)))
+                })
             }
         };
         let stats = &self.shared.stats[self.index];

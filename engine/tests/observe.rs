@@ -58,6 +58,16 @@ fn assert_invariants(r: &RunReport) {
     for s in &r.stages {
         assert!(s.busy_s >= 0.0 && s.starved_s >= 0.0 && s.blocked_s >= 0.0);
         assert!(s.utilisation <= 1.05, "{}: {}", s.name, s.utilisation);
+        if let Some(cpu) = s.cpu_s {
+            // A thread's CPU time cannot exceed the wall time it ran for
+            // (the synthetic stages' `demand` is free).
+            assert!(
+                cpu <= s.busy_s + 0.05,
+                "{}: cpu {cpu} busy {}",
+                s.name,
+                s.busy_s
+            );
+        }
     }
     let first = &r.stages[0];
     assert!(
@@ -113,6 +123,11 @@ fn report_invariants_hold_and_events_agree_with_the_report() {
     let (r, events) = run(MIXED, &Registry::with_builtins());
     assert_invariants(&r);
     assert_eq!(r.items.failed, 300 / 17);
+    let stage = |name: &str| r.stages.iter().find(|s| s.name == name).unwrap();
+    // CPU time is the blocking stage's own; an async stage shares the
+    // runtime's threads, so it has none to report.
+    assert!(stage("cpu_work").cpu_s.is_some_and(|c| c > 0.0), "{r}");
+    assert_eq!(stage("io").cpu_s, None);
     let mut count: HashMap<&str, u64> = HashMap::new();
     let mut finished: HashMap<String, u64> = HashMap::new();
     let mut admitted = std::collections::HashSet::new();
