@@ -36,11 +36,6 @@ fn process_cpu() -> Duration {
     rusage(libc::RUSAGE_SELF)
 }
 
-/// CPU time of the calling thread.
-fn thread_cpu() -> Duration {
-    rusage(libc::RUSAGE_THREAD)
-}
-
 fn rusage(who: libc::c_int) -> Duration {
     // SAFETY: rusage is plain old data; all-zero is a valid value.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
@@ -165,13 +160,13 @@ fn floor(work: &Path) -> f64 {
             item.set_payload(warpline::stages::fetch::Fetched {
                 bytes: bytes.clone(),
             });
-            let start = thread_cpu();
+            let start = warpline::engine::report::thread_cpu();
             for (k, s) in stages.iter().enumerate() {
-                let t = thread_cpu();
+                let t = warpline::engine::report::thread_cpu();
                 s.process(&mut item).unwrap();
-                per[k] += (thread_cpu() - t).as_secs_f64() * 1000.0;
+                per[k] += (warpline::engine::report::thread_cpu() - t).as_secs_f64() * 1000.0;
             }
-            times.push((thread_cpu() - start).as_secs_f64() * 1000.0);
+            times.push((warpline::engine::report::thread_cpu() - start).as_secs_f64() * 1000.0);
         }
     }
     eprintln!(

@@ -452,7 +452,7 @@ impl RunReport {
                     utilisation: Duration::from_nanos(s.busy_ns.load(Ordering::Acquire))
                         .as_secs_f64()
                         / (f64::from(plan.workers) * secs),
-                    cpu_s: matches!(plan.handler, crate::stage::Handler::Blocking(_)).then(|| {
+                    cpu_s: plan.handler.is_blocking().then(|| {
                         Duration::from_nanos(s.cpu_ns.load(Ordering::Acquire)).as_secs_f64()
                     }),
                 })
