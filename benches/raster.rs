@@ -22,6 +22,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gdal::raster::Buffer;
@@ -185,32 +186,33 @@ struct Served {
 }
 
 async fn serve(n: usize, skewed: bool, faults: Faults, work: &Path) -> Served {
-    let mut distinct: Vec<Vec<u8>> = (0..DISTINCT)
-        .map(|i| make_tile(i, TILE, skewed, work))
+    // Every name serves one of a few distinct tiles, shared, not copied.
+    let distinct: Vec<Arc<Vec<u8>>> = (0..DISTINCT)
+        .map(|i| Arc::new(make_tile(i, TILE, skewed, work)))
         .collect();
     let mut big = Vec::new();
     if skewed {
         // 20x .. 100x the pixels of a normal tile.
         for (i, factor) in [20.0f64, 35.0, 50.0, 70.0, 100.0].iter().enumerate() {
-            big.push(make_tile(
+            big.push(Arc::new(make_tile(
                 100 + i,
                 (TILE as f64 * factor.sqrt()) as usize,
                 true,
                 work,
-            ));
+            )));
         }
     }
-    let mut tiles = Vec::with_capacity(n);
-    for i in 0..n {
-        let bytes = if skewed && i % 100 == 50 {
-            big[(i / 100) % big.len()].clone()
-        } else {
-            distinct[i % DISTINCT].clone()
-        };
-        tiles.push((format!("tile-{i:05}.tif"), bytes));
-    }
-    distinct.clear();
-    let server = TileServer::start_with(tiles.iter().map(|(n, b)| (n.clone(), b.clone())), faults)
+    let tiles: Vec<(String, Arc<Vec<u8>>)> = (0..n)
+        .map(|i| {
+            let bytes = if skewed && i % 100 == 50 {
+                &big[(i / 100) % big.len()]
+            } else {
+                &distinct[i % DISTINCT]
+            };
+            (format!("tile-{i:05}.tif"), Arc::clone(bytes))
+        })
+        .collect();
+    let server = TileServer::start_with(tiles.iter().cloned(), faults)
         .await
         .unwrap();
     let list = work.join("tiles.txt");

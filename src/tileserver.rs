@@ -98,23 +98,24 @@ pub struct TileServer {
 
 impl TileServer {
     /// Serves `tiles` (name, bytes) at `http://127.0.0.1:PORT/tiles/NAME` on
-    /// the current tokio runtime.
+    /// the current tokio runtime. The bytes may be shared (`Arc<Vec<u8>>`):
+    /// many names can serve one tile without a copy each.
     pub async fn start(
-        tiles: impl IntoIterator<Item = (String, Vec<u8>)>,
+        tiles: impl IntoIterator<Item = (String, impl Into<Arc<Vec<u8>>>)>,
     ) -> std::io::Result<Self> {
         Self::start_with(tiles, Faults::default()).await
     }
 
     /// As [`start`](Self::start), misbehaving as `faults` says.
     pub async fn start_with(
-        tiles: impl IntoIterator<Item = (String, Vec<u8>)>,
+        tiles: impl IntoIterator<Item = (String, impl Into<Arc<Vec<u8>>>)>,
         faults: Faults,
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let down_for = faults.down_for;
         let shared = Arc::new(Shared {
-            tiles: tiles.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
+            tiles: tiles.into_iter().map(|(k, v)| (k, v.into())).collect(),
             faults,
             attempts: Mutex::new(HashMap::new()),
             stats: Stats::default(),

@@ -97,7 +97,9 @@ fn only_the_configured_schemes_are_fetched_and_redirects_cannot_switch_scheme() 
             ],
             ..Faults::default()
         };
-        let server = TileServer::start_with(Vec::new(), faults).await.unwrap();
+        let server = TileServer::start_with(Vec::<(String, Vec<u8>)>::new(), faults)
+            .await
+            .unwrap();
         let list = work.path().join("list.txt");
         let inputs = [
             server.url("to-file.tif"),
@@ -145,7 +147,9 @@ fn only_the_configured_schemes_are_fetched_and_redirects_cannot_switch_scheme() 
 fn credentials_never_appear_in_logs_reports_or_failure_records() {
     let work = tempfile::tempdir().unwrap();
     let rt = runtime();
-    let server = rt.block_on(TileServer::start(Vec::new())).unwrap();
+    let server = rt
+        .block_on(TileServer::start(Vec::<(String, Vec<u8>)>::new()))
+        .unwrap();
     let addr = server.addr();
     let list = work.path().join("list.txt");
     std::fs::write(
