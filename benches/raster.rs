@@ -17,7 +17,14 @@
 //! - `rate`: a server that allows 20 requests/s (50 ms latency, 429 beyond),
 //!   a bucket configured to 20/s: achieved rate / limit, 429s.
 //!
-//! The tile server runs in the parent process, so its CPU is not counted.
+//! The tile server runs in the parent process, so its CPU is not counted
+//! in the pipeline's CPU per tile (it does share the machine's cores).
+//!
+//! Beside each line, on stderr: the floor's split per stage (mean, median,
+//! p10, p90), the pipeline's CPU per stage from its run report, and the
+//! machine as a whole during the run (idle share, busy core time per tile,
+//! this process's share). `WARPLINE_BENCH_REPORT=1` prints the whole run
+//! report too.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -44,6 +51,21 @@ fn rusage(who: libc::c_int) -> Duration {
     unsafe { libc::getrusage(who, &mut u) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// (busy, idle + iowait) jiffies of the whole machine, from /proc/stat.
+fn machine_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (v.iter().take(8).sum::<u64>() - idle, idle)
 }
 
 fn peak_rss_mib() -> f64 {
@@ -136,9 +158,16 @@ exists = "overwrite"
 }
 
 /// The per-tile CPU floor: the three blocking stages called one after the
-/// other on this thread.
+/// other on this thread, for the same distinct tiles the pipeline is served.
+/// One untimed tile first (GDAL and PROJ open their drivers and database
+/// once per thread), then two timed rounds. The floor is the *mean* CPU per
+/// tile: N tiles cost N x mean, so that is what the limit "floor x cores"
+/// must use. The median is printed beside it; it sits 2-3% lower because
+/// a few fsyncs are slow, and those are part of the work.
 fn floor(work: &Path) -> f64 {
-    let tiles: Vec<Vec<u8>> = (0..16).map(|i| make_tile(i, TILE, false, work)).collect();
+    let tiles: Vec<Vec<u8>> = (0..DISTINCT)
+        .map(|i| make_tile(i, TILE, false, work))
+        .collect();
     let out = work.join("floor");
     let toml = pipeline_toml(&work.join("unused.txt"), &out, "", "\"connections\"");
     let p = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
@@ -149,35 +178,49 @@ fn floor(work: &Path) -> f64 {
             warpline::Handler::Async(_) => unreachable!("decode, reproject and write are blocking"),
         })
         .collect();
+    let run = |id: String, bytes: &[u8], per: &mut [f64; 3]| {
+        let mut item = warpline::Item::new(warpline::Input {
+            id,
+            source: "bench".into(),
+            size_hint: None,
+        });
+        item.set_payload(warpline::stages::fetch::Fetched {
+            bytes: bytes.to_vec(),
+        });
+        let cpu = warpline::engine::report::thread_cpu;
+        let start = cpu();
+        for (k, s) in stages.iter().enumerate() {
+            let t = cpu();
+            s.process(&mut item).unwrap();
+            per[k] += (cpu() - t).as_secs_f64() * 1000.0;
+        }
+        (cpu() - start).as_secs_f64() * 1000.0
+    };
+    run("warm-up".to_owned(), &tiles[0], &mut [0.0; 3]);
+    // Nothing written before (making the tiles, or a run) is left for this
+    // floor's fsyncs to flush.
+    // SAFETY: sync() takes no arguments and only flushes dirty pages.
+    unsafe { libc::sync() };
     let mut times = Vec::new();
     let mut per = [0.0f64; 3];
-    for round in 0..3 {
+    for round in 0..2 {
         for (i, bytes) in tiles.iter().enumerate() {
-            let mut item = warpline::Item::new(warpline::Input {
-                id: format!("f{round}-{i}"),
-                source: "bench".into(),
-                size_hint: None,
-            });
-            item.set_payload(warpline::stages::fetch::Fetched {
-                bytes: bytes.clone(),
-            });
-            let start = warpline::engine::report::thread_cpu();
-            for (k, s) in stages.iter().enumerate() {
-                let t = warpline::engine::report::thread_cpu();
-                s.process(&mut item).unwrap();
-                per[k] += (warpline::engine::report::thread_cpu() - t).as_secs_f64() * 1000.0;
-            }
-            times.push((warpline::engine::report::thread_cpu() - start).as_secs_f64() * 1000.0);
+            times.push(run(format!("f{round}-{i}"), bytes, &mut per));
         }
     }
-    eprintln!(
-        "floor per stage (mean ms): decode {:.2} reproject {:.2} write {:.2}",
-        per[0] / times.len() as f64,
-        per[1] / times.len() as f64,
-        per[2] / times.len() as f64
-    );
+    let n = times.len() as f64;
+    let mean = times.iter().sum::<f64>() / n;
     times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    eprintln!(
+        "floor (ms per tile): mean {mean:.2} = decode {:.2} + reproject {:.2} + write {:.2}; median {:.2}, p10 {:.2}, p90 {:.2}",
+        per[0] / n,
+        per[1] / n,
+        per[2] / n,
+        times[times.len() / 2],
+        times[times.len() / 10],
+        times[times.len() * 9 / 10],
+    );
+    mean
 }
 
 struct Served {
@@ -249,11 +292,12 @@ fn scenario(name: &str) {
             } else {
                 ("", "\"connections\"")
             };
-            // The floor again, in this process, just before the run: the
-            // machine's speed drifts between runs, so the ratio compares
-            // like with like. It is measured after the run too, for
-            // information only: that one pays for the run's own dirty pages
-            // (its fsyncs cost 1-1.5 ms more), which would flatter the ratio.
+            // The floor again, in this process, just before and just after
+            // the run: the machine's speed drifts (this shared machine's
+            // floor moved 20-27 ms between runs of one afternoon), so the
+            // ratio uses the mean of the two, taken around the run. Dirty
+            // pages are flushed before each, so neither pays for the
+            // other's writes.
             let floor_before = if rate { 0.0 } else { floor(work.path()) };
             let toml = pipeline_toml(Path::new(&list), &out, extra, fetch);
             let pipeline = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
@@ -261,13 +305,25 @@ fn scenario(name: &str) {
                 .enable_all()
                 .build()
                 .unwrap();
+            // Peak RSS is the run's own: the floor's tiles are given back
+            // to the system and do not count (Linux resets VmHWM when "5"
+            // is written to clear_refs).
+            // SAFETY: malloc_trim only returns free heap pages to the system.
+            unsafe { libc::malloc_trim(0) };
+            let _ = std::fs::write("/proc/self/clear_refs", "5");
             let cpu0 = process_cpu();
+            let stat0 = machine_jiffies();
             let t0 = Instant::now();
             let report = rt.block_on(pipeline.run()).unwrap();
             let wall = t0.elapsed().as_secs_f64();
             let cpu = (process_cpu() - cpu0).as_secs_f64();
+            let stat1 = machine_jiffies();
+            let peak_rss = peak_rss_mib();
+            let busy = (stat1.0 - stat0.0) as f64;
+            let idle = (stat1.1 - stat0.1) as f64;
+            eprintln!("machine during the run: idle {:.1}% ({:.2} ms/tile of core time), busy {:.2} ms/tile, this process {:.2} ms/tile", 100.0 * idle / (busy + idle), idle * 10.0 / n as f64, busy * 10.0 / n as f64, cpu * 1000.0 / n as f64);
             let floor_after = if rate { 0.0 } else { floor(work.path()) };
-            let floor_ms = floor_before;
+            let floor_ms = (floor_before + floor_after) / 2.0;
             assert_eq!(report.items.done, n as u64, "{report}");
             let h = report.hosts.first();
             let stage_cpu: Vec<String> = report
@@ -280,11 +336,14 @@ fn scenario(name: &str) {
                 })
                 .collect();
             eprintln!("pipeline per stage (mean ms): {}", stage_cpu.join(" "));
+            if std::env::var_os("WARPLINE_BENCH_REPORT").is_some() {
+                eprintln!("{report}");
+            }
             println!(
-                "tiles={n} skewed={skewed} floor_ms={floor_ms:.2} floor_after_ms={floor_after:.2} wall_s={wall:.2} tiles_per_s={:.1} cpu_ms_per_tile={:.2} peak_rss_mib={:.0} requests={} throttled_429={} achieved_per_s={:.2} cores={cores} diagnosis={:?}",
+                "tiles={n} skewed={skewed} floor_ms={floor_ms:.2} floor_before_ms={floor_before:.2} floor_after_ms={floor_after:.2} wall_s={wall:.2} tiles_per_s={:.1} cpu_ms_per_tile={:.2} peak_rss_mib={:.0} requests={} throttled_429={} achieved_per_s={:.2} cores={cores} diagnosis={:?}",
                 n as f64 / wall,
                 cpu * 1000.0 / n as f64,
-                peak_rss_mib(),
+                peak_rss,
                 h.map(|h| h.requests).unwrap_or(0),
                 h.map(|h| h.throttled_429).unwrap_or(0),
                 h.map(|h| h.achieved_per_s).unwrap_or(0.0),
