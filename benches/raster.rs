@@ -15,10 +15,13 @@
 //! - `skewed-1000`: 1% of the tiles 20-100x larger, a 512 MiB memory
 //!   budget: peak RSS against budget + 64 MiB;
 //! - `rate`: a server that allows 20 requests/s (50 ms latency, 429 beyond),
-//!   a bucket configured to 20/s: achieved rate / limit, 429s.
+//!   a bucket configured to 20/s: achieved rate / limit, 429s;
+//! - `fetch-1000`: the fetch stage alone, 1,000 tiles: what HTTP over
+//!   loopback costs per tile.
 //!
 //! The tile server runs in the parent process, so its CPU is not counted
-//! in the pipeline's CPU per tile (it does share the machine's cores).
+//! in the pipeline's CPU per tile (it does share the machine's cores); the
+//! parent prints it as `server_cpu_ms_per_tile`.
 //!
 //! Beside each line, on stderr: the floor's split per stage (mean, median,
 //! p10, p90), the pipeline's CPU per stage from its run report, and the
@@ -157,6 +160,27 @@ exists = "overwrite"
     )
 }
 
+/// Only the fetch stage of [`pipeline_toml`]: what HTTP over loopback costs
+/// per tile, on both ends.
+fn fetch_only_toml(list: &Path) -> String {
+    format!(
+        r#"
+[pipeline]
+flow = ["fetch"]
+[source]
+kind = "list"
+path = {list:?}
+[limits.connections]
+permits = 8
+[stages.fetch]
+kind = "fetch"
+workers = 8
+limits = ["connections"]
+"#,
+        list = list.display().to_string()
+    )
+}
+
 /// The per-tile CPU floor: the three blocking stages called one after the
 /// other on this thread, for the same distinct tiles the pipeline is served.
 /// One untimed tile first (GDAL and PROJ open their drivers and database
@@ -275,7 +299,7 @@ fn scenario(name: &str) {
         "floor" => println!("floor_ms_per_tile={:.2}", floor(work.path())),
         _ => {
             let (n, skewed, rate) = match name {
-                "cpu-1000" => (1000, false, false),
+                "cpu-1000" | "fetch-1000" => (1000, false, false),
                 "cpu-10000" => (10000, false, false),
                 "skewed-1000" => (1000, true, false),
                 "rate" => (200, false, true),
@@ -298,8 +322,14 @@ fn scenario(name: &str) {
             // ratio uses the mean of the two, taken around the run. Dirty
             // pages are flushed before each, so neither pays for the
             // other's writes.
-            let floor_before = if rate { 0.0 } else { floor(work.path()) };
+            let skipfloor = rate || name == "fetch-1000";
+            let floor_before = if skipfloor { 0.0 } else { floor(work.path()) };
             let toml = pipeline_toml(Path::new(&list), &out, extra, fetch);
+            let toml = if name == "fetch-1000" {
+                fetch_only_toml(Path::new(&list))
+            } else {
+                toml
+            };
             let pipeline = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -322,7 +352,7 @@ fn scenario(name: &str) {
             let busy = (stat1.0 - stat0.0) as f64;
             let idle = (stat1.1 - stat0.1) as f64;
             eprintln!("machine during the run: idle {:.1}% ({:.2} ms/tile of core time), busy {:.2} ms/tile, this process {:.2} ms/tile", 100.0 * idle / (busy + idle), idle * 10.0 / n as f64, busy * 10.0 / n as f64, cpu * 1000.0 / n as f64);
-            let floor_after = if rate { 0.0 } else { floor(work.path()) };
+            let floor_after = if skipfloor { 0.0 } else { floor(work.path()) };
             let floor_ms = (floor_before + floor_after) / 2.0;
             assert_eq!(report.items.done, n as u64, "{report}");
             let h = report.hosts.first();
@@ -369,7 +399,15 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    let all = ["floor", "cpu-1000", "skewed-1000", "rate", "cpu-10000"];
+    let all = [
+        "floor",
+        "cpu-1000",
+        "fused-1000",
+        "fetch-1000",
+        "skewed-1000",
+        "rate",
+        "cpu-10000",
+    ];
     let chosen: Vec<&str> = all
         .iter()
         .copied()
@@ -388,11 +426,12 @@ fn main() {
         let mut cmd = Command::new(&exe);
         cmd.env("WARPLINE_BENCH_SCENARIO", name)
             .stdout(Stdio::piped());
+        let mut tiles = 0;
         let served = match name {
             "floor" => None,
             _ => {
                 let (n, skewed, faults) = match name {
-                    "cpu-1000" => (1000, false, Faults::default()),
+                    "cpu-1000" | "fetch-1000" => (1000, false, Faults::default()),
                     "cpu-10000" => (10000, false, Faults::default()),
                     "skewed-1000" => (1000, true, Faults::default()),
                     _ => (
@@ -405,11 +444,13 @@ fn main() {
                         },
                     ),
                 };
+                tiles = n;
                 let s = rt.block_on(serve(n, skewed, faults, work.path()));
                 cmd.env("WARPLINE_BENCH_LIST", &s.list);
                 Some(s)
             }
         };
+        let parent_cpu = process_cpu();
         let mut child = cmd.spawn().expect("bench child");
         let line = BufReader::new(child.stdout.take().unwrap())
             .lines()
@@ -417,21 +458,33 @@ fn main() {
             .last()
             .unwrap_or_default();
         assert!(child.wait().unwrap().success(), "scenario {name} failed");
+        // This process only served tiles while the child ran.
+        let server_cpu = (process_cpu() - parent_cpu).as_secs_f64();
         drop(served);
         if name == "floor" {
             floor_ms = field(&line, "floor_ms_per_tile");
         }
         let mut extra = String::new();
-        let floor_ms = field(&line, "floor_ms").filter(|f| *f > 0.0).or(floor_ms);
-        if let (Some(f), Some(tps)) = (floor_ms, field(&line, "tiles_per_s")) {
+        if tiles > 0 {
             extra = format!(
+                " server_cpu_ms_per_tile={:.2}",
+                server_cpu * 1000.0 / tiles as f64
+            );
+        }
+        let floor_ms = field(&line, "floor_ms").filter(|f| *f > 0.0).or(floor_ms);
+        if let (Some(f), Some(tps), false) = (
+            floor_ms,
+            field(&line, "tiles_per_s"),
+            name == "fetch-1000" || name == "rate",
+        ) {
+            extra += &format!(
                 " achieved/(floor x cores)={:.2}",
                 tps / (1000.0 / f * cores)
             );
         }
         if name == "rate" {
             if let Some(r) = field(&line, "achieved_per_s") {
-                extra = format!(" achieved/limit={:.3}", r / 20.0);
+                extra += &format!(" achieved/limit={:.3}", r / 20.0);
             }
         }
         println!("{name}: {line}{extra}");

@@ -2,8 +2,9 @@
 //! the demo, the tests and the benchmarks. It can misbehave on purpose
 //! ([`Faults`]): server errors, connection resets, bodies cut short, bodies
 //! too slow, 429 storms with `Retry-After`, being down for a while, added
-//! latency and a server-side rate limit. Each response closes its
-//! connection, which keeps the server small and every fault exact.
+//! latency and a server-side rate limit. Connections are kept alive
+//! between requests, as real tile servers keep them; an answer a fault cuts
+//! short closes its connection.
 //!
 //! It is hand-written on tokio rather than built on a web framework because
 //! a framework hides exactly what the faults need: resetting a connection
@@ -213,42 +214,50 @@ fn rebind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(1024)
 }
 
-/// Reads the request head; returns the path of a `GET`.
-async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
+/// A request head, as read off a connection.
+enum Request {
+    /// The client closed the connection (or sent a head over 16 KiB).
+    Closed,
+    /// A `GET` of this path.
+    Get(String),
+    /// Anything else.
+    Bad,
+}
+
+/// Reads one request head.
+async fn read_request(stream: &mut TcpStream) -> std::io::Result<Request> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
         let n = stream.read(&mut buf).await?;
         if n == 0 || head.len() > 16 * 1024 {
-            return Ok(None);
+            return Ok(Request::Closed);
         }
         head.extend_from_slice(&buf[..n]);
     }
     let text = String::from_utf8_lossy(&head);
     let mut parts = text.lines().next().unwrap_or_default().split_whitespace();
     Ok(match (parts.next(), parts.next()) {
-        (Some("GET"), Some(path)) => Some(path.to_owned()),
-        _ => None,
+        (Some("GET"), Some(path)) => Request::Get(path.to_owned()),
+        _ => Request::Bad,
     })
 }
 
+/// Writes a whole answer; the connection stays open.
 async fn respond(
     stream: &mut TcpStream,
     status: &str,
     headers: &[(&str, String)],
     body: &[u8],
-) -> std::io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
+) -> std::io::Result<bool> {
+    let mut head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\n", body.len());
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body).await?;
-    stream.shutdown().await
+    Ok(true)
 }
 
 struct InFlight<'a>(&'a Stats);
@@ -259,10 +268,27 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// Answers the requests of one connection until the client closes it, a
+/// request cannot be read, or a fault cuts an answer short.
 async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
-    let Some(path) = read_request(&mut stream).await? else {
-        return respond(&mut stream, "400 Bad Request", &[], b"").await;
-    };
+    loop {
+        let keep = match read_request(&mut stream).await? {
+            Request::Closed => return Ok(()),
+            Request::Bad => {
+                respond(&mut stream, "400 Bad Request", &[], b"").await?;
+                false
+            }
+            Request::Get(path) => answer(&mut stream, shared, path).await?,
+        };
+        if !keep {
+            return stream.shutdown().await;
+        }
+    }
+}
+
+/// Answers one request. `Ok(false)` when the connection must close (the
+/// answer was cut short on purpose).
+async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::io::Result<bool> {
     let stats = &shared.stats;
     stats.requests.fetch_add(1, Ordering::SeqCst);
     stats
@@ -297,7 +323,7 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         if !allowed {
             stats.throttled.fetch_add(1, Ordering::SeqCst);
             return respond(
-                &mut stream,
+                stream,
                 "429 Too Many Requests",
                 &[("Retry-After", "1".into())],
                 b"",
@@ -313,17 +339,11 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         *n
     };
     if let Some((_, location)) = f.redirects.iter().find(|(n, _)| *n == name) {
-        return respond(
-            &mut stream,
-            "302 Found",
-            &[("Location", location.clone())],
-            b"",
-        )
-        .await;
+        return respond(stream, "302 Found", &[("Location", location.clone())], b"").await;
     }
     let Some(body) = shared.tiles.get(&name) else {
         return respond(
-            &mut stream,
+            stream,
             "404 Not Found",
             &[],
             format!("no tile {name}\n").as_bytes(),
@@ -331,20 +351,20 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         .await;
     };
     if f.resets.is_some_and(|x| x.hits(&name, "reset", attempt)) {
-        socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO))?;
-        drop(stream); // an RST, no answer
-        return Ok(());
+        // Closing with a zero linger sends an RST, and no answer.
+        socket2::SockRef::from(&*stream).set_linger(Some(Duration::ZERO))?;
+        return Ok(false);
     }
     if f.server_errors
         .is_some_and(|x| x.hits(&name, "500", attempt))
     {
-        return respond(&mut stream, "500 Internal Server Error", &[], b"").await;
+        return respond(stream, "500 Internal Server Error", &[], b"").await;
     }
     if let Some((x, secs)) = f.throttle {
         if x.hits(&name, "429", attempt) {
             stats.throttled.fetch_add(1, Ordering::SeqCst);
             return respond(
-                &mut stream,
+                stream,
                 "429 Too Many Requests",
                 &[("Retry-After", secs.to_string())],
                 b"",
@@ -353,13 +373,13 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         }
     }
     let head = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: image/tiff\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Type: image/tiff\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     if f.truncated.is_some_and(|x| x.hits(&name, "cut", attempt)) {
         stream.write_all(head.as_bytes()).await?;
         stream.write_all(&body[..body.len() / 2]).await?;
-        return stream.shutdown().await;
+        return Ok(false);
     }
     if let Some((x, pause)) = f.slow {
         if x.hits(&name, "slow", attempt) {
@@ -367,7 +387,7 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             stream.write_all(&body[..body.len().min(64)]).await?;
             tokio::time::sleep(pause).await;
             stream.write_all(&body[body.len().min(64)..]).await?;
-            return stream.shutdown().await;
+            return Ok(false);
         }
     }
     // In flight ends as the answer starts: the window from a request's
@@ -378,5 +398,5 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body).await?;
     stats.served.fetch_add(1, Ordering::SeqCst);
-    stream.shutdown().await
+    Ok(true)
 }
