@@ -322,7 +322,8 @@ fn scenario(name: &str) {
             // ratio uses the mean of the two, taken around the run. Dirty
             // pages are flushed before each, so neither pays for the
             // other's writes.
-            let skipfloor = rate || name == "fetch-1000";
+            // The floor is the reference of the CPU-bound scenarios only.
+            let skipfloor = !name.starts_with("cpu-");
             let floor_before = if skipfloor { 0.0 } else { floor(work.path()) };
             let toml = pipeline_toml(Path::new(&list), &out, extra, fetch);
             let toml = if name == "fetch-1000" {
@@ -402,7 +403,6 @@ fn main() {
     let all = [
         "floor",
         "cpu-1000",
-        "fused-1000",
         "fetch-1000",
         "skewed-1000",
         "rate",
@@ -475,7 +475,7 @@ fn main() {
         if let (Some(f), Some(tps), false) = (
             floor_ms,
             field(&line, "tiles_per_s"),
-            name == "fetch-1000" || name == "rate",
+            !name.starts_with("cpu-"),
         ) {
             extra += &format!(
                 " achieved/(floor x cores)={:.2}",
