@@ -243,13 +243,24 @@ async fn read_request(stream: &mut TcpStream) -> std::io::Result<Request> {
     })
 }
 
+/// What becomes of a connection after an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// It waits for the next request.
+    KeepAlive,
+    /// It is closed (FIN): the answer was cut short on purpose.
+    Close,
+    /// It is reset (RST), nothing sent.
+    Reset,
+}
+
 /// Writes a whole answer; the connection stays open.
 async fn respond(
     stream: &mut TcpStream,
     status: &str,
     headers: &[(&str, String)],
     body: &[u8],
-) -> std::io::Result<bool> {
+) -> std::io::Result<Then> {
     let mut head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\n", body.len());
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
@@ -257,7 +268,7 @@ async fn respond(
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body).await?;
-    Ok(true)
+    Ok(Then::KeepAlive)
 }
 
 struct InFlight<'a>(&'a Stats);
@@ -272,23 +283,25 @@ impl Drop for InFlight<'_> {
 /// request cannot be read, or a fault cuts an answer short.
 async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     loop {
-        let keep = match read_request(&mut stream).await? {
+        let then = match read_request(&mut stream).await? {
             Request::Closed => return Ok(()),
             Request::Bad => {
                 respond(&mut stream, "400 Bad Request", &[], b"").await?;
-                false
+                Then::Close
             }
             Request::Get(path) => answer(&mut stream, shared, path).await?,
         };
-        if !keep {
-            return stream.shutdown().await;
+        match then {
+            Then::KeepAlive => {}
+            Then::Close => return stream.shutdown().await,
+            // Dropped with a zero linger: an RST.
+            Then::Reset => return Ok(()),
         }
     }
 }
 
-/// Answers one request. `Ok(false)` when the connection must close (the
-/// answer was cut short on purpose).
-async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::io::Result<bool> {
+/// Answers one request, and says what becomes of the connection.
+async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::io::Result<Then> {
     let stats = &shared.stats;
     stats.requests.fetch_add(1, Ordering::SeqCst);
     stats
@@ -353,7 +366,7 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
     if f.resets.is_some_and(|x| x.hits(&name, "reset", attempt)) {
         // Closing with a zero linger sends an RST, and no answer.
         socket2::SockRef::from(&*stream).set_linger(Some(Duration::ZERO))?;
-        return Ok(false);
+        return Ok(Then::Reset);
     }
     if f.server_errors
         .is_some_and(|x| x.hits(&name, "500", attempt))
@@ -379,7 +392,7 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
     if f.truncated.is_some_and(|x| x.hits(&name, "cut", attempt)) {
         stream.write_all(head.as_bytes()).await?;
         stream.write_all(&body[..body.len() / 2]).await?;
-        return Ok(false);
+        return Ok(Then::Close);
     }
     if let Some((x, pause)) = f.slow {
         if x.hits(&name, "slow", attempt) {
@@ -387,7 +400,7 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
             stream.write_all(&body[..body.len().min(64)]).await?;
             tokio::time::sleep(pause).await;
             stream.write_all(&body[body.len().min(64)..]).await?;
-            return Ok(false);
+            return Ok(Then::Close);
         }
     }
     // In flight ends as the answer starts: the window from a request's
@@ -398,7 +411,7 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body).await?;
     stats.served.fetch_add(1, Ordering::SeqCst);
-    Ok(true)
+    Ok(Then::KeepAlive)
 }
 
 #[cfg(test)]
@@ -488,5 +501,28 @@ mod tests {
         assert_eq!(status, "HTTP/1.1 200 OK");
         assert_eq!(body.len(), 50_000, "half the body, then the end");
         assert!(closed(&mut stream).await);
+    }
+
+    #[tokio::test]
+    async fn a_reset_sends_no_answer_and_no_orderly_close() {
+        let faults = Faults {
+            resets: Some(Fault::all(1)),
+            ..Faults::default()
+        };
+        let server = TileServer::start_with([("a.tif".to_owned(), vec![7u8; 10])], faults)
+            .await
+            .unwrap();
+        let mut stream = TcpStream::connect(server.addr()).await.unwrap();
+        stream
+            .write_all(b"GET /tiles/a.tif HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 16];
+        let read = stream.read(&mut buf).await;
+        assert_eq!(
+            read.map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::ConnectionReset),
+            "an RST, not an answer or a FIN"
+        );
     }
 }
