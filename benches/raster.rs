@@ -2,6 +2,8 @@
 //!
 //!     cargo bench --bench raster                # every scenario
 //!     cargo bench --bench raster -- cpu-1000    # one
+//!     WARPLINE_BENCH_REPEAT=5 cargo bench --bench raster -- cpu-1000
+//!                                               # five rounds, and the spread
 //!
 //! Each scenario runs in a fresh child process (so peak RSS is its own) and
 //! prints one line of figures:
@@ -422,7 +424,16 @@ fn main() {
     let work = tempfile::tempdir().unwrap();
     let mut floor_ms = None;
     let cores = warpline::engine::units::cores() as f64;
-    for name in chosen {
+    // WARPLINE_BENCH_REPEAT=N runs the chosen scenarios N rounds and ends
+    // with each ratio's spread: on a shared machine one run moves 5-10%, so
+    // comparing two builds needs several interleaved rounds.
+    let rounds: usize = std::env::var("WARPLINE_BENCH_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let mut ratios: Vec<(&str, Vec<f64>)> = chosen.iter().map(|n| (*n, Vec::new())).collect();
+    for name in (0..rounds).flat_map(|_| chosen.iter().copied()) {
         let mut cmd = Command::new(&exe);
         cmd.env("WARPLINE_BENCH_SCENARIO", name)
             .stdout(Stdio::piped());
@@ -477,10 +488,11 @@ fn main() {
             field(&line, "tiles_per_s"),
             !name.starts_with("cpu-"),
         ) {
-            extra += &format!(
-                " achieved/(floor x cores)={:.2}",
-                tps / (1000.0 / f * cores)
-            );
+            let ratio = tps / (1000.0 / f * cores);
+            extra += &format!(" achieved/(floor x cores)={ratio:.2}");
+            if let Some((_, v)) = ratios.iter_mut().find(|(n, _)| *n == name) {
+                v.push(ratio);
+            }
         }
         if name == "rate" {
             if let Some(r) = field(&line, "achieved_per_s") {
@@ -488,5 +500,17 @@ fn main() {
             }
         }
         println!("{name}: {line}{extra}");
+    }
+    for (name, mut v) in ratios {
+        if v.len() > 1 {
+            v.sort_by(f64::total_cmp);
+            println!(
+                "{name} over {} rounds: achieved/(floor x cores) min {:.2} median {:.2} max {:.2}",
+                v.len(),
+                v[0],
+                v[v.len() / 2],
+                v[v.len() - 1]
+            );
+        }
     }
 }
