@@ -447,6 +447,20 @@ mod tests {
         (head.lines().next().unwrap_or_default().to_owned(), body)
     }
 
+    /// A server with one tile, `a.tif`, misbehaving as `faults` says, and a
+    /// connection to it that has asked for the tile.
+    async fn asked(tile: Vec<u8>, faults: Faults) -> (TileServer, TcpStream) {
+        let server = TileServer::start_with([("a.tif".to_owned(), tile)], faults)
+            .await
+            .unwrap();
+        let mut stream = TcpStream::connect(server.addr()).await.unwrap();
+        stream
+            .write_all(b"GET /tiles/a.tif HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        (server, stream)
+    }
+
     async fn closed(stream: &mut TcpStream) -> bool {
         let mut buf = [0u8; 16];
         matches!(stream.read(&mut buf).await, Ok(0) | Err(_))
@@ -484,19 +498,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_cut_short_closes_its_connection() {
-        let tile = vec![7u8; 100_000];
         let faults = Faults {
             truncated: Some(Fault::all(1)),
             ..Faults::default()
         };
-        let server = TileServer::start_with([("a.tif".to_owned(), tile)], faults)
-            .await
-            .unwrap();
-        let mut stream = TcpStream::connect(server.addr()).await.unwrap();
-        stream
-            .write_all(b"GET /tiles/a.tif HTTP/1.1\r\n\r\n")
-            .await
-            .unwrap();
+        let (_server, mut stream) = asked(vec![7u8; 100_000], faults).await;
         let (status, body) = read_answer(&mut stream).await;
         assert_eq!(status, "HTTP/1.1 200 OK");
         assert_eq!(body.len(), 50_000, "half the body, then the end");
@@ -509,14 +515,7 @@ mod tests {
             resets: Some(Fault::all(1)),
             ..Faults::default()
         };
-        let server = TileServer::start_with([("a.tif".to_owned(), vec![7u8; 10])], faults)
-            .await
-            .unwrap();
-        let mut stream = TcpStream::connect(server.addr()).await.unwrap();
-        stream
-            .write_all(b"GET /tiles/a.tif HTTP/1.1\r\n\r\n")
-            .await
-            .unwrap();
+        let (_server, mut stream) = asked(vec![7u8; 10], faults).await;
         let mut buf = [0u8; 16];
         let read = stream.read(&mut buf).await;
         assert_eq!(
