@@ -481,20 +481,9 @@ fn run(
             return execute(&pipeline, args, only_ids, None).await;
         };
         // Again, with the coordinator's global rates, reading its queue.
-        let mut loader = match loader(path, &args.sets) {
-            Ok(l) => l,
-            Err(usage) => {
-                eprintln!("error: {usage}");
-                return Ok(EXIT_INVALID);
-            }
-        };
-        loader = loader.with_global_rates(c.rate_backends());
-        let pipeline = match loader.load(&warpline::registry()) {
+        let pipeline = match load_with(path, &args.sets, Some(c.rate_backends())) {
             Ok(p) => p,
-            Err(e) => {
-                eprintln!("{e}");
-                return Ok(EXIT_INVALID);
-            }
+            Err(code) => return Ok(code),
         };
         let (queue, acker) = c.worker();
         let pipeline = pipeline.with_source("redis", queue);
