@@ -190,19 +190,7 @@ impl Coordinator {
             conn.hgetall(self.key("results")).await.map_err(err)?;
         let done = results.values().filter(|v| v.as_str() == "done").count() as u64;
         let dead: u64 = conn.xlen(self.key("dead")).await.map_err(err)?;
-        let summary: Value = redis::cmd("XPENDING")
-            .arg(self.key("stream"))
-            .arg(GROUP)
-            .query_async(&mut conn)
-            .await
-            .map_err(err)?;
-        let pending = match &summary {
-            Value::Array(v) => v
-                .first()
-                .and_then(|c| redis::from_redis_value::<u64>(c.clone()).ok()),
-            _ => None,
-        }
-        .unwrap_or(0);
+        let pending = self.pending().await?;
         Ok(Status {
             run: self.settings.run.clone(),
             enqueued,
@@ -211,6 +199,24 @@ impl Coordinator {
             pending,
             complete: pending == 0 && done + dead >= enqueued && enqueued > 0,
         })
+    }
+
+    /// Messages delivered to some worker and not yet acknowledged.
+    async fn pending(&self) -> Result<u64, String> {
+        let mut conn = self.conn.clone();
+        let summary: Value = redis::cmd("XPENDING")
+            .arg(self.key("stream"))
+            .arg(GROUP)
+            .query_async(&mut conn)
+            .await
+            .map_err(err)?;
+        Ok(match &summary {
+            Value::Array(v) => v
+                .first()
+                .and_then(|c| redis::from_redis_value::<u64>(c.clone()).ok()),
+            _ => None,
+        }
+        .unwrap_or(0))
     }
 
     /// The source a worker reads instead of the pipeline's own, and the
@@ -335,10 +341,6 @@ impl StreamSource {
         Ok(None)
     }
 
-    async fn pending(&self) -> Result<u64, String> {
-        Ok(self.c.status().await?.pending)
-    }
-
     /// Counts a delivery; past the maximum, sends the message to the
     /// dead-letter stream and returns `false`.
     async fn admit(&self, msg_id: &str, f: &HashMap<String, String>) -> Result<bool, String> {
@@ -410,7 +412,7 @@ impl Source for StreamSource {
             let Some((msg_id, f)) = next else {
                 // Nothing new: done once nothing is pending anywhere (this
                 // worker's own items are acknowledged as they finish).
-                match self.pending().await {
+                match self.c.pending().await {
                     Ok(0) => return None,
                     Ok(_) => continue,
                     Err(e) => {
