@@ -247,6 +247,7 @@ impl Coordinator {
         Arc::new(move |name: &str, per_second: f64, burst: u32| {
             Arc::new(GlobalRate {
                 conn: this.conn.clone(),
+                script: redis::Script::new(GCRA),
                 prefix: format!("warpline:{}", this.settings.run),
                 name: name.to_owned(),
                 period_us: (1_000_000.0 / per_second).round().max(1.0) as u64,
@@ -570,6 +571,8 @@ async fn ack_loop(
 /// A token bucket in Redis (GCRA, Redis's clock), one per limiter and key.
 struct GlobalRate {
     conn: MultiplexedConnection,
+    /// The GCRA script, hashed once (it is run for every token).
+    script: redis::Script,
     prefix: String,
     name: String,
     period_us: u64,
@@ -596,10 +599,10 @@ return 0
 #[warpline_engine::async_trait]
 impl RateBackend for GlobalRate {
     async fn acquire(&self, key: &str) -> Result<(), String> {
-        let script = redis::Script::new(GCRA);
         let mut conn = self.conn.clone();
         loop {
-            let wait_us: i64 = script
+            let wait_us: i64 = self
+                .script
                 .key(format!("{}:rate:{}:{key}", self.prefix, self.name))
                 .key(format!("{}:pause:{}:{key}", self.prefix, self.name))
                 .arg(self.period_us)
