@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{list_pipeline, runtime, tiles};
+use common::{list_pipeline, runtime, tiles, write_url_list};
 use gdal::DriverManager;
 use warpline::tileserver::TileServer;
 
@@ -132,8 +132,7 @@ fn each_bad_input_fails_alone_with_a_clear_error() {
             .await
             .unwrap();
         let list = work.path().join("tiles.txt");
-        let urls: Vec<String> = cases.iter().map(|(n, _, _)| server.url(n)).collect();
-        std::fs::write(&list, urls.join("\n")).unwrap();
+        write_url_list(&server, cases.iter().map(|(n, _, _)| *n), &list);
         let toml = list_pipeline(&list, &work.path().join("out"), "");
         let pipeline = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
         pipeline.run().await.unwrap()

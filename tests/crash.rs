@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{hashes, list_pipeline, runtime, tiles};
+use common::{hashes, list_pipeline, runtime, tiles, write_url_list};
 use warpline::tileserver::{Faults, TileServer};
 
 const TILES_PER_CRS: usize = 6;
@@ -49,8 +49,7 @@ struct Setup {
 fn setup(server: &TileServer, tiles: &[(String, Vec<u8>)]) -> Setup {
     let work = tempfile::tempdir().unwrap();
     let list = work.path().join("tiles.txt");
-    let urls: Vec<String> = tiles.iter().map(|(n, _)| server.url(n)).collect();
-    std::fs::write(&list, urls.join("\n")).unwrap();
+    write_url_list(server, tiles.iter().map(|(n, _)| n.as_str()), &list);
     let out = work.path().join("out");
     let pipeline = work.path().join("p.toml");
     // One connection: slow enough to interrupt mid-run.

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{hashes, list_pipeline, runtime, tiles};
+use common::{hashes, list_pipeline, runtime, tiles, write_url_list};
 use warpline::engine::ErrorKind;
 use warpline::tileserver::{Fault, Faults, TileServer};
 use warpline::RunReport;
@@ -32,8 +32,7 @@ fn run_against(faults: Faults, attempts: u32, work: &Path) -> Outcome {
     rt.block_on(async {
         let server = TileServer::start_with(tiles.clone(), faults).await.unwrap();
         let list = work.join("tiles.txt");
-        let urls: Vec<String> = tiles.iter().map(|(n, _)| server.url(n)).collect();
-        std::fs::write(&list, urls.join("\n")).unwrap();
+        write_url_list(&server, tiles.iter().map(|(n, _)| n.as_str()), &list);
         let out = work.join("out");
         let toml = list_pipeline(
             &list,

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{hashes, runtime, tiles};
+use common::{hashes, runtime, tiles, write_url_list};
 use warpline::engine::shard::Shard;
 use warpline::tileserver::{Faults, TileServer};
 use warpline::{Event, EventKind, RunOptions};
@@ -160,8 +160,7 @@ fn three_workers_one_killed_every_item_once_within_the_global_rate() {
         .unwrap();
     let work = tempfile::tempdir().unwrap();
     let list = work.path().join("tiles.txt");
-    let urls: Vec<String> = tiles.iter().map(|(n, _)| server.url(n)).collect();
-    std::fs::write(&list, urls.join("\n")).unwrap();
+    write_url_list(&server, tiles.iter().map(|(n, _)| n.as_str()), &list);
     let out = work.path().join("out");
     let pipeline = work.path().join("p.toml");
     let rate = 20;
@@ -257,9 +256,9 @@ fn a_poison_item_lands_in_the_dead_letter_stream_after_the_maximum_deliveries() 
     let server = rt.block_on(TileServer::start(tiles.clone())).unwrap();
     let work = tempfile::tempdir().unwrap();
     let list = work.path().join("tiles.txt");
-    let mut urls: Vec<String> = tiles.iter().map(|(n, _)| server.url(n)).collect();
-    urls.push(server.url("poison.tif")); // 404, every time
-    std::fs::write(&list, urls.join("\n")).unwrap();
+    // poison.tif: 404, every time.
+    let names = tiles.iter().map(|(n, _)| n.as_str()).chain(["poison.tif"]);
+    write_url_list(&server, names, &list);
     let out = work.path().join("out");
     let pipeline = work.path().join("p.toml");
     std::fs::write(&pipeline, worker_pipeline(&list, &out, 1000)).unwrap();

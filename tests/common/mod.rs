@@ -279,3 +279,14 @@ pub fn tiles(per_crs: usize, size: usize) -> Vec<(String, Vec<u8>)> {
         .map(|t| (t.name, t.bytes))
         .collect()
 }
+
+/// Writes `list`, one URL a line: the server's URL of each name (a `list`
+/// source's file).
+pub fn write_url_list<'a>(
+    server: &warpline::tileserver::TileServer,
+    names: impl IntoIterator<Item = &'a str>,
+    list: &Path,
+) {
+    let urls: Vec<String> = names.into_iter().map(|n| server.url(n)).collect();
+    std::fs::write(list, urls.join("\n")).unwrap();
+}
