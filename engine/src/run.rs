@@ -858,14 +858,10 @@ pub(crate) async fn run(
             })?,
         ))),
     };
-    let source = pipeline
-        .source
-        .spec
-        .open()
-        .map_err(|message| RunError::Source {
-            kind: pipeline.source.kind.clone(),
-            message,
-        })?;
+    let source = pipeline.source.open().map_err(|message| RunError::Source {
+        kind: pipeline.source.kind.clone(),
+        message,
+    })?;
     tracing::info!(pipeline = %pipeline.name, stages = pipeline.stages.len(), "run starting");
 
     let shared = Arc::new(Shared {
