@@ -131,7 +131,7 @@ permits = 8
 [limits.memory]
 budget = "512MiB"
 [limits.cpu]
-permits = "cores"
+permits = "cores+1"
 [stages.fetch]
 kind = "fetch"
 workers = 8

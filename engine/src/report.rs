@@ -286,17 +286,21 @@ pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
                 .join(" and "),
         };
         let pct = (l.share_at_capacity * 100.0).round();
+        let cores = u64::from(crate::units::cores());
+        let blocking = stages.iter().any(|s| {
+            pipeline
+                .stages
+                .iter()
+                .any(|p| &p.name == s && p.handler.is_blocking())
+        });
         let hint = match l.kind {
-            LimiterKind::Count
-                if l.capacity >= u64::from(crate::units::cores())
-                    && stages.iter().any(|s| {
-                        pipeline
-                            .stages
-                            .iter()
-                            .any(|p| &p.name == s && p.handler.is_blocking())
-                    }) =>
-            {
-                format!("; raising `{}` beyond the core count will not help", l.name)
+            // Measured in docs/pipeline.md ("How many `cpu` permits").
+            LimiterKind::Count if blocking && l.capacity == cores => format!(
+                "; `{}` has as many permits as cores: one more (\"cores+1\") keeps the cores busy while permits change hands, more will not help",
+                l.name
+            ),
+            LimiterKind::Count if blocking && l.capacity > cores => {
+                format!("; `{}` is above the core count: raising it will not help", l.name)
             }
             LimiterKind::Count => format!("; raising `{}` (now {}) may help", l.name, l.capacity),
             LimiterKind::Bytes => format!(

@@ -26,14 +26,15 @@ impl SizeValue {
     }
 }
 
-/// A count as written in a pipeline: a positive integer or `"cores"` (the
-/// number of CPUs this process may use).
+/// A count as written in a pipeline: a positive integer, `"cores"` (the
+/// number of CPUs this process may use), or `"cores+N"` / `"cores-N"`
+/// (never below 1).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum CountValue {
     /// A plain number.
     Number(i64),
-    /// A keyword; only `"cores"` is understood.
+    /// `"cores"`, `"cores+N"`, `"cores-N"`, or a number as text.
     Text(String),
 }
 
@@ -46,13 +47,28 @@ impl CountValue {
             CountValue::Number(n) => {
                 u32::try_from(*n).map_err(|_| format!("{n} is too large (at most {})", u32::MAX))
             }
-            CountValue::Text(s) if s.trim() == "cores" => Ok(cores()),
-            CountValue::Text(s) => match s.trim().parse::<i64>() {
-                Ok(n) => CountValue::Number(n).resolve(),
-                Err(_) => Err(format!(
-                    "expected a positive whole number or \"cores\", got {s:?}"
-                )),
-            },
+            CountValue::Text(s) => {
+                let expected = || {
+                    format!(
+                        "expected a positive whole number, \"cores\", \"cores+N\" or \"cores-N\", got {s:?}"
+                    )
+                };
+                let text: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+                let Some(rest) = text.strip_prefix("cores") else {
+                    return match text.parse::<i64>() {
+                        Ok(n) => CountValue::Number(n).resolve(),
+                        Err(_) => Err(expected()),
+                    };
+                };
+                let offset = match rest.split_at_checked(1) {
+                    None => 0,
+                    Some(("+", n)) => n.parse::<u32>().map_err(|_| expected())? as i64,
+                    Some(("-", n)) => -(n.parse::<u32>().map_err(|_| expected())? as i64),
+                    Some(_) => return Err(expected()),
+                };
+                let n = (i64::from(cores()) + offset).max(1);
+                u32::try_from(n).map_err(|_| format!("{s:?} is too large (at most {})", u32::MAX))
+            }
         }
     }
 }
@@ -123,5 +139,20 @@ mod tests {
         assert_eq!(CountValue::Text("cores".into()).resolve(), Ok(cores()));
         assert_eq!(CountValue::Text("7".into()).resolve(), Ok(7));
         assert!(CountValue::Text("many".into()).resolve().is_err());
+        let c = cores();
+        assert_eq!(CountValue::Text("cores+1".into()).resolve(), Ok(c + 1));
+        assert_eq!(CountValue::Text(" cores + 2 ".into()).resolve(), Ok(c + 2));
+        assert_eq!(
+            CountValue::Text("cores-1".into()).resolve(),
+            Ok((c - 1).max(1))
+        );
+        // Never below one, whatever the machine.
+        assert_eq!(CountValue::Text(format!("cores-{c}")).resolve(), Ok(1));
+        for bad in [
+            "cores*2", "cores+", "cores+x", "cores+-1", "corest", "2cores",
+        ] {
+            let e = CountValue::Text(bad.into()).resolve().unwrap_err();
+            assert!(e.contains("cores+N") && e.contains(bad), "{bad}: {e}");
+        }
     }
 }

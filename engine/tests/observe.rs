@@ -172,33 +172,42 @@ fn report_invariants_hold_and_events_agree_with_the_report() {
     assert!(matches!(last.kind, EventKind::RunFinished { .. }));
 }
 
-#[test]
-fn a_cpu_bound_pipeline_names_cpu() {
+/// Two spinning stages with more workers than cores (`"cores+3"` each),
+/// sharing a `cpu` limiter of `permits`.
+fn cpu_bound(permits: &str) -> RunReport {
     let (r, _) = run(
-        r#"
+        &format!(
+            r#"
         [pipeline]
         flow = ["decode", "warp"]
         [source]
         kind = "generate"
         count = 120
         [limits.cpu]
-        permits = 1
+        permits = {permits}
         [stages.decode]
         kind = "hold"
         mode = "spin"
         duration = "1ms"
-        workers = 4
+        workers = "cores+3"
         limits = ["cpu"]
         [stages.warp]
         kind = "hold"
         mode = "spin"
         duration = "1ms"
-        workers = 4
+        workers = "cores+3"
         limits = ["cpu"]
-        "#,
+        "#
+        ),
         &Registry::with_builtins(),
     );
     assert_invariants(&r);
+    r
+}
+
+#[test]
+fn a_cpu_bound_pipeline_names_cpu() {
+    let r = cpu_bound("1");
     assert!(
         r.diagnosis.contains("`cpu` was at capacity"),
         "{}",
@@ -207,6 +216,32 @@ fn a_cpu_bound_pipeline_names_cpu() {
     assert!(
         r.diagnosis
             .contains("`decode` and `warp` are the bottleneck"),
+        "{}",
+        r.diagnosis
+    );
+    if warpline_engine::units::cores() > 1 {
+        assert!(
+            r.diagnosis.contains("raising `cpu` (now 1) may help"),
+            "{}",
+            r.diagnosis
+        );
+    }
+}
+
+#[test]
+fn a_cpu_limiter_at_the_core_count_is_told_one_more_permit_helps_and_no_more() {
+    let r = cpu_bound("\"cores\"");
+    assert!(
+        r.diagnosis.contains("`cpu` was at capacity")
+            && r.diagnosis.contains("one more (\"cores+1\")"),
+        "{}",
+        r.diagnosis
+    );
+    let r = cpu_bound("\"cores+1\"");
+    assert!(
+        r.diagnosis.contains("`cpu` was at capacity")
+            && r.diagnosis
+                .contains("above the core count: raising it will not help"),
         "{}",
         r.diagnosis
     );
