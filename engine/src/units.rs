@@ -53,18 +53,28 @@ impl CountValue {
                         "expected a positive whole number, \"cores\", \"cores+N\" or \"cores-N\", got {s:?}"
                     )
                 };
-                let text: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+                let text = s.trim();
                 let Some(rest) = text.strip_prefix("cores") else {
                     return match text.parse::<i64>() {
                         Ok(n) => CountValue::Number(n).resolve(),
                         Err(_) => Err(expected()),
                     };
                 };
-                let offset = match rest.split_at_checked(1) {
-                    None => 0,
-                    Some(("+", n)) => n.parse::<u32>().map_err(|_| expected())? as i64,
-                    Some(("-", n)) => -(n.parse::<u32>().map_err(|_| expected())? as i64),
-                    Some(_) => return Err(expected()),
+                let rest = rest.trim_start();
+                let by = |n: &str| {
+                    n.trim()
+                        .parse::<u32>()
+                        .map(i64::from)
+                        .map_err(|_| expected())
+                };
+                let offset = if rest.is_empty() {
+                    0
+                } else if let Some(n) = rest.strip_prefix('+') {
+                    by(n)?
+                } else if let Some(n) = rest.strip_prefix('-') {
+                    -by(n)?
+                } else {
+                    return Err(expected());
                 };
                 let n = (i64::from(cores()) + offset).max(1);
                 u32::try_from(n).map_err(|_| format!("{s:?} is too large (at most {})", u32::MAX))
@@ -149,7 +159,7 @@ mod tests {
         // Never below one, whatever the machine.
         assert_eq!(CountValue::Text(format!("cores-{c}")).resolve(), Ok(1));
         for bad in [
-            "cores*2", "cores+", "cores+x", "cores+-1", "corest", "2cores",
+            "cores*2", "cores+", "cores+x", "cores+-1", "corest", "2cores", "co res",
         ] {
             let e = CountValue::Text(bad.into()).resolve().unwrap_err();
             assert!(e.contains("cores+N") && e.contains(bad), "{bad}: {e}");
