@@ -275,3 +275,76 @@ fn the_oracle_notices_a_different_resampling() {
     );
     assert_same_raster(&out_dir.join("utm18n-000.tif"), &theirs, "cubic vs near");
 }
+
+/// Reproject charges `memory` for the warp's output before it warps, sized
+/// as gdalwarp sizes it (GDAL's suggested warp output with the same
+/// transformer options): the charge must be for exactly the output the warp
+/// makes, whatever the CRSs, the data type and the bands.
+#[test]
+fn the_memory_charged_for_a_warp_matches_the_output_it_makes() {
+    let work = tempfile::tempdir().unwrap();
+    let mut files = sample_files(&work.path().join("in"), 1, 256);
+    // NAD27: a datum whose operation to WGS 84 PROJ picks by area.
+    let nad27 = work.path().join("in/nad27.tif");
+    let status = std::process::Command::new("gdal_translate")
+        .args(["-q", "-a_srs", "EPSG:26718"])
+        .arg(
+            files
+                .iter()
+                .find(|f| f.to_string_lossy().contains("utm18n"))
+                .unwrap(),
+        )
+        .arg(&nad27)
+        .status()
+        .unwrap();
+    assert!(status.success(), "gdal_translate failed");
+    files.push(nad27);
+    files.extend(common::real_rasters().unwrap_or_default());
+    let mut checked = 0;
+    for target in targets() {
+        for file in &files {
+            let crs = target(file);
+            // warp_memory is larger than any of these tiles, so the charge
+            // is 2 x (input + output).
+            let toml = raster_pipeline(
+                &[file.display().to_string()],
+                &format!("crs = {crs:?}\nwarp_memory = \"64MiB\""),
+                &format!("dir = {:?}", work.path().join("out").display().to_string()),
+                1,
+            );
+            let p = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
+            let stage =
+                |name: &str| match &p.stages().iter().find(|s| s.name == name).unwrap().handler {
+                    warpline::Handler::Blocking(h) => h.clone(),
+                    warpline::Handler::Async(_) => unreachable!("{name} is blocking"),
+                };
+            let (decode, reproject) = (stage("decode"), stage("reproject"));
+            let mut item = warpline::Item::new(warpline::Input {
+                id: "t".into(),
+                source: file.display().to_string(),
+                size_hint: None,
+            });
+            item.set_payload(warpline::stages::fetch::Fetched {
+                bytes: std::fs::read(file).unwrap(),
+            });
+            decode.process(&mut item).unwrap();
+            let input = item
+                .payload::<warpline::stages::gdal::Raster>()
+                .unwrap()
+                .pixel_bytes();
+            let charged = reproject.demand(&mut item).unwrap();
+            reproject.process(&mut item).unwrap();
+            let out = item.payload::<warpline::stages::gdal::Raster>().unwrap();
+            let (w, h) = out.dataset().raster_size();
+            let actual = out.pixel_bytes();
+            let estimated = charged / 2 - input;
+            assert_eq!(
+                estimated, actual,
+                "{} -> {crs}: charged for {estimated} output bytes, the warp made {actual} ({w} x {h})",
+                file.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} warps checked");
+}
