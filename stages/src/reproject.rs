@@ -8,6 +8,11 @@
 //! arguments [`Reproject::gdalwarp_args`] returns, and never depends on
 //! memory pressure. The output size comes from `GDALSuggestedWarpOutput2`
 //! before warping, to charge the `memory` limiter and check `max_pixels`.
+//! Where the source and the target share their datum, every tile's
+//! transformers get one area of interest, so GDAL's cache of coordinate
+//! transformations serves them all (the same operation and the same pixels
+//! as gdalwarp's per-tile area, without PROJ searching its database for
+//! each tile).
 
 use std::collections::BTreeMap;
 use std::ptr;
@@ -99,7 +104,14 @@ pub struct Reproject {
     bands: Option<Vec<usize>>,
     max_pixels: u64,
     warp_memory: u64,
+    /// By source CRS (WKT): whether it shares its geographic CRS with the
+    /// target, so that one area of interest serves every tile.
+    same_datum: std::sync::Mutex<std::collections::HashMap<String, bool>>,
 }
+
+/// The area of interest given to GDAL's transformers when the source and
+/// the target share their datum (see [`Reproject::area_of_interest`]).
+const WHOLE_WORLD: &str = "AREA_OF_INTEREST=-180,-90,180,90";
 
 const DEFAULT_WARP_MEMORY: u64 = 64 << 20;
 
@@ -270,6 +282,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         bands,
         max_pixels: r.max_pixels.unwrap_or(1 << 28),
         warp_memory: wm,
+        same_datum: Default::default(),
     }))
 }
 
@@ -309,8 +322,10 @@ impl Reproject {
     /// The output's size as `GDALSuggestedWarpOutput2` sees it, adjusted
     /// for `size`, `resolution` and `extent` as gdalwarp does.
     fn suggested_size(&self, src: &Dataset, id: &str) -> Result<(u64, u64), StageError> {
-        let mut options = CStringList::new(&[format!("DST_SRS={}", self.target_wkt)])
-            .map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
+        let mut items = vec![format!("DST_SRS={}", self.target_wkt)];
+        items.extend(self.area_of_interest(src).map(str::to_owned));
+        let mut options =
+            CStringList::new(&items).map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
         reset_error();
         // SAFETY: `src` is a valid dataset; `options` a NULL-terminated list
         // alive for the call. The transformer is destroyed below.
@@ -373,6 +388,37 @@ impl Reproject {
             (None, None) => (f64::from(px), f64::from(ln)),
         };
         Ok((w.max(1.0) as u64, h.max(1.0) as u64))
+    }
+
+    /// GDAL gives each transformer the source's extent as its area of
+    /// interest, so PROJ can pick the best datum transformation there; it
+    /// also keys GDAL's cache of coordinate transformations, so each tile
+    /// (a new extent) makes PROJ search its database again (~1.5 ms). When
+    /// the source and the target share their geographic CRS, no datum
+    /// transformation is involved and every area gives the same
+    /// operation: one area for all tiles then lets the cache serve them.
+    fn area_of_interest(&self, src: &Dataset) -> Option<&'static str> {
+        let wkt = src.projection();
+        let mut known = self.same_datum.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(same) = known.get(&wkt) {
+            return same.then_some(WHOLE_WORLD);
+        }
+        let same = match (
+            gdal::spatial_ref::SpatialRef::from_wkt(&wkt),
+            gdal::spatial_ref::SpatialRef::from_wkt(&self.target_wkt),
+        ) {
+            (Ok(a), Ok(b)) if !a.is_compound() && !b.is_compound() => {
+                // SAFETY: both handles are valid for the call (owned by
+                // `a` and `b`); OSRIsSameGeogCS only reads them.
+                unsafe { sys::OSRIsSameGeogCS(a.to_c_hsrs(), b.to_c_hsrs()) != 0 }
+            }
+            _ => false,
+        };
+        if known.len() >= 64 {
+            known.clear();
+        }
+        known.insert(wkt, same);
+        same.then_some(WHOLE_WORLD)
     }
 
     /// The dataset to warp: the decoded one, or a view of the selected
@@ -490,8 +536,12 @@ impl BlockingStage for Reproject {
             self.output_bytes(src, &id)?;
         }
 
-        let options = WarpOptions::new(&self.args)
-            .map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
+        let mut args = self.args.clone();
+        if let Some(aoi) = self.area_of_interest(src) {
+            args.extend(["-to".to_owned(), aoi.to_owned()]);
+        }
+        let options =
+            WarpOptions::new(&args).map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
         let mut sources = [src.c_dataset()];
         let mut usage_error = 0;
         reset_error();
@@ -528,5 +578,58 @@ impl BlockingStage for Reproject {
             buffers: Vec::new(),
         });
         Ok(Outcome::Continue)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn to(crs: &str) -> Reproject {
+        Reproject {
+            args: Vec::new(),
+            target_wkt: crs_to_wkt(crs).unwrap(),
+            resolution: None,
+            size: None,
+            extent: None,
+            dtype: None,
+            bands: None,
+            max_pixels: 1 << 28,
+            warp_memory: DEFAULT_WARP_MEMORY,
+            same_datum: Default::default(),
+        }
+    }
+
+    fn tile_in(crs: &str) -> Dataset {
+        init();
+        let mem = gdal::DriverManager::get_driver_by_name("MEM").unwrap();
+        let mut ds = mem.create("", 1, 1, 1).unwrap();
+        ds.set_projection(&crs_to_wkt(crs).unwrap()).unwrap();
+        ds
+    }
+
+    #[test]
+    fn tiles_share_one_area_of_interest_only_when_no_datum_shift_is_involved() {
+        let web = to("EPSG:3857");
+        // WGS 84 on both sides: UTM 18N, geographic, a PROJ string.
+        for same in ["EPSG:32618", "EPSG:4326", "+proj=robin +datum=WGS84"] {
+            let tile = tile_in(same);
+            assert_eq!(web.area_of_interest(&tile), Some(WHOLE_WORLD), "{same}");
+            // The answer is kept per source CRS, and stays the same.
+            assert_eq!(web.area_of_interest(&tile), Some(WHOLE_WORLD), "{same}");
+        }
+        // ETRS89 and NAD27 to WGS 84: PROJ picks the datum shift by area.
+        for other in ["EPSG:3035", "EPSG:26718", "EPSG:4267"] {
+            assert_eq!(web.area_of_interest(&tile_in(other)), None, "{other}");
+        }
+        // NAD27 to NAD27: no shift again.
+        let nad27 = to("EPSG:4267");
+        assert_eq!(
+            nad27.area_of_interest(&tile_in("EPSG:26718")),
+            Some(WHOLE_WORLD)
+        );
+        // Heights involved (a compound CRS): never.
+        assert_eq!(web.area_of_interest(&tile_in("EPSG:4326+5773")), None);
+        assert_eq!(web.same_datum.lock().unwrap().len(), 7);
     }
 }
