@@ -321,9 +321,14 @@ impl Reproject {
 
     /// The output's size as `GDALSuggestedWarpOutput2` sees it, adjusted
     /// for `size`, `resolution` and `extent` as gdalwarp does.
-    fn suggested_size(&self, src: &Dataset, id: &str) -> Result<(u64, u64), StageError> {
+    fn suggested_size(
+        &self,
+        src: &Dataset,
+        aoi: Option<&str>,
+        id: &str,
+    ) -> Result<(u64, u64), StageError> {
         let mut items = vec![format!("DST_SRS={}", self.target_wkt)];
-        items.extend(self.area_of_interest(src).map(str::to_owned));
+        items.extend(aoi.map(str::to_owned));
         let mut options =
             CStringList::new(&items).map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
         reset_error();
@@ -473,8 +478,8 @@ impl Reproject {
 
 impl Reproject {
     /// Bytes the warp's output will take, checked against `max_pixels`.
-    fn output_bytes(&self, src: &Dataset, id: &str) -> Result<u64, StageError> {
-        let (w, h) = self.suggested_size(src, id)?;
+    fn output_bytes(&self, src: &Dataset, aoi: Option<&str>, id: &str) -> Result<u64, StageError> {
+        let (w, h) = self.suggested_size(src, aoi, id)?;
         let pixels = w.saturating_mul(h);
         if pixels > self.max_pixels {
             return Err(StageError::permanent(format!(
@@ -505,19 +510,24 @@ impl Reproject {
 }
 
 /// A raster whose warp output was sized (and found under `max_pixels`) in
-/// `demand`.
-struct Checked(Raster);
+/// `demand`, with the area of interest its transformers get.
+struct Checked {
+    raster: Raster,
+    aoi: Option<&'static str>,
+}
 
 impl BlockingStage for Reproject {
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         let id = item.id.clone();
         let raster = Self::take_raster(item)?;
         let view = self.source_view(&raster, &id)?;
-        let out = self.output_bytes(view.as_ref().unwrap_or(&raster.ds), &id);
+        let src = view.as_ref().unwrap_or(&raster.ds);
+        let aoi = self.area_of_interest(src);
+        let out = self.output_bytes(src, aoi, &id);
         let input = raster.pixel_bytes();
         drop(view);
         // `process` need not ask GDAL for the output size again.
-        item.set_payload(Checked(raster));
+        item.set_payload(Checked { raster, aoi });
         // The input and the output live side by side during the warp, and
         // the warp's own chunk buffers take up to `warp_memory` more.
         let out = out?;
@@ -527,17 +537,22 @@ impl BlockingStage for Reproject {
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         let id = item.id.clone();
         let (raster, checked) = match item.take_payload::<Checked>() {
-            Some(Checked(r)) => (r, true),
-            None => (Self::take_raster(item)?, false),
+            Some(Checked { raster, aoi }) => (raster, Some(aoi)),
+            None => (Self::take_raster(item)?, None),
         };
         let view = self.source_view(&raster, &id)?;
         let src = view.as_ref().unwrap_or(&raster.ds);
-        if !checked {
-            self.output_bytes(src, &id)?;
-        }
+        let aoi = match checked {
+            Some(aoi) => aoi,
+            None => {
+                let aoi = self.area_of_interest(src);
+                self.output_bytes(src, aoi, &id)?;
+                aoi
+            }
+        };
 
         let mut args = self.args.clone();
-        if let Some(aoi) = self.area_of_interest(src) {
+        if let Some(aoi) = aoi {
             args.extend(["-to".to_owned(), aoi.to_owned()]);
         }
         let options =
