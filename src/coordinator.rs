@@ -19,8 +19,11 @@
 //!   per process.
 //!
 //! Keys, for a run named `R`: `warpline:R:stream`, `:enqueued` (set),
-//! `:deliveries` and `:errors` and `:results` (hashes), `:dead` (stream),
-//! `:rate:NAME:KEY` and `:pause:NAME:KEY` (strings).
+//! `:deliveries` and `:errors` and `:results` and `:counts` (hashes),
+//! `:dead` (stream), `:rate:NAME:KEY` and `:pause:NAME:KEY` (strings).
+//! `:counts` keeps how many results are `done`, so `warpline status` need
+//! not read every result; a run begun by a version without it (no
+//! `tracked` field) is counted from `:results`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -34,6 +37,18 @@ use warpline_engine::{Event, EventKind, EventSink, Input, Source, SourceError, S
 
 /// The consumer group every worker reads through.
 const GROUP: &str = "workers";
+
+/// Sets an item's result (KEYS[1], field ARGV[1], value ARGV[2]) and keeps
+/// the count of `done` results (KEYS[2]) right: an item redone after its
+/// worker died before acknowledging is counted once.
+const SET_RESULT: &str = r"
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if old == ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if ARGV[2] == 'done' then redis.call('HINCRBY', KEYS[2], 'done', 1) end
+if old == 'done' then redis.call('HINCRBY', KEYS[2], 'done', -1) end
+return 1
+";
 
 /// How a run on Redis behaves.
 #[derive(Debug, Clone)]
@@ -135,16 +150,53 @@ impl Coordinator {
             .arg("MKSTREAM")
             .query_async(&mut conn)
             .await;
-        if let Err(e) = created {
-            if e.code() != Some("BUSYGROUP") {
-                return Err(format!("cannot create the consumer group: {e}"));
-            }
+        match created {
+            // A new run: its results are counted from the start.
+            Ok(()) => conn
+                .hset_nx::<_, _, _, ()>(key(&settings.run, "counts"), "tracked", 1)
+                .await
+                .map_err(|e| format!("cannot start the run's counts: {e}"))?,
+            Err(e) if e.code() == Some("BUSYGROUP") => {}
+            Err(e) => return Err(format!("cannot create the consumer group: {e}")),
         }
         Ok(Coordinator { conn, settings })
     }
 
     fn key(&self, part: &str) -> String {
         key(&self.settings.run, part)
+    }
+
+    /// Adds to `pipe` the setting of `id`'s result to `value`, counted.
+    fn set_result(&self, pipe: &mut redis::Pipeline, id: &str, value: &str) {
+        let script = redis::Script::new(SET_RESULT);
+        pipe.load_script(&script)
+            .ignore()
+            .invoke_script(
+                script
+                    .key(self.key("results"))
+                    .key(self.key("counts"))
+                    .arg(id)
+                    .arg(value),
+            )
+            .ignore();
+    }
+
+    /// How many results are `done`.
+    async fn done(&self) -> Result<u64, String> {
+        let mut conn = self.conn.clone();
+        let (tracked, done): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+            .arg(self.key("counts"))
+            .arg("tracked")
+            .arg("done")
+            .query_async(&mut conn)
+            .await
+            .map_err(err)?;
+        if tracked.is_some() {
+            return Ok(done.unwrap_or(0));
+        }
+        let results: HashMap<String, String> =
+            conn.hgetall(self.key("results")).await.map_err(err)?;
+        Ok(results.values().filter(|v| v.as_str() == "done").count() as u64)
     }
 
     /// Puts every input of `source` in the stream, once: returns (added,
@@ -186,9 +238,7 @@ impl Coordinator {
     pub async fn status(&self) -> Result<Status, String> {
         let mut conn = self.conn.clone();
         let enqueued: u64 = conn.scard(self.key("enqueued")).await.map_err(err)?;
-        let results: HashMap<String, String> =
-            conn.hgetall(self.key("results")).await.map_err(err)?;
-        let done = results.values().filter(|v| v.as_str() == "done").count() as u64;
+        let done = self.done().await?;
         let dead: u64 = conn.xlen(self.key("dead")).await.map_err(err)?;
         let pending = self.pending().await?;
         Ok(Status {
@@ -358,8 +408,8 @@ impl StreamSource {
         let source = f.get("source").cloned().unwrap_or_default();
         let error = last
             .unwrap_or_else(|| "no result after the maximum deliveries (the worker died?)".into());
-        redis::pipe()
-            .atomic()
+        let mut pipe = redis::pipe();
+        pipe.atomic()
             .cmd("XADD")
             .arg(self.c.key("dead"))
             .arg("*")
@@ -371,10 +421,9 @@ impl StreamSource {
             .arg(n - 1)
             .arg("error")
             .arg(&error)
-            .ignore()
-            .hset(self.c.key("results"), &id, "dead")
-            .ignore()
-            .cmd("XACK")
+            .ignore();
+        self.c.set_result(&mut pipe, &id, "dead");
+        pipe.cmd("XACK")
             .arg(self.c.key("stream"))
             .arg(GROUP)
             .arg(msg_id)
@@ -546,11 +595,10 @@ async fn ack_loop(
         let Some(msg) = msg else { continue };
         let written: Result<(), redis::RedisError> = match ended {
             Ended::Done(_) => {
-                redis::pipe()
-                    .atomic()
-                    .hset(c.key("results"), &id, "done")
-                    .ignore()
-                    .cmd("XACK")
+                let mut pipe = redis::pipe();
+                pipe.atomic();
+                c.set_result(&mut pipe, &id, "done");
+                pipe.cmd("XACK")
                     .arg(c.key("stream"))
                     .arg(GROUP)
                     .arg(&msg)
@@ -628,5 +676,71 @@ impl RateBackend for GlobalRate {
             .query_async::<()>(&mut conn)
             .await
             .map_err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sets results as the workers do, in one transaction each.
+    async fn set(c: &Coordinator, id: &str, value: &str) {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        c.set_result(&mut pipe, id, value);
+        let mut conn = c.conn.clone();
+        pipe.query_async::<()>(&mut conn).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_item_done_twice_counts_once_and_older_runs_are_counted_from_their_results() {
+        let Ok(url) = std::env::var("WARPLINE_TEST_REDIS") else {
+            eprintln!("WARPLINE_TEST_REDIS is not set: the Redis test is skipped");
+            return;
+        };
+        let run = format!(
+            "counts-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        );
+        let c = Coordinator::connect(
+            &url,
+            Settings {
+                run: run.clone(),
+                consumer: "test".into(),
+                max_deliveries: 3,
+                reclaim_after: Duration::from_secs(60),
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("WARPLINE_TEST_REDIS={url} is set but: {e}"));
+        set(&c, "a", "done").await;
+        // Redone after a worker died before acknowledging: still one.
+        set(&c, "a", "done").await;
+        set(&c, "b", "done").await;
+        assert_eq!(c.status().await.unwrap().done, 2);
+        set(&c, "b", "dead").await;
+        assert_eq!(c.status().await.unwrap().done, 1);
+        set(&c, "c", "dead").await;
+        let mut conn = c.conn.clone();
+        let counted: u64 = conn.hget(c.key("counts"), "done").await.unwrap();
+        assert_eq!(counted, 1);
+        // The count is what is read, not every result: a result written
+        // around the script is not seen.
+        conn.hset::<_, _, _, ()>(c.key("results"), "d", "done")
+            .await
+            .unwrap();
+        assert_eq!(c.done().await.unwrap(), 1);
+        // A run begun without counts is counted from its results (a, d).
+        conn.hdel::<_, _, ()>(c.key("counts"), "tracked")
+            .await
+            .unwrap();
+        assert_eq!(c.done().await.unwrap(), 2);
+        conn.del::<_, ()>(&[c.key("results"), c.key("counts"), c.key("stream")])
+            .await
+            .unwrap();
     }
 }
