@@ -38,17 +38,27 @@ use warpline_engine::{Event, EventKind, EventSink, Input, Source, SourceError, S
 /// The consumer group every worker reads through.
 const GROUP: &str = "workers";
 
-/// Sets an item's result (KEYS[1], field ARGV[1], value ARGV[2]) and keeps
-/// the count of `done` results (KEYS[2]) right: an item redone after its
-/// worker died before acknowledging is counted once.
-const SET_RESULT: &str = r"
+/// Records an item's end in one atomic step: sets its result (KEYS[1],
+/// field ARGV[1], value ARGV[2]) keeping the count of `done` results
+/// (KEYS[2]) right (an item redone after its worker died before
+/// acknowledging is counted once), adds the dead-letter entry (KEYS[4],
+/// fields ARGV[5..]) if there is one, and acknowledges the message (stream
+/// KEYS[3], group ARGV[3], message ARGV[4]).
+static RECORD: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
 local old = redis.call('HGET', KEYS[1], ARGV[1])
-if old == ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-if ARGV[2] == 'done' then redis.call('HINCRBY', KEYS[2], 'done', 1) end
-if old == 'done' then redis.call('HINCRBY', KEYS[2], 'done', -1) end
-return 1
-";
+if old ~= ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  if ARGV[2] == 'done' then redis.call('HINCRBY', KEYS[2], 'done', 1) end
+  if old == 'done' then redis.call('HINCRBY', KEYS[2], 'done', -1) end
+end
+if #ARGV > 4 then redis.call('XADD', KEYS[4], '*', unpack(ARGV, 5)) end
+redis.call('XACK', KEYS[3], ARGV[3], ARGV[4])
+return 0
+",
+    )
+});
 
 /// How a run on Redis behaves.
 #[derive(Debug, Clone)]
@@ -166,19 +176,26 @@ impl Coordinator {
         key(&self.settings.run, part)
     }
 
-    /// Adds to `pipe` the setting of `id`'s result to `value`, counted.
-    fn set_result(&self, pipe: &mut redis::Pipeline, id: &str, value: &str) {
-        let script = redis::Script::new(SET_RESULT);
-        pipe.load_script(&script)
-            .ignore()
-            .invoke_script(
-                script
-                    .key(self.key("results"))
-                    .key(self.key("counts"))
-                    .arg(id)
-                    .arg(value),
-            )
-            .ignore();
+    /// Records that `id` (message `msg`) ended as `result`, with its
+    /// dead-letter entry's fields when it is dead: see [`RECORD`]. The
+    /// script is sent by its hash, and loaded only when Redis lacks it.
+    async fn record(
+        &self,
+        id: &str,
+        msg: &str,
+        result: &str,
+        dead: &[(&str, String)],
+    ) -> Result<(), redis::RedisError> {
+        let mut call = RECORD.prepare_invoke();
+        for part in ["results", "counts", "stream", "dead"] {
+            call.key(self.key(part));
+        }
+        call.arg(id).arg(result).arg(GROUP).arg(msg);
+        for (field, value) in dead {
+            call.arg(*field).arg(value);
+        }
+        let mut conn = self.conn.clone();
+        call.invoke_async(&mut conn).await
     }
 
     /// How many results are `done`.
@@ -408,27 +425,14 @@ impl StreamSource {
         let source = f.get("source").cloned().unwrap_or_default();
         let error = last
             .unwrap_or_else(|| "no result after the maximum deliveries (the worker died?)".into());
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("XADD")
-            .arg(self.c.key("dead"))
-            .arg("*")
-            .arg("id")
-            .arg(&id)
-            .arg("source")
-            .arg(warpline_engine::report::redact(&source))
-            .arg("deliveries")
-            .arg(n - 1)
-            .arg("error")
-            .arg(&error)
-            .ignore();
-        self.c.set_result(&mut pipe, &id, "dead");
-        pipe.cmd("XACK")
-            .arg(self.c.key("stream"))
-            .arg(GROUP)
-            .arg(msg_id)
-            .ignore()
-            .query_async::<()>(&mut conn)
+        let entry = [
+            ("id", id.clone()),
+            ("source", warpline_engine::report::redact(&source)),
+            ("deliveries", (n - 1).to_string()),
+            ("error", error.clone()),
+        ];
+        self.c
+            .record(&id, msg_id, "dead", &entry)
             .await
             .map_err(err)?;
         tracing::warn!(item = %id, deliveries = n - 1, "dead-lettered: {error}");
@@ -594,18 +598,7 @@ async fn ack_loop(
             .remove(&id);
         let Some(msg) = msg else { continue };
         let written: Result<(), redis::RedisError> = match ended {
-            Ended::Done(_) => {
-                let mut pipe = redis::pipe();
-                pipe.atomic();
-                c.set_result(&mut pipe, &id, "done");
-                pipe.cmd("XACK")
-                    .arg(c.key("stream"))
-                    .arg(GROUP)
-                    .arg(&msg)
-                    .ignore()
-                    .query_async(&mut conn)
-                    .await
-            }
+            Ended::Done(_) => c.record(&id, &msg, "done", &[]).await,
             // Left pending: claimed again after `reclaim_after`, until the
             // maximum deliveries send it to the dead letters.
             Ended::Failed(_, message) => conn.hset(c.key("errors"), &id, message).await,
@@ -683,13 +676,12 @@ impl RateBackend for GlobalRate {
 mod tests {
     use super::*;
 
-    /// Sets results as the workers do, in one transaction each.
+    /// Records results as the workers do (the message ids need not exist:
+    /// acknowledging an unknown one does nothing).
     async fn set(c: &Coordinator, id: &str, value: &str) {
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        c.set_result(&mut pipe, id, value);
-        let mut conn = c.conn.clone();
-        pipe.query_async::<()>(&mut conn).await.unwrap();
+        let dead = [("id", id.to_owned())];
+        let entry: &[(&str, String)] = if value == "dead" { &dead } else { &[] };
+        c.record(id, "0-1", value, entry).await.unwrap();
     }
 
     #[tokio::test]
@@ -726,6 +718,9 @@ mod tests {
         assert_eq!(c.status().await.unwrap().done, 1);
         set(&c, "c", "dead").await;
         let mut conn = c.conn.clone();
+        // Each dead result came with its dead-letter entry.
+        let dead: u64 = conn.xlen(c.key("dead")).await.unwrap();
+        assert_eq!(dead, 2);
         let counted: u64 = conn.hget(c.key("counts"), "done").await.unwrap();
         assert_eq!(counted, 1);
         // The count is what is read, not every result: a result written
@@ -739,8 +734,13 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(c.done().await.unwrap(), 2);
-        conn.del::<_, ()>(&[c.key("results"), c.key("counts"), c.key("stream")])
-            .await
-            .unwrap();
+        conn.del::<_, ()>(&[
+            c.key("results"),
+            c.key("counts"),
+            c.key("stream"),
+            c.key("dead"),
+        ])
+        .await
+        .unwrap();
     }
 }
