@@ -79,9 +79,73 @@ struct Stats {
     served: AtomicU64,
 }
 
+/// Every distinct tile's bytes, packed in one anonymous mapping, and where
+/// each name's bytes lie in it.
+///
+/// One mapping on transparent huge pages rather than a vector per tile: in
+/// the raster bench the server reads each tile from memory that the
+/// pipeline's work has pushed out of the caches, and on 4 KiB pages most of
+/// that read was page walks (the server's CPU per tile 0.53-0.73 ms on 4 KiB
+/// pages, 0.30 on 2 MiB pages). The hint is advice: where the kernel gives
+/// no huge pages the corpus works the same.
+struct Corpus {
+    bytes: memmap2::Mmap,
+    tiles: HashMap<String, std::ops::Range<usize>>,
+}
+
+impl Corpus {
+    fn pack(
+        tiles: impl IntoIterator<Item = (String, impl Into<Arc<Vec<u8>>>)>,
+    ) -> std::io::Result<Self> {
+        let tiles: Vec<(String, Arc<Vec<u8>>)> =
+            tiles.into_iter().map(|(k, v)| (k, v.into())).collect();
+        // Names that share one `Arc` share one copy of its bytes.
+        let mut at: HashMap<*const Vec<u8>, std::ops::Range<usize>> = HashMap::new();
+        let mut distinct = Vec::new();
+        let mut len = 0;
+        for (_, bytes) in &tiles {
+            at.entry(Arc::as_ptr(bytes)).or_insert_with(|| {
+                distinct.push(Arc::clone(bytes));
+                len += bytes.len();
+                len - bytes.len()..len
+            });
+        }
+        // A mapping cannot be empty.
+        let mut map = memmap2::MmapMut::map_anon(len.max(1))?;
+        // Advice only: without transparent huge pages the bytes are the same.
+        let _ = map.advise(memmap2::Advice::HugePage);
+        let mut offset = 0;
+        for bytes in distinct {
+            map[offset..offset + bytes.len()].copy_from_slice(&bytes);
+            offset += bytes.len();
+        }
+        let tiles = tiles
+            .iter()
+            .map(|(name, bytes)| (name.clone(), at[&Arc::as_ptr(bytes)].clone()))
+            .collect();
+        Ok(Corpus {
+            bytes: map.make_read_only()?,
+            tiles,
+        })
+    }
+
+    fn get(&self, name: &str) -> Option<&[u8]> {
+        self.tiles.get(name).map(|r| &self.bytes[r.clone()])
+    }
+}
+
+impl std::fmt::Debug for Corpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Corpus")
+            .field("tiles", &self.tiles.len())
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
-    tiles: HashMap<String, Arc<Vec<u8>>>,
+    tiles: Corpus,
     faults: Faults,
     attempts: Mutex<HashMap<String, u32>>,
     stats: Stats,
@@ -99,8 +163,8 @@ pub struct TileServer {
 
 impl TileServer {
     /// Serves `tiles` (name, bytes) at `http://127.0.0.1:PORT/tiles/NAME` on
-    /// the current tokio runtime. The bytes may be shared (`Arc<Vec<u8>>`):
-    /// many names can serve one tile without a copy each.
+    /// the current tokio runtime. The server keeps one copy of each distinct
+    /// tile: names given the same `Arc<Vec<u8>>` share it.
     pub async fn start(
         tiles: impl IntoIterator<Item = (String, impl Into<Arc<Vec<u8>>>)>,
     ) -> std::io::Result<Self> {
@@ -116,7 +180,7 @@ impl TileServer {
         let addr = listener.local_addr()?;
         let down_for = faults.down_for;
         let shared = Arc::new(Shared {
-            tiles: tiles.into_iter().map(|(k, v)| (k, v.into())).collect(),
+            tiles: Corpus::pack(tiles)?,
             faults,
             attempts: Mutex::new(HashMap::new()),
             stats: Stats::default(),
