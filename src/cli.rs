@@ -130,7 +130,8 @@ struct RedisArgs {
     /// This worker's name (default: HOST-PID).
     #[arg(long, value_name = "NAME")]
     consumer: Option<String>,
-    /// Deliveries of an item before it goes to the dead-letter stream.
+    /// Deliveries of an item before it goes to the dead-letter stream (an
+    /// item failed by a permanent error goes there at once).
     #[arg(long, value_name = "N", default_value_t = 3)]
     max_deliveries: u32,
     /// Claim an item from another worker when it has been pending this long.

@@ -7,10 +7,12 @@
 //! - `warpline run P.toml --coordinator redis://...` reads the stream
 //!   instead of the source, one message at a time and only when the first
 //!   mailbox has room, and acknowledges a message only when its item is
-//!   done or skipped (its output is durable). A failed item stays pending;
-//!   a message idle past `reclaim_after` (its worker died, or it failed) is
+//!   done or skipped (its output is durable). An item that failed with a
+//!   permanent error goes to a dead-letter stream at once (another delivery
+//!   would fail the same way); any other failed item stays pending: a
+//!   message idle past `reclaim_after` (its worker died, or it failed) is
 //!   claimed again by a live worker (`XAUTOCLAIM`); after `max_deliveries`
-//!   deliveries it goes to a dead-letter stream with its last error;
+//!   deliveries it goes to the dead-letter stream with its last error;
 //! - results (done, dead) are kept in a hash; `warpline status` shows the
 //!   run across workers, and when it is complete;
 //! - rate limiters with `scope = "global"` are token buckets kept in Redis
@@ -33,7 +35,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncCommands, Value};
 use serde::Serialize;
 use warpline_engine::limit::{RateBackend, RateBackendFactory};
-use warpline_engine::{Event, EventKind, EventSink, Input, Source, SourceError, SourceSpec};
+use warpline_engine::{
+    ErrorKind, Event, EventKind, EventSink, Input, Source, SourceError, SourceSpec,
+};
 
 /// The consumer group every worker reads through.
 const GROUP: &str = "workers";
@@ -198,6 +202,27 @@ impl Coordinator {
         call.invoke_async(&mut conn).await
     }
 
+    /// Sends `id` (message `msg`, input `source`) to the dead-letter stream
+    /// after `deliveries` deliveries, its last error `error`.
+    async fn dead_letter(
+        &self,
+        id: &str,
+        msg: &str,
+        source: &str,
+        deliveries: u32,
+        error: &str,
+    ) -> Result<(), redis::RedisError> {
+        let entry = [
+            ("id", id.to_owned()),
+            ("source", warpline_engine::report::redact(source)),
+            ("deliveries", deliveries.to_string()),
+            ("error", error.to_owned()),
+        ];
+        self.record(id, msg, "dead", &entry).await?;
+        tracing::warn!(item = %id, deliveries, "dead-lettered: {error}");
+        Ok(())
+    }
+
     /// How many results are `done`.
     async fn done(&self) -> Result<u64, String> {
         let mut conn = self.conn.clone();
@@ -328,8 +353,14 @@ fn key(run: &str, part: &str) -> String {
     format!("warpline:{run}:{part}")
 }
 
-/// Item id -> stream message id, for what this worker holds.
-type Inflight = Arc<Mutex<HashMap<String, String>>>;
+/// An item this worker holds: its stream message and its input.
+struct Held {
+    msg: String,
+    source: String,
+}
+
+/// Item id -> what this worker holds of it.
+type Inflight = Arc<Mutex<HashMap<String, Held>>>;
 
 struct StreamSpec {
     coordinator: Coordinator,
@@ -422,20 +453,13 @@ impl StreamSource {
             return Ok(true);
         }
         let last: Option<String> = conn.hget(self.c.key("errors"), &id).await.map_err(err)?;
-        let source = f.get("source").cloned().unwrap_or_default();
+        let source = f.get("source").map(String::as_str).unwrap_or_default();
         let error = last
             .unwrap_or_else(|| "no result after the maximum deliveries (the worker died?)".into());
-        let entry = [
-            ("id", id.clone()),
-            ("source", warpline_engine::report::redact(&source)),
-            ("deliveries", (n - 1).to_string()),
-            ("error", error.clone()),
-        ];
         self.c
-            .record(&id, msg_id, "dead", &entry)
+            .dead_letter(&id, msg_id, source, n - 1, &error)
             .await
             .map_err(err)?;
-        tracing::warn!(item = %id, deliveries = n - 1, "dead-lettered: {error}");
         Ok(false)
     }
 }
@@ -488,7 +512,13 @@ impl Source for StreamSource {
             self.inflight
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(id.clone(), msg_id);
+                .insert(
+                    id.clone(),
+                    Held {
+                        msg: msg_id,
+                        source: source.clone(),
+                    },
+                );
             if let Some(message) = source.strip_prefix("invalid:") {
                 return Some(Err(SourceError {
                     id,
@@ -507,7 +537,7 @@ impl Source for StreamSource {
 /// What an item's end means for its message.
 enum Ended {
     Done(String),
-    Failed(String, String),
+    Failed(String, ErrorKind, String),
 }
 
 /// Acknowledges finished items (done or skipped) and records failures, in
@@ -529,7 +559,12 @@ impl EventSink for Acker {
         let ended = match &event.kind {
             EventKind::Done { item } => Ended::Done(item.clone()),
             EventKind::Skipped { item, .. } => Ended::Done(item.clone()),
-            EventKind::Failed { item, message, .. } => Ended::Failed(item.clone(), message.clone()),
+            EventKind::Failed {
+                item,
+                kind,
+                message,
+                ..
+            } => Ended::Failed(item.clone(), *kind, message.clone()),
             _ => return,
         };
         if let Some(tx) = &*self.tx.lock().unwrap_or_else(|p| p.into_inner()) {
@@ -563,7 +598,7 @@ async fn heartbeat(c: Coordinator, inflight: Inflight) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .cloned()
+            .map(|h| h.msg.clone())
             .collect();
         for chunk in ids.chunks(100) {
             let mut cmd = redis::cmd("XCLAIM");
@@ -590,18 +625,35 @@ async fn ack_loop(
     let mut conn = c.conn.clone();
     while let Some(ended) = rx.recv().await {
         let id = match &ended {
-            Ended::Done(id) | Ended::Failed(id, _) => id.clone(),
+            Ended::Done(id) | Ended::Failed(id, ..) => id.clone(),
         };
-        let msg = inflight
+        let held = inflight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
-        let Some(msg) = msg else { continue };
+        let Some(held) = held else { continue };
         let written: Result<(), redis::RedisError> = match ended {
-            Ended::Done(_) => c.record(&id, &msg, "done", &[]).await,
+            Ended::Done(_) => c.record(&id, &held.msg, "done", &[]).await,
+            // A 404, an undecodable file, an input line that is no input:
+            // every delivery would fail the same way, so none is waited for.
+            Ended::Failed(_, ErrorKind::Permanent, message) => {
+                match conn
+                    .hget::<_, _, Option<u32>>(c.key("deliveries"), &id)
+                    .await
+                {
+                    Ok(n) => {
+                        c.dead_letter(&id, &held.msg, &held.source, n.unwrap_or(1), &message)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
             // Left pending: claimed again after `reclaim_after`, until the
-            // maximum deliveries send it to the dead letters.
-            Ended::Failed(_, message) => conn.hset(c.key("errors"), &id, message).await,
+            // maximum deliveries send it to the dead letters. A transient
+            // error may pass; an item over one worker's budget may fit
+            // another's; a panic or an interrupted run says nothing of the
+            // input.
+            Ended::Failed(_, _, message) => conn.hset(c.key("errors"), &id, message).await,
         };
         if let Err(e) = written {
             tracing::error!(item = %id, "cannot record the item's end in Redis: {e}");

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -248,7 +248,7 @@ fn three_workers_one_killed_every_item_once_within_the_global_rate() {
 }
 
 #[test]
-fn a_poison_item_lands_in_the_dead_letter_stream_after_the_maximum_deliveries() {
+fn a_permanent_failure_is_dead_lettered_at_once_a_transient_one_after_the_maximum_deliveries() {
     let Some(url) = redis_url() else { return };
     let run = format!("p{}-{}", std::process::id(), fastrand_id());
     let rt = runtime();
@@ -256,9 +256,20 @@ fn a_poison_item_lands_in_the_dead_letter_stream_after_the_maximum_deliveries() 
     let server = rt.block_on(TileServer::start(tiles.clone())).unwrap();
     let work = tempfile::tempdir().unwrap();
     let list = work.path().join("tiles.txt");
-    // poison.tif: 404, every time.
-    let names = tiles.iter().map(|(n, _)| n.as_str()).chain(["poison.tif"]);
-    write_url_list(&server, names, &list);
+    // poison.tif: 404 every time (permanent). A port nothing listens on:
+    // connection refused every time (transient).
+    let refused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    write_url_list(
+        &server,
+        tiles.iter().map(|(n, _)| n.as_str()).chain(["poison.tif"]),
+        &list,
+    );
+    let mut text = std::fs::read_to_string(&list).unwrap();
+    text.push_str(&format!("\nhttp://{refused}/refused.tif\n"));
+    std::fs::write(&list, text).unwrap();
     let out = work.path().join("out");
     let pipeline = work.path().join("p.toml");
     std::fs::write(&pipeline, worker_pipeline(&list, &out, 1000)).unwrap();
@@ -273,7 +284,7 @@ fn a_poison_item_lands_in_the_dead_letter_stream_after_the_maximum_deliveries() 
         "run",
         p,
         "--max-deliveries",
-        "2",
+        "3",
         "--reclaim-after",
         "300ms",
         "--progress",
@@ -284,11 +295,7 @@ fn a_poison_item_lands_in_the_dead_letter_stream_after_the_maximum_deliveries() 
     .stderr(Stdio::null())
     .status()
     .unwrap();
-    assert_eq!(
-        status_code.code(),
-        Some(3),
-        "the poison item failed locally"
-    );
+    assert_eq!(status_code.code(), Some(3), "two items failed");
     let s = status(&url, &run);
     assert_eq!(
         (
@@ -296,7 +303,7 @@ fn a_poison_item_lands_in_the_dead_letter_stream_after_the_maximum_deliveries() 
             s["dead"].as_u64(),
             s["pending"].as_u64()
         ),
-        (Some(4), Some(1), Some(0)),
+        (Some(4), Some(2), Some(0)),
         "{s}"
     );
     assert_eq!(s["complete"], true);
@@ -304,19 +311,27 @@ fn a_poison_item_lands_in_the_dead_letter_stream_after_the_maximum_deliveries() 
         .unwrap()
         .get_connection()
         .unwrap();
-    let dead: redis::Value = redis::cmd("XRANGE")
+    let dead: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
         .arg(format!("warpline:{run}:dead"))
         .arg("-")
         .arg("+")
         .query(&mut conn)
         .unwrap();
-    let text = format!("{dead:?}");
-    assert!(text.contains("poison") && text.contains("404"), "{text}");
-    assert!(text.contains("deliveries"), "{text}");
+    let entry = |name: &str| {
+        dead.iter()
+            .map(|(_, f)| f)
+            .find(|f| f["source"].ends_with(name))
+            .unwrap_or_else(|| panic!("no dead-letter entry for {name}: {dead:?}"))
+    };
+    let poison = entry("/poison.tif");
+    assert_eq!(poison["deliveries"], "1", "{poison:?}");
+    assert!(poison["error"].contains("404"), "{poison:?}");
+    let refused = entry("/refused.tif");
+    assert_eq!(refused["deliveries"], "3", "{refused:?}");
     assert_eq!(
         server.requests(),
-        4 + 2,
-        "the poison was tried exactly twice"
+        4 + 1,
+        "the 404 was asked for once, not once per delivery"
     );
 }
 
