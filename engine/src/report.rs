@@ -198,7 +198,90 @@ pub fn redact(source: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::*;
+    use crate::{Pipeline, Registry};
+
+    fn report(stages: Vec<StageReport>) -> RunReport {
+        RunReport {
+            pipeline: "p".into(),
+            outcome: RunOutcome::Completed,
+            elapsed_s: 10.0,
+            throughput_per_s: 1.0,
+            bytes_in: 0,
+            bytes_out: 0,
+            diagnosis: String::new(),
+            items: ItemCounts {
+                total: 10,
+                done: 10,
+                skipped: 0,
+                failed: 0,
+            },
+            stages,
+            limiters: Vec::new(),
+            hosts: Vec::new(),
+            failures: Vec::new(),
+            failures_not_listed: 0,
+            peak_rss_bytes: None,
+            timeline: None,
+        }
+    }
+
+    fn stage(name: &str, workers: u32, busy_s: f64, cpu_s: f64) -> StageReport {
+        StageReport {
+            name: name.into(),
+            kind: "hold".into(),
+            workers,
+            mailbox: workers,
+            processed: 10,
+            busy_s,
+            starved_s: 0.0,
+            blocked_s: 0.0,
+            utilisation: busy_s / (f64::from(workers) * 10.0),
+            cpu_s: Some(cpu_s),
+        }
+    }
+
+    #[test]
+    fn busy_stages_on_saturated_cores_are_a_cpu_bound_run_not_a_call_for_workers() {
+        let cores = crate::units::cores();
+        let toml = format!(
+            r#"
+[pipeline]
+flow = ["a", "b"]
+[source]
+kind = "generate"
+count = 10
+[stages.a]
+kind = "hold"
+mode = "spin"
+workers = {cores}
+[stages.b]
+kind = "hold"
+mode = "spin"
+workers = {cores}
+"#
+        );
+        let p = Pipeline::from_toml_str(&toml, &Registry::with_builtins()).unwrap();
+        let c = f64::from(cores);
+        // `b` busy 85% of its workers' time; both stages together used
+        // every core 90% of the run.
+        let saturated = report(vec![
+            stage("a", cores, 0.3 * c * 10.0, 0.3 * c * 10.0),
+            stage("b", cores, 0.85 * c * 10.0, 0.6 * c * 10.0),
+        ]);
+        let d = diagnose(&p, &saturated);
+        assert!(d.starts_with("the CPU is the bottleneck"), "{d}");
+        assert!(d.contains("more workers will not help"), "{d}");
+        // The same busy time spent mostly waiting (for a disk, say): the
+        // cores were not the limit, the stage's workers were.
+        let waiting = report(vec![
+            stage("a", cores, 0.3 * c * 10.0, 0.1 * c * 10.0),
+            stage("b", cores, 0.85 * c * 10.0, 0.2 * c * 10.0),
+        ]);
+        let d = diagnose(&p, &waiting);
+        assert!(d.starts_with("`b` is the bottleneck"), "{d}");
+        assert!(d.contains("more workers"), "{d}");
+    }
 
     #[test]
     fn credentials_and_secret_parameters_are_hidden() {
@@ -320,29 +403,19 @@ pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
             l.name
         );
     }
-    let stage = r
-        .stages
-        .iter()
-        .max_by(|a, b| a.utilisation.total_cmp(&b.utilisation));
-    if let Some(s) = stage.filter(|s| s.utilisation >= 0.8) {
-        return format!(
-            "`{}` is the bottleneck: its {} worker{} were busy {}% of the run; more workers (and the limits they need) may help",
-            s.name,
-            s.workers,
-            if s.workers == 1 { "" } else { "s" },
-            (s.utilisation * 100.0).round()
-        );
-    }
-    // Blocking stages keeping every core busy: the machine is the limit.
+    // Blocking stages keeping every core busy: the machine is the limit,
+    // whichever stage is busiest (more of its workers would only take
+    // cores from the others). Their CPU time, not their busy time: a
+    // worker waiting for the disk is busy without using a core.
     let cores = f64::from(crate::units::cores());
-    let blocking_busy: f64 = pipeline
+    let blocking_cpu: f64 = pipeline
         .stages
         .iter()
         .zip(&r.stages)
         .filter(|(p, _)| p.handler.is_blocking())
-        .map(|(_, s)| s.busy_s)
+        .map(|(_, s)| s.cpu_s.unwrap_or(0.0))
         .sum();
-    let share = blocking_busy / (cores * r.elapsed_s.max(f64::MIN_POSITIVE));
+    let share = blocking_cpu / (cores * r.elapsed_s.max(f64::MIN_POSITIVE));
     if share >= 0.8 {
         let names: Vec<String> = pipeline
             .stages
@@ -355,6 +428,19 @@ pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
             names.join(", "),
             cores,
             (share.min(1.0) * 100.0).round()
+        );
+    }
+    let stage = r
+        .stages
+        .iter()
+        .max_by(|a, b| a.utilisation.total_cmp(&b.utilisation));
+    if let Some(s) = stage.filter(|s| s.utilisation >= 0.8) {
+        return format!(
+            "`{}` is the bottleneck: its {} worker{} were busy {}% of the run; more workers (and the limits they need) may help",
+            s.name,
+            s.workers,
+            if s.workers == 1 { "" } else { "s" },
+            (s.utilisation * 100.0).round()
         );
     }
     "no limiter was at capacity and no stage was busy most of the time: something outside the limits \
