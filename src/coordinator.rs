@@ -637,16 +637,13 @@ async fn ack_loop(
             // A 404, an undecodable file, an input line that is no input:
             // every delivery would fail the same way, so none is waited for.
             Ended::Failed(_, ErrorKind::Permanent, message) => {
-                match conn
-                    .hget::<_, _, Option<u32>>(c.key("deliveries"), &id)
-                    .await
-                {
-                    Ok(n) => {
-                        c.dead_letter(&id, &held.msg, &held.source, n.unwrap_or(1), &message)
-                            .await
-                    }
-                    Err(e) => Err(e),
+                async {
+                    let n: Option<u32> = conn.hget(c.key("deliveries"), &id).await?;
+                    let n = n.unwrap_or(1);
+                    c.dead_letter(&id, &held.msg, &held.source, n, &message)
+                        .await
                 }
+                .await
             }
             // Left pending: claimed again after `reclaim_after`, until the
             // maximum deliveries send it to the dead letters. A transient
