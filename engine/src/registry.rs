@@ -22,6 +22,8 @@ pub struct Settings {
     table: config::Map<String, config::Value>,
     limits: Limits,
     held: Vec<Limiter>,
+    /// The keys of this table the engine reads itself, for error messages.
+    engine_keys: &'static [&'static str],
     /// Limiters the stage said it charges itself (through [`limiter`]).
     ///
     /// [`limiter`]: Settings::limiter
@@ -34,12 +36,14 @@ impl Settings {
         table: config::Map<String, config::Value>,
         limits: Limits,
         held: Vec<Limiter>,
+        engine_keys: &'static [&'static str],
     ) -> Self {
         Settings {
             path,
             table,
             limits,
             held,
+            engine_keys,
             charged: std::cell::RefCell::new(Vec::new()),
         }
     }
@@ -113,6 +117,7 @@ impl Settings {
             table,
             Limits::default(),
             Vec::new(),
+            &[],
         ))
     }
 
@@ -137,7 +142,7 @@ impl Settings {
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, Vec<Problem>> {
         config::Value::new(None, config::ValueKind::Table(self.table.clone()))
             .try_deserialize::<T>()
-            .map_err(|e| vec![crate::config::problem_from(&self.path, e)])
+            .map_err(|e| vec![crate::config::problem_from(&self.path, e, self.engine_keys)])
     }
 }
 

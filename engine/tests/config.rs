@@ -163,6 +163,50 @@ fn unknown_keys_are_errors_naming_their_table() {
 }
 
 #[test]
+fn a_misspelt_key_is_told_the_nearest_one_the_engine_s_keys_included() {
+    let e = errors(&with("permits = 2", "permits = 2\npermit = 3"));
+    assert_problem(&e, "limits.cpu", "(did you mean `permits`?)");
+    // `workers` is read by the engine, not by the `hold` kind: it is still
+    // known, and nearest.
+    let e = errors(&with(
+        r#"duration = "1ms""#,
+        "duration = \"1ms\"\nworkerz = 2",
+    ));
+    assert_problem(
+        &e,
+        "stages.work",
+        "unknown field `workerz` (did you mean `workers`?)",
+    );
+    assert_problem(
+        &e,
+        "stages.work",
+        "known keys: `kind`, `workers`, `mailbox`",
+    );
+    assert_problem(&e, "stages.work", "`duration`");
+    let e = errors(&with(
+        r#"duration = "1ms""#,
+        "duration = \"1ms\"\ndurashun = \"2ms\"",
+    ));
+    assert_problem(&e, "stages.work", "(did you mean `duration`?)");
+    // Nothing near: no guess, the list only.
+    let e = errors(&with(
+        r#"duration = "1ms""#,
+        "duration = \"1ms\"\nzebra = 1",
+    ));
+    assert_problem(&e, "stages.work", "unknown field `zebra`; known keys:");
+    let e = errors(&with("count = 10", "count = 10\nlimit = [\"cpu\"]"));
+    assert_problem(&e, "source", "(did you mean `limits`?)");
+    // A kind with no keys of its own: the engine's are still listed.
+    let e = errors(&with(
+        "kind = \"discard\"",
+        "kind = \"discard\"\nmailbx = 2",
+    ));
+    assert_problem(&e, "stages.sink", "(did you mean `mailbox`?)");
+    let e = errors(&with("[limits.cpu]", "[limit.cpu]"));
+    assert_problem(&e, "limit", "unknown section (did you mean `limits`?)");
+}
+
+#[test]
 fn a_limiter_must_say_what_it_limits() {
     let e = errors(&with("permits = 2", "permits = 2\nbudget = \"1MiB\""));
     assert_problem(&e, "limits.cpu", "exactly one of");

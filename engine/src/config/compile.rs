@@ -73,7 +73,7 @@ fn parse<T: serde::de::DeserializeOwned>(
     match value.try_deserialize::<T>() {
         Ok(t) => Some(t),
         Err(e) => {
-            problems.push(problem_from(path, e));
+            problems.push(problem_from(path, e, &[]));
             None
         }
     }
@@ -118,10 +118,14 @@ pub(super) fn compile(
     let mut problems = Vec::new();
     for key in root.keys() {
         if !SECTIONS.contains(&key.as_str()) {
+            let guess = match super::nearest(key, SECTIONS.iter().copied()) {
+                Some(s) => format!(" (did you mean `{s}`?)"),
+                None => String::new(),
+            };
             problems.push(Problem::new(
                 key.clone(),
                 format!(
-                    "unknown section; expected one of {}",
+                    "unknown section{guess}; expected one of {}",
                     known(SECTIONS.iter())
                 ),
             ));
@@ -579,6 +583,7 @@ fn build_stage(
         own,
         declared.limits.clone(),
         acquire.clone(),
+        STAGE_KEYS,
     );
     let handler = match factory(&settings) {
         Ok(h) => h,
@@ -697,6 +702,7 @@ fn build_source(
         own,
         declared.limits.clone(),
         held.clone(),
+        SOURCE_KEYS,
     )) {
         Ok(spec) => Some(SourcePlan {
             kind,

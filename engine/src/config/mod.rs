@@ -99,8 +99,13 @@ impl fmt::Display for ConfigErrors {
 }
 
 /// Turns an error from the `config` crate into a problem at `path`, naming
-/// the key when the crate knows it.
-pub(crate) fn problem_from(path: &str, error: config::ConfigError) -> Problem {
+/// the key when the crate knows it. A misspelt key is told the nearest
+/// known one; `also` are keys of the same table that the engine reads
+/// itself (a stage's `workers`), which the kind's own list does not name.
+pub(crate) fn problem_from(path: &str, error: config::ConfigError, also: &[&str]) -> Problem {
+    if let Some(message) = unknown_field(&error.to_string(), also) {
+        return Problem::new(path, message);
+    }
     match error {
         config::ConfigError::Type {
             unexpected,
@@ -118,6 +123,41 @@ pub(crate) fn problem_from(path: &str, error: config::ConfigError) -> Problem {
         } => Problem::new(join(path, &key), error.to_string()),
         other => Problem::new(path, other.to_string()),
     }
+}
+
+/// The known name nearest to a misspelt `name`, if one is near enough: by
+/// Jaro-Winkler similarity, as clap suggests subcommands.
+pub(crate) fn nearest<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    known
+        .map(|k| (strsim::jaro_winkler(name, k), k))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k)
+}
+
+/// serde's "unknown field `x`, expected one of `a`, `b`" (or "there are no
+/// fields"), with the nearest known key and `also` among the known ones.
+fn unknown_field(message: &str, also: &[&str]) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (name, rest) = rest.split_once('`')?;
+    // The known keys are the backquoted words after the name.
+    let mut known: Vec<&str> = also.to_vec();
+    for k in rest.split('`').skip(1).step_by(2) {
+        if !known.contains(&k) {
+            known.push(k);
+        }
+    }
+    let mut out = format!("unknown field `{name}`");
+    if let Some(k) = nearest(name, known.iter().copied()) {
+        out += &format!(" (did you mean `{k}`?)");
+    }
+    if known.is_empty() {
+        out += "; this table takes no keys";
+    } else {
+        let list: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+        out += &format!("; known keys: {}", list.join(", "));
+    }
+    Some(out)
 }
 
 pub(crate) fn join(path: &str, key: &str) -> String {
