@@ -48,14 +48,22 @@ const GROUP: &str = "workers";
 /// acknowledging is counted once), adds the dead-letter entry (KEYS[4],
 /// fields ARGV[5..]) if there is one, and acknowledges the message (stream
 /// KEYS[3], group ARGV[3], message ARGV[4]).
+///
+/// A `done` result is never turned `dead`: the item's output is complete.
+/// That happens when an item was reclaimed from a worker that was slow, not
+/// dead, and the slow one then failed it (with `exists = "error"`, on the
+/// output the other worker wrote). Returns 1 when it refused so, else 0.
 static RECORD: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
         r"
 local old = redis.call('HGET', KEYS[1], ARGV[1])
+if old == 'done' and ARGV[2] == 'dead' then
+  redis.call('XACK', KEYS[3], ARGV[3], ARGV[4])
+  return 1
+end
 if old ~= ARGV[2] then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
   if ARGV[2] == 'done' then redis.call('HINCRBY', KEYS[2], 'done', 1) end
-  if old == 'done' then redis.call('HINCRBY', KEYS[2], 'done', -1) end
 end
 if #ARGV > 4 then redis.call('XADD', KEYS[4], '*', unpack(ARGV, 5)) end
 redis.call('XACK', KEYS[3], ARGV[3], ARGV[4])
@@ -183,13 +191,14 @@ impl Coordinator {
     /// Records that `id` (message `msg`) ended as `result`, with its
     /// dead-letter entry's fields when it is dead: see [`RECORD`]. The
     /// script is sent by its hash, and loaded only when Redis lacks it.
+    /// `false` when the item was already done and stays so.
     async fn record(
         &self,
         id: &str,
         msg: &str,
         result: &str,
         dead: &[(&str, String)],
-    ) -> Result<(), redis::RedisError> {
+    ) -> Result<bool, redis::RedisError> {
         let mut call = RECORD.prepare_invoke();
         for part in ["results", "counts", "stream", "dead"] {
             call.key(self.key(part));
@@ -199,7 +208,8 @@ impl Coordinator {
             call.arg(*field).arg(value);
         }
         let mut conn = self.conn.clone();
-        call.invoke_async(&mut conn).await
+        let kept_done: i64 = call.invoke_async(&mut conn).await?;
+        Ok(kept_done == 0)
     }
 
     /// Sends `id` (message `msg`, input `source`) to the dead-letter stream
@@ -218,8 +228,14 @@ impl Coordinator {
             ("deliveries", deliveries.to_string()),
             ("error", error.to_owned()),
         ];
-        self.record(id, msg, "dead", &entry).await?;
-        tracing::warn!(item = %id, deliveries, "dead-lettered: {error}");
+        if self.record(id, msg, "dead", &entry).await? {
+            tracing::warn!(item = %id, deliveries, "dead-lettered: {error}");
+        } else {
+            tracing::warn!(
+                item = %id,
+                "another worker finished this item while this one failed it ({error}); it stays done"
+            );
+        }
         Ok(())
     }
 
@@ -633,7 +649,7 @@ async fn ack_loop(
             .remove(&id);
         let Some(held) = held else { continue };
         let written: Result<(), redis::RedisError> = match ended {
-            Ended::Done(_) => c.record(&id, &held.msg, "done", &[]).await,
+            Ended::Done(_) => c.record(&id, &held.msg, "done", &[]).await.map(drop),
             // A 404, an undecodable file, an input line that is no input:
             // every delivery would fail the same way, so none is waited for.
             Ended::Failed(_, ErrorKind::Permanent, message) => {
@@ -763,26 +779,30 @@ mod tests {
         set(&c, "a", "done").await;
         set(&c, "b", "done").await;
         assert_eq!(c.status().await.unwrap().done, 2);
+        // A slow worker failing an item another worker finished: the
+        // complete output wins, and no dead-letter entry is added.
         set(&c, "b", "dead").await;
-        assert_eq!(c.status().await.unwrap().done, 1);
+        assert_eq!(c.status().await.unwrap().done, 2);
         set(&c, "c", "dead").await;
         let mut conn = c.conn.clone();
-        // Each dead result came with its dead-letter entry.
+        // A dead result comes with its dead-letter entry.
         let dead: u64 = conn.xlen(c.key("dead")).await.unwrap();
-        assert_eq!(dead, 2);
+        assert_eq!(dead, 1);
+        let result: String = conn.hget(c.key("results"), "b").await.unwrap();
+        assert_eq!(result, "done");
         let counted: u64 = conn.hget(c.key("counts"), "done").await.unwrap();
-        assert_eq!(counted, 1);
+        assert_eq!(counted, 2);
         // The count is what is read, not every result: a result written
         // around the script is not seen.
         conn.hset::<_, _, _, ()>(c.key("results"), "d", "done")
             .await
             .unwrap();
-        assert_eq!(c.done().await.unwrap(), 1);
-        // A run begun without counts is counted from its results (a, d).
+        assert_eq!(c.done().await.unwrap(), 2);
+        // A run begun without counts is counted from its results (a, b, d).
         conn.hdel::<_, _, ()>(c.key("counts"), "tracked")
             .await
             .unwrap();
-        assert_eq!(c.done().await.unwrap(), 2);
+        assert_eq!(c.done().await.unwrap(), 3);
         conn.del::<_, ()>(&[
             c.key("results"),
             c.key("counts"),
