@@ -10,8 +10,9 @@
 //!   to http or https), a body checked against its Content-Length.
 //! - Errors are classed for the engine's retry policy: timeouts, resets,
 //!   bodies cut short, 5xx and 429 are transient (with `Retry-After`, which
-//!   also pauses the host's rate bucket); other 4xx fail the item at once
-//!   with the URL and status. By default a fetch is tried 4 times.
+//!   the engine honours for every item of the host, and in the host's rate
+//!   bucket); other 4xx fail the item at once with the URL and status. By
+//!   default a fetch is tried 4 times.
 
 use std::time::Duration;
 
