@@ -177,8 +177,7 @@ pub struct StageError {
     pub status: Option<u16>,
     /// How long the server asked us to wait before trying again
     /// (`Retry-After`); the engine pauses the item's rate-limit bucket for
-    /// that long, for every item that draws on it, and, when the stage
-    /// counts requests, sends nothing to the item's host meanwhile.
+    /// that long, for every item that draws on it.
     pub retry_after: Option<Duration>,
 }
 

@@ -211,9 +211,6 @@ pub(crate) struct HostStats {
     pub retries: u64,
     pub first: Option<Instant>,
     pub last: Option<Instant>,
-    /// The host said `Retry-After`: no request goes to it before this
-    /// (tokio's clock, so paused time in tests sees it).
-    pub paused_until: Option<tokio::time::Instant>,
 }
 
 /// Every item's end, counted once.
@@ -417,27 +414,17 @@ impl Worker {
             }
         }
         item.attempts = 0;
-        let host = self
-            .plan
-            .handler
-            .counts_requests()
-            .then(|| host_of(&item.source).unwrap_or_else(|| "(local)".to_owned()));
+        let requests = self.plan.handler.counts_requests();
         let (result, held) = loop {
             item.attempts += 1;
-            if let Some(host) = &host {
-                if !self.wait_for_host(host, &item.id, abort).await {
-                    shared.interrupted(item, stage, "while its host was paused (Retry-After)");
-                    return;
-                }
-            }
             let (result, held) = match self.acquire(&mut item, abort).await {
                 Ok(None) => return, // failed or interrupted, and counted
                 Ok(Some(held)) => (self.call(&mut item, abort).await, held),
                 Err(error) => (Err(error), Vec::new()),
             };
             let retrying = matches!(&result, Err(e) if self.plan.retry.retries(e, item.attempts));
-            if let Some(host) = &host {
-                self.count_request(host, &result, retrying);
+            if requests {
+                self.count_request(&item, &result, retrying);
             }
             match result {
                 Err(error) if retrying => {
@@ -490,20 +477,11 @@ impl Worker {
     }
 
     /// Counts one try of a request-making stage against the item's host.
-    /// Counts a request to `host`. A `Retry-After` pauses the host for
-    /// every item of every stage that makes requests, limiters or not.
-    fn count_request(&self, host: &str, result: &Result<Outcome, StageError>, retrying: bool) {
+    fn count_request(&self, item: &Item, result: &Result<Outcome, StageError>, retrying: bool) {
+        let host = host_of(&item.source).unwrap_or_else(|| "(local)".to_owned());
         let now = Instant::now();
         let mut hosts = self.shared.hosts.lock().unwrap_or_else(|p| p.into_inner());
-        let h = hosts.entry(host.to_owned()).or_default();
-        if let Err(StageError {
-            retry_after: Some(delay),
-            ..
-        }) = result
-        {
-            let until = tokio::time::Instant::now() + *delay;
-            h.paused_until = Some(h.paused_until.map_or(until, |p| p.max(until)));
-        }
+        let h = hosts.entry(host).or_default();
         h.requests += 1;
         h.first.get_or_insert(now);
         h.last = Some(now);
@@ -512,29 +490,6 @@ impl Worker {
         }
         if retrying {
             h.retries += 1;
-        }
-    }
-
-    /// Waits while `host` is paused by a `Retry-After`; `false` when the run
-    /// was aborted meanwhile (the item is then counted interrupted).
-    async fn wait_for_host(&self, host: &str, id: &str, abort: &CancellationToken) -> bool {
-        loop {
-            let until = {
-                let hosts = self.shared.hosts.lock().unwrap_or_else(|p| p.into_inner());
-                hosts.get(host).and_then(|h| h.paused_until)
-            };
-            match until {
-                Some(t) if t > tokio::time::Instant::now() => {
-                    tracing::debug!(item = %id, host, "waiting: the host asked for a pause (Retry-After)");
-                    tokio::select! {
-                        biased;
-                        _ = abort.cancelled() => return false,
-                        // The pause may have been made longer meanwhile.
-                        _ = tokio::time::sleep_until(t) => continue,
-                    }
-                }
-                _ => return true,
-            }
         }
     }
 

@@ -44,8 +44,7 @@ pub trait AsyncStage: Send + Sync + 'static {
     }
 
     /// Whether each try is a request to the item's host (a fetch): the
-    /// report then counts requests, 429s and retries per host, and a
-    /// `Retry-After` pauses the host for every item of such stages.
+    /// report then counts requests, 429s and retries per host.
     fn counts_requests(&self) -> bool {
         false
     }
@@ -87,8 +86,7 @@ pub trait BlockingStage: Send + Sync + 'static {
     }
 
     /// Whether each try is a request to the item's host (a fetch): the
-    /// report then counts requests, 429s and retries per host, and a
-    /// `Retry-After` pauses the host for every item of such stages.
+    /// report then counts requests, 429s and retries per host.
     fn counts_requests(&self) -> bool {
         false
     }

@@ -10,9 +10,8 @@
 //!   to http or https), a body checked against its Content-Length.
 //! - Errors are classed for the engine's retry policy: timeouts, resets,
 //!   bodies cut short, 5xx and 429 are transient (with `Retry-After`, which
-//!   the engine honours for every item of the host, and in the host's rate
-//!   bucket); other 4xx fail the item at once with the URL and status. By
-//!   default a fetch is tried 4 times.
+//!   also pauses the host's rate bucket); other 4xx fail the item at once
+//!   with the URL and status. By default a fetch is tried 4 times.
 
 use std::time::Duration;
 
