@@ -369,10 +369,12 @@ fn key(run: &str, part: &str) -> String {
     format!("warpline:{run}:{part}")
 }
 
-/// An item this worker holds: its stream message and its input.
+/// An item this worker holds: its stream message, its input, and which
+/// delivery of it this is.
 struct Held {
     msg: String,
     source: String,
+    delivery: u32,
 }
 
 /// Item id -> what this worker holds of it.
@@ -456,9 +458,13 @@ impl StreamSource {
         Ok(None)
     }
 
-    /// Counts a delivery; past the maximum, sends the message to the
-    /// dead-letter stream and returns `false`.
-    async fn admit(&self, msg_id: &str, f: &HashMap<String, String>) -> Result<bool, String> {
+    /// Counts a delivery and returns its number; past the maximum, sends the
+    /// message to the dead-letter stream and returns `None`.
+    async fn admit(
+        &self,
+        msg_id: &str,
+        f: &HashMap<String, String>,
+    ) -> Result<Option<u32>, String> {
         let id = f.get("id").cloned().unwrap_or_else(|| msg_id.to_owned());
         let mut conn = self.c.conn.clone();
         let n: u32 = conn
@@ -466,7 +472,7 @@ impl StreamSource {
             .await
             .map_err(err)?;
         if n <= self.c.settings.max_deliveries {
-            return Ok(true);
+            return Ok(Some(n));
         }
         let last: Option<String> = conn.hget(self.c.key("errors"), &id).await.map_err(err)?;
         let source = f.get("source").map(String::as_str).unwrap_or_default();
@@ -476,7 +482,7 @@ impl StreamSource {
             .dead_letter(&id, msg_id, source, n - 1, &error)
             .await
             .map_err(err)?;
-        Ok(false)
+        Ok(None)
     }
 }
 
@@ -515,14 +521,14 @@ impl Source for StreamSource {
                     }
                 }
             };
-            match self.admit(&msg_id, &f).await {
-                Ok(true) => {}
-                Ok(false) => continue,
+            let delivery = match self.admit(&msg_id, &f).await {
+                Ok(Some(n)) => n,
+                Ok(None) => continue,
                 Err(e) => {
                     tracing::warn!("cannot count a delivery: {e}");
                     continue;
                 }
-            }
+            };
             let id = f.get("id").cloned().unwrap_or_else(|| msg_id.clone());
             let source = f.get("source").cloned().unwrap_or_default();
             self.inflight
@@ -533,6 +539,7 @@ impl Source for StreamSource {
                     Held {
                         msg: msg_id,
                         source: source.clone(),
+                        delivery,
                     },
                 );
             if let Some(message) = source.strip_prefix("invalid:") {
@@ -653,13 +660,8 @@ async fn ack_loop(
             // A 404, an undecodable file, an input line that is no input:
             // every delivery would fail the same way, so none is waited for.
             Ended::Failed(_, ErrorKind::Permanent, message) => {
-                async {
-                    let n: Option<u32> = conn.hget(c.key("deliveries"), &id).await?;
-                    let n = n.unwrap_or(1);
-                    c.dead_letter(&id, &held.msg, &held.source, n, &message)
-                        .await
-                }
-                .await
+                c.dead_letter(&id, &held.msg, &held.source, held.delivery, &message)
+                    .await
             }
             // Left pending: claimed again after `reclaim_after`, until the
             // maximum deliveries send it to the dead letters. A transient

@@ -11,7 +11,7 @@ use super::file::{
     LimitSection, OnError, PipelineSection, RetrySection, SourceCommon, StageCommon, SOURCE_KEYS,
     STAGE_KEYS,
 };
-use super::{join, problem_from, Problem};
+use super::{join, known, problem_from, Problem};
 use crate::item::ErrorKind;
 use crate::limit::{Limiter, LimiterKind, Limits, Oversize, RateBackendFactory, RateKey};
 use crate::pipeline::RetryPolicy;
@@ -96,15 +96,6 @@ fn count(path: &str, value: &Option<CountValue>, default: u32, problems: &mut Ve
             problems.push(Problem::new(path, m));
             default
         }),
-    }
-}
-
-fn known(names: impl Iterator<Item = impl AsRef<str>>) -> String {
-    let v: Vec<String> = names.map(|n| format!("`{}`", n.as_ref())).collect();
-    if v.is_empty() {
-        "none".to_owned()
-    } else {
-        v.join(", ")
     }
 }
 

@@ -141,23 +141,28 @@ fn unknown_field(message: &str, also: &[&str]) -> Option<String> {
     let rest = message.strip_prefix("unknown field `")?;
     let (name, rest) = rest.split_once('`')?;
     // The known keys are the backquoted words after the name.
-    let mut known: Vec<&str> = also.to_vec();
+    let mut keys: Vec<&str> = also.to_vec();
     for k in rest.split('`').skip(1).step_by(2) {
-        if !known.contains(&k) {
-            known.push(k);
+        if !keys.contains(&k) {
+            keys.push(k);
         }
     }
     let mut out = format!("unknown field `{name}`");
-    if let Some(k) = nearest(name, known.iter().copied()) {
+    if let Some(k) = nearest(name, keys.iter().copied()) {
         out += &format!(" (did you mean `{k}`?)");
     }
-    if known.is_empty() {
-        out += "; this table takes no keys";
-    } else {
-        let list: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
-        out += &format!("; known keys: {}", list.join(", "));
-    }
+    out += &format!("; known keys: {}", known(keys.iter()));
     Some(out)
+}
+
+/// Names in backquotes, comma-separated (`none` for no names).
+pub(crate) fn known(names: impl Iterator<Item = impl AsRef<str>>) -> String {
+    let v: Vec<String> = names.map(|n| format!("`{}`", n.as_ref())).collect();
+    if v.is_empty() {
+        "none".to_owned()
+    } else {
+        v.join(", ")
+    }
 }
 
 pub(crate) fn join(path: &str, key: &str) -> String {
