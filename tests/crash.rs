@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{hashes, list_pipeline, runtime, tiles, write_url_list};
+use warpline::stages::temps::temporary_name;
 use warpline::tileserver::{Faults, TileServer};
 
 const TILES_PER_CRS: usize = 6;
@@ -138,7 +139,32 @@ fn after_kill_9_a_rerun_finishes_the_rest() {
             "{name} is incomplete"
         );
     }
+    // Temporary files as the killed run would have left them mid-write
+    // (it may or may not have been writing), beside one of a live process
+    // (this one) and one from another machine sharing the directory.
+    let dead = child.id();
+    let left = temporary_name(&s.out.join("left.tif"), dead);
+    let mut side = left.clone().into_os_string();
+    side.push(".ovr.tmp");
+    let live = temporary_name(&s.out.join("live.tif"), std::process::id());
+    let elsewhere = s
+        .out
+        .join(format!(".other.tif.0123456789abcdef-{dead}-00c0ffee.tmp"));
+    for path in [&left, Path::new(&side), &live, &elsewhere] {
+        std::fs::write(path, b"partial").unwrap();
+    }
     rerun_finishes_the_rest(&s);
+    let temporary: Vec<_> = hashes(&s.out)
+        .into_keys()
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    let mut kept =
+        [&elsewhere, &live].map(|p| p.file_name().unwrap().to_string_lossy().into_owned());
+    kept.sort();
+    assert_eq!(
+        temporary, kept,
+        "the rerun removes what the killed run left, and only that"
+    );
     drop(server);
 }
 

@@ -9,7 +9,8 @@
 //!   engine owns, size checked before any pixel is read (blocking);
 //! - [`reproject`]: `GDALWarp` with gdalwarp's options (blocking);
 //! - [`write`]: GeoTIFF or COG, written to a temporary name, synced and
-//!   renamed into place (blocking);
+//!   renamed into place (blocking); [`temps`]: the temporary names, and
+//!   the removal of those a killed process left;
 //! - [`gdal`]: the one place that calls GDAL's C API;
 //! - [`samples`]: small georeferenced tiles for the demo and the tests.
 //!
@@ -26,6 +27,7 @@ pub mod gdal;
 pub mod reproject;
 pub mod samples;
 pub mod source;
+pub mod temps;
 pub mod write;
 
 use warpline_engine::Registry;

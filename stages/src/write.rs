@@ -21,6 +21,7 @@ use warpline_engine::{BlockingStage, Handler, Item, Outcome, Problem, Settings, 
 
 use crate::gdal::{init, last_error, reset_error, CStringList, Raster};
 use crate::source::safe_id;
+use crate::temps::{temporary_name, Sweeper};
 
 /// What write hands on: where the output is.
 #[derive(Debug, Clone)]
@@ -58,6 +59,7 @@ pub struct Write {
     driver: String,
     options: Vec<(String, String)>,
     exists: Exists,
+    temps: Sweeper,
 }
 
 /// One creation option the driver declares.
@@ -221,6 +223,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         driver,
         options,
         exists,
+        temps: Sweeper::default(),
     }))
 }
 
@@ -330,15 +333,9 @@ impl BlockingStage for Write {
         std::fs::create_dir_all(&parent).map_err(|e| {
             StageError::permanent(format!("{id}: cannot create {}: {e}", parent.display()))
         })?;
-        let file_name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = parent.join(format!(
-            ".{file_name}.{}-{:08x}.tmp",
-            std::process::id(),
-            fastrand::u32(..)
-        ));
+        // Temporary files a killed run left here go before this one adds its own.
+        self.temps.once(&parent);
+        let tmp = temporary_name(&path, std::process::id());
         let mut guard = TempGuard {
             path: tmp.clone(),
             keep: false,
