@@ -83,7 +83,9 @@ enum ProgressMode {
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Override a setting, e.g. `--set stages.decode.workers=4`; applied
-    /// after the file and WARPLINE__ environment variables. Repeatable.
+    /// after the file and WARPLINE__ environment variables. VALUE is read as
+    /// TOML when it is TOML (`'"EPSG:3857"'`, `'["cpu"]'`), else as text
+    /// (`EPSG:3857`). Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
     /// Also write the report as JSON to this file.

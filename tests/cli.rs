@@ -187,6 +187,38 @@ fn usage_errors_and_bad_pipelines_exit_2() {
 }
 
 #[test]
+fn set_values_are_read_as_in_the_file_quoted_or_not() {
+    let validate = |sets: &[&str]| {
+        let mut cmd = warpline();
+        cmd.args(["validate", "pipelines/demo.toml"]);
+        for s in sets {
+            cmd.args(["--set", s]);
+        }
+        cmd.output().unwrap()
+    };
+    // The reference's examples: quoted TOML, an inline table, plain text.
+    let out = validate(&[
+        "stages.reproject.crs=\"EPSG:4326\"",
+        "stages.write.creation_options={ COMPRESS = \"LZW\" }",
+        "limits.cpu.permits=cores",
+        "stages.reproject.crs=EPSG:4326",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = validate(&["stages.reproject.crs=\"EPSG:999999\""]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    assert!(
+        stdout.contains("the CRS \"EPSG:999999\":"),
+        "the CRS is named without the shell's quotes: {stdout}"
+    );
+}
+
+#[test]
 fn help_names_the_commands_and_exit_codes() {
     let out = warpline().arg("--help").output().unwrap();
     assert!(out.status.success());

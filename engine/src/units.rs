@@ -8,7 +8,10 @@ use serde::Deserialize;
 /// A byte size as written in a pipeline: an integer number of bytes or a
 /// string with a unit (`"64KiB"`, `"1.5GiB"`, `"10MB"`).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "expected a size: a number of bytes, or text with a unit such as \"512MiB\""
+)]
 pub enum SizeValue {
     /// A plain number of bytes.
     Bytes(u64),
@@ -30,7 +33,10 @@ impl SizeValue {
 /// number of CPUs this process may use), or `"cores+N"` / `"cores-N"`
 /// (never below 1).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "expected a positive whole number, \"cores\", \"cores+N\" or \"cores-N\""
+)]
 pub enum CountValue {
     /// A plain number.
     Number(i64),

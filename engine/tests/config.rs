@@ -324,6 +324,54 @@ fn set_overrides_apply_after_the_file() {
 }
 
 #[test]
+fn a_value_of_the_wrong_shape_is_told_what_is_expected() {
+    let e = errors(&with(
+        "duration = \"1ms\"",
+        "duration = \"1ms\"\nworkers = [1, 2]",
+    ));
+    assert_problem(
+        &e,
+        "stages.work.workers",
+        "expected a positive whole number",
+    );
+    let e = errors(&with("budget = \"1MiB\"", "budget = true"));
+    assert_problem(&e, "limits.memory.budget", "expected a size");
+}
+
+#[test]
+fn a_set_value_is_read_as_toml_when_it_is_toml_and_as_text_otherwise() {
+    let p = Loader::from_toml_str(GOOD)
+        .set("pipeline.name", "\"renamed\"")
+        .set("stages.work.workers", "\"cores\"")
+        .set("stages.work.limits", "[\"cpu\"]")
+        .set("limits.memory.budget", "\"2MiB\"")
+        .set("limits.cpu.permits", "3")
+        .load(&Registry::with_builtins())
+        .unwrap();
+    assert_eq!(p.name(), "renamed", "a quoted string loses its quotes");
+    assert_eq!(p.stages()[0].workers, warpline_engine::units::cores());
+    let limits: Vec<_> = p.stages()[0].limits.iter().map(|l| l.name()).collect();
+    assert_eq!(limits, ["cpu"], "an array is an array");
+    assert_eq!(p.limits().get("memory").unwrap().capacity(), 2 << 20);
+    assert_eq!(p.limits().get("cpu").unwrap().capacity(), 3);
+    // Not TOML: the text as given; TOML of the wrong type: the key's own error.
+    let p = Loader::from_toml_str(GOOD)
+        .set("pipeline.name", "plain-text")
+        .load(&Registry::with_builtins())
+        .unwrap();
+    assert_eq!(p.name(), "plain-text");
+    let e = Loader::from_toml_str(GOOD)
+        .set("stages.work.workers", "[1, 2]")
+        .load(&Registry::with_builtins())
+        .unwrap_err();
+    assert_problem(
+        &e,
+        "stages.work.workers",
+        "expected a positive whole number",
+    );
+}
+
+#[test]
 fn environment_overrides_apply_when_asked_for() {
     // The only test in this binary that sets WARPLINE__ variables.
     std::env::set_var("WARPLINE__STAGES__WORK__WORKERS", "5");

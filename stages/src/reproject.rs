@@ -49,7 +49,7 @@ pub const RESAMPLING: &[&str] = &[
 
 /// A number or a pair of numbers.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "expected one number or [x, y]")]
 enum OneOrTwo {
     One(f64),
     Two(Vec<f64>),
@@ -57,7 +57,10 @@ enum OneOrTwo {
 
 /// A nodata value: a number, or a word such as "nan" or "None".
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "expected a number, or a word such as \"nan\" or \"None\""
+)]
 enum NoData {
     Number(f64),
     Text(String),

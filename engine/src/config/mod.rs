@@ -216,6 +216,34 @@ impl fmt::Debug for Loader {
     }
 }
 
+/// An override's value: the TOML value `text` is, if it is exactly one
+/// (so a quoted string loses its quotes, as in the file), else the text.
+fn override_value(text: &str) -> config::Value {
+    match format!("value = {text}").parse::<toml::Table>() {
+        Ok(mut table) if table.len() == 1 => match table.remove("value") {
+            Some(value) => from_toml(value),
+            None => text.into(),
+        },
+        _ => text.into(),
+    }
+}
+
+fn from_toml(value: toml::Value) -> config::Value {
+    match value {
+        toml::Value::String(s) => s.into(),
+        toml::Value::Integer(i) => i.into(),
+        toml::Value::Float(f) => f.into(),
+        toml::Value::Boolean(b) => b.into(),
+        toml::Value::Datetime(d) => d.to_string().into(),
+        toml::Value::Array(a) => a.into_iter().map(from_toml).collect::<Vec<_>>().into(),
+        toml::Value::Table(t) => t
+            .into_iter()
+            .map(|(k, v)| (k, from_toml(v)))
+            .collect::<config::Map<_, _>>()
+            .into(),
+    }
+}
+
 /// The environment variable prefix for overrides: `WARPLINE__STAGES__DECODE__WORKERS=4`.
 pub const ENV_PREFIX: &str = "WARPLINE";
 
@@ -265,7 +293,10 @@ impl Loader {
     }
 
     /// Applies `key = value` last, as `--set key=value` does (`key` is a dotted
-    /// path such as `stages.decode.workers`).
+    /// path such as `stages.decode.workers`). `value` is read as a TOML value
+    /// when it is one, as in the file (`8`, `true`, `"EPSG:3857"`,
+    /// `["cpu", "memory"]`, `{ COMPRESS = "DEFLATE" }`), and otherwise taken
+    /// as text (`EPSG:3857`, `cores`, `1GiB`, a path).
     pub fn set(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.sets.push((key.into(), value.into()));
         self
@@ -315,7 +346,7 @@ impl Loader {
         }
         let mut problems = Vec::new();
         for (key, value) in &self.sets {
-            match builder.set_override(key.as_str(), value.as_str()) {
+            match builder.set_override(key.as_str(), override_value(value)) {
                 Ok(b) => builder = b,
                 Err(e) => {
                     problems.push(Problem::new(key.clone(), format!("cannot set: {e}")));
