@@ -108,7 +108,8 @@ fn each_bad_input_fails_alone_with_a_clear_error() {
         (
             "json.tif",
             br#"{"message": "Internal error"}"#.to_vec(),
-            "not a readable raster",
+            // GDAL's own reason, with the input's name.
+            "not a readable raster for the allowed drivers (GTiff): `json' not recognized",
         ),
         (
             "html.tif",
@@ -155,6 +156,11 @@ fn each_bad_input_fails_alone_with_a_clear_error() {
             f.message
         );
         assert!(f.message.contains(words), "{name}: {}", f.message);
+        assert!(
+            !f.message.contains("/vsimem/"),
+            "{name}: GDAL's name for the bytes is not the user's: {}",
+            f.message
+        );
         assert_eq!(f.stage, "decode", "{name}: {f:?}");
     }
 }

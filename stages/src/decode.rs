@@ -115,6 +115,16 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     }))
 }
 
+/// GDAL's message about the bytes, with the input's id where GDAL names
+/// its in-memory file (a name the user never gave).
+fn named(message: &str, file: &MemFile, id: &str) -> String {
+    let message = message.trim();
+    message
+        .strip_prefix(&format!("{}: ", file.path()))
+        .unwrap_or(message)
+        .replace(file.path(), id)
+}
+
 /// What the header says, read before any pixel.
 #[derive(Debug)]
 struct Header {
@@ -139,11 +149,19 @@ impl Decode {
                 sibling_files: None,
             },
         )
-        .map_err(|_| {
+        .map_err(|e| {
+            // The gdal crate takes GDAL's message into its error and resets
+            // GDAL's own, so it is read from the error. It names the
+            // in-memory file: the item's id says more.
+            let why = match e {
+                gdal::errors::GdalError::NullPointer { msg, .. } if !msg.trim().is_empty() => {
+                    named(&msg, file, id)
+                }
+                _ => "unrecognised format".to_owned(),
+            };
             StageError::permanent(format!(
-                "{id}: not a readable raster for the allowed drivers ({}): {}",
+                "{id}: not a readable raster for the allowed drivers ({}): {why}",
                 self.drivers.join(", "),
-                last_error("unrecognised format")
             ))
         })
     }
@@ -193,6 +211,7 @@ impl Decode {
     /// with the source's georeferencing over them.
     fn read(
         &self,
+        file: &MemFile,
         src: &Dataset,
         h: &Header,
         wkt: &str,
@@ -240,7 +259,7 @@ impl Decode {
                 return Err(StageError::permanent(format!(
                     "{id}: corrupt or truncated pixel data in band {}: {}",
                     i + 1,
-                    last_error("read failed")
+                    named(&last_error("read failed"), file, id)
                 )));
             }
         }
@@ -344,7 +363,14 @@ impl BlockingStage for Decode {
             Some(o) => o,
             None => self.open_header(item)?,
         };
-        let raster = self.read(&opened.ds, &opened.header, &opened.wkt, opened.gt, &item.id)?;
+        let raster = self.read(
+            &opened.file,
+            &opened.ds,
+            &opened.header,
+            &opened.wkt,
+            opened.gt,
+            &item.id,
+        )?;
         drop(opened);
         item.set_payload(raster);
         Ok(Outcome::Continue)
