@@ -44,7 +44,7 @@ impl fmt::Display for RunOutcome {
 }
 
 /// What became of the items. `done + skipped + failed == total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ItemCounts {
     /// Inputs admitted (including malformed ones the source reported).
     pub total: u64,
@@ -284,6 +284,20 @@ workers = {cores}
     }
 
     #[test]
+    fn a_run_with_no_input_says_whether_the_source_gave_none_or_it_was_stopped() {
+        let p = Pipeline::from_toml_str(
+            "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 0\n[stages.a]\nkind = \"discard\"\n",
+            &Registry::with_builtins(),
+        )
+        .unwrap();
+        let mut r = report(Vec::new());
+        r.items = ItemCounts::default();
+        assert!(diagnose(&p, &r).starts_with("the source gave no input"));
+        r.outcome = RunOutcome::Stopped;
+        assert!(diagnose(&p, &r).contains("before the run was stopped"));
+    }
+
+    #[test]
     fn credentials_and_secret_parameters_are_hidden() {
         assert_eq!(
             redact("https://user:pa55@example.com/a.tif?x=1&token=abc"),
@@ -342,7 +356,12 @@ const BOUND: f64 = 0.5;
 /// What limited the run, in a sentence, with the numbers behind it.
 pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
     if r.items.total == 0 {
-        return "no input was admitted".to_owned();
+        return match r.outcome {
+            RunOutcome::Completed => "the source gave no input (an empty list, a pattern that \
+                matched no file, or an empty shard): nothing was done"
+                .to_owned(),
+            _ => "no input was admitted before the run was stopped".to_owned(),
+        };
     }
     let holders = |name: &str| -> Vec<String> {
         pipeline
