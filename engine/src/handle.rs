@@ -225,30 +225,71 @@ impl RunWatch {
 
     /// The run's events from now on, as a `Stream` that ends with the run.
     /// A subscriber that falls more than [`EVENT_BUFFER`] events behind
-    /// misses the oldest ones (the progress counts stay exact).
+    /// misses the oldest ones, and is told so by an
+    /// [`EventKind::Missed`] with their number where they would have been
+    /// (the progress counts and the report stay exact).
     pub fn events(&self) -> BoxStream<'static, Event> {
-        let rx = self.events.subscribe();
-        let finished = self.counts.finished.load(Ordering::Acquire);
+        let state = Subscription {
+            rx: self.events.subscribe(),
+            ended: self.counts.finished.load(Ordering::Acquire),
+            next: None,
+            last: (0, 0.0),
+        };
         // Ends after `run_finished` (or at once if the run has ended).
-        Box::pin(futures::stream::unfold(
-            (rx, finished),
-            |(mut rx, finished)| async move {
-                if finished {
-                    return None;
-                }
-                loop {
-                    match rx.recv().await {
-                        Ok(e) => {
-                            let last = matches!(e.kind, EventKind::RunFinished { .. });
-                            return Some((e, (rx, last)));
-                        }
-                        Err(broadcast::error::RecvError::Lagged(n)) => {
-                            tracing::debug!("an event subscriber missed {n} events");
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return None,
+        Box::pin(futures::stream::unfold(state, |mut s| async move {
+            if let Some(e) = s.next.take() {
+                return Some(s.hand_out(e));
+            }
+            if s.ended {
+                return None;
+            }
+            let mut missed = 0u64;
+            loop {
+                match s.rx.recv().await {
+                    Ok(e) if missed == 0 => return Some(s.hand_out(e)),
+                    // Said where the missing events were, stamped with
+                    // the time of the one that follows them.
+                    Ok(e) => {
+                        let (at_ms, t_s) = (e.at_ms, e.t_s);
+                        s.next = Some(e);
+                        return Some((missed_event(missed, at_ms, t_s), s));
                     }
+                    Err(broadcast::error::RecvError::Lagged(n)) => missed += n,
+                    Err(broadcast::error::RecvError::Closed) if missed > 0 => {
+                        s.ended = true;
+                        let (at_ms, t_s) = s.last;
+                        return Some((missed_event(missed, at_ms, t_s), s));
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
                 }
-            },
-        ))
+            }
+        }))
+    }
+}
+
+/// One subscriber's place in the run's events.
+struct Subscription {
+    rx: broadcast::Receiver<Event>,
+    /// The run has finished (or `run_finished` was handed out).
+    ended: bool,
+    /// An event received, to hand out after the `missed` one before it.
+    next: Option<Event>,
+    /// The time of the last event handed out.
+    last: (u64, f64),
+}
+
+impl Subscription {
+    fn hand_out(mut self, e: Event) -> (Event, Self) {
+        self.ended |= matches!(e.kind, EventKind::RunFinished { .. });
+        self.last = (e.at_ms, e.t_s);
+        (e, self)
+    }
+}
+
+fn missed_event(count: u64, at_ms: u64, t_s: f64) -> Event {
+    Event {
+        at_ms,
+        t_s,
+        kind: EventKind::Missed { count },
     }
 }

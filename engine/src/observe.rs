@@ -87,6 +87,15 @@ pub enum EventKind {
         /// The message.
         message: String,
     },
+    /// Only in [`RunHandle::events`](crate::RunHandle::events): this
+    /// subscriber fell more than
+    /// [`EVENT_BUFFER`](crate::handle::EVENT_BUFFER) events behind and
+    /// `count` events were dropped for it just before this one. The
+    /// progress counts and the report stay exact.
+    Missed {
+        /// How many events this subscriber did not receive.
+        count: u64,
+    },
     /// The run ended.
     RunFinished {
         /// `completed`, `stopped`, `aborted` or `aborted_on_error`.

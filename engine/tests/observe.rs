@@ -383,3 +383,61 @@ fn when_nothing_inside_limits_the_run_the_diagnosis_says_so() {
         r.diagnosis
     );
 }
+
+#[test]
+fn a_subscriber_that_falls_behind_is_told_how_many_events_it_missed() {
+    use futures::StreamExt;
+    let pipeline = Pipeline::from_toml_str(
+        r#"
+[pipeline]
+flow = ["sink"]
+[source]
+kind = "generate"
+count = 3000
+[stages.sink]
+kind = "discard"
+"#,
+        &Registry::with_builtins(),
+    )
+    .unwrap();
+    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = Arc::clone(&sent);
+    let options = RunOptions {
+        events: Some(Arc::new(move |_: &Event| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })),
+        ..RunOptions::default()
+    };
+    // One thread: the run cannot start before the subscription, and the
+    // subscriber reads nothing until the run has ended.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let received: Vec<Event> = rt.block_on(async {
+        let handle = pipeline.spawn(options);
+        let events = handle.events();
+        handle.report().await.unwrap();
+        events.collect().await
+    });
+    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        sent > warpline_engine::handle::EVENT_BUFFER as u64,
+        "{sent}"
+    );
+    let missed: Vec<u64> = received
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Missed { count } => Some(count),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(missed.len(), 1, "one gap, told once");
+    let others = received.len() as u64 - 1;
+    assert_eq!(missed[0] + others, sent, "every event received or counted");
+    assert!(matches!(received[0].kind, EventKind::Missed { .. }));
+    assert!(matches!(
+        received.last().unwrap().kind,
+        EventKind::RunFinished { .. }
+    ));
+}
