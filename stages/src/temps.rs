@@ -85,9 +85,16 @@ fn alive(pid: u32) -> bool {
 
 /// Removes, once per directory and process, the temporary outputs of
 /// processes that died.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Sweeper {
     swept: Mutex<HashSet<u64>>,
+}
+
+impl std::fmt::Debug for Sweeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let swept = self.swept.lock().map(|s| s.len()).unwrap_or(0);
+        write!(f, "Sweeper {{ directories swept: {swept} }}")
+    }
 }
 
 impl Sweeper {
