@@ -230,13 +230,22 @@ fn floor(work: &Path) -> f64 {
     unsafe { libc::sync() };
     let mut times = Vec::new();
     let mut per = [0.0f64; 3];
+    let stat0 = machine_jiffies();
     for round in 0..2 {
         for (i, bytes) in tiles.iter().enumerate() {
             times.push(run(format!("f{round}-{i}"), bytes, &mut per));
         }
     }
+    let stat1 = machine_jiffies();
     let n = times.len() as f64;
     let mean = times.iter().sum::<f64>() / n;
+    // The whole machine's busy time over the floor's rounds (jiffies of
+    // 10 ms): the floor's thread, and the kernel's work for it elsewhere
+    // (journal commits, writeback), and whatever else ran.
+    eprintln!(
+        "floor on the machine: busy {:.2} ms/tile (its thread {mean:.2})",
+        (stat1.0 - stat0.0) as f64 * 10.0 / n
+    );
     times.sort_by(f64::total_cmp);
     eprintln!(
         "floor (ms per tile): mean {mean:.2} = decode {:.2} + reproject {:.2} + write {:.2}; median {:.2}, p10 {:.2}, p90 {:.2}",
