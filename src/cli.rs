@@ -537,7 +537,13 @@ fn status(redis: &RedisArgs, format: Format) -> anyhow::Result<u8> {
                 s.done,
                 s.dead,
                 s.pending,
-                if s.complete { ": complete" } else { "" }
+                if s.complete {
+                    ": complete"
+                } else if s.enqueued == 0 {
+                    " (nothing was enqueued under this name: check --run, or run `warpline enqueue` first)"
+                } else {
+                    ""
+                }
             ),
         }
         Ok(EXIT_OK)

@@ -150,6 +150,24 @@ fn final_files(dir: &Path) -> usize {
 }
 
 #[test]
+fn status_of_a_run_nothing_was_enqueued_for_says_so() {
+    let Some(url) = redis_url() else { return };
+    let run = format!("none{}-{}", std::process::id(), fastrand_id());
+    let out = warpline(&["status", "--coordinator", &url, "--run", &run])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("0 enqueued"), "{text}");
+    assert!(
+        text.contains("nothing was enqueued under this name"),
+        "{text}"
+    );
+    assert!(!text.contains("complete"), "{text}");
+    assert_eq!(status(&url, &run)["complete"], false);
+}
+
+#[test]
 fn three_workers_one_killed_every_item_once_within_the_global_rate() {
     let Some(url) = redis_url() else { return };
     let run = format!("t{}-{}", std::process::id(), fastrand_id());
