@@ -162,6 +162,21 @@ pub enum RunError {
         /// What went wrong.
         message: String,
     },
+    /// The source panicked while reading its next input. The items it had
+    /// given were finished (or failed) as usual; the rest were not read.
+    #[error(
+        "source `{kind}` panicked after {admitted} inputs: {message} (the items admitted \
+         before were finished; the inputs after them were not read: fix the source and run \
+         again, finished outputs are skipped)"
+    )]
+    SourcePanicked {
+        /// The source kind.
+        kind: String,
+        /// Inputs admitted before the panic.
+        admitted: u64,
+        /// The panic's message.
+        message: String,
+    },
     /// The run's task panicked or was cancelled from outside.
     #[error("the run ended abnormally: {0}")]
     Panicked(String),
@@ -347,13 +362,19 @@ fn host_of(source: &str) -> Option<String> {
         .and_then(|u| u.host_str().map(str::to_owned))
 }
 
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> StageError {
-    let text = payload
+/// A panic in a stage's code, as the error of the item it was working on.
+fn panicked(id: &str, payload: Box<dyn std::any::Any + Send>) -> StageError {
+    let text = panic_text(payload.as_ref());
+    StageError::new(ErrorKind::Panicked, format!("{id}: stage panicked: {text}"))
+}
+
+/// What a panic said, if it said it as text.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_owned());
-    StageError::new(ErrorKind::Panicked, format!("stage panicked: {text}"))
+        .unwrap_or_else(|| "unknown panic".to_owned())
 }
 
 struct Worker {
@@ -408,9 +429,20 @@ impl Worker {
         let stage = self.plan.name.as_str();
         let shared = &self.shared;
         if let Some(checks) = &self.skip_checks {
-            if let Some(reason) = checks.iter().find_map(|h| h.skip_check(&item)) {
-                shared.skipped(&item, stage, &reason);
-                return;
+            // A stage's code: a panic fails the item, not the worker.
+            let check = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                checks.iter().find_map(|h| h.skip_check(&item))
+            }));
+            match check {
+                Ok(None) => {}
+                Ok(Some(reason)) => {
+                    shared.skipped(&item, stage, &reason);
+                    return;
+                }
+                Err(p) => {
+                    shared.failed(&item.id, &item.source, stage, 0, panicked(&item.id, p));
+                    return;
+                }
             }
         }
         item.attempts = 0;
@@ -523,7 +555,11 @@ impl Worker {
             .iter()
             .any(|l| l.kind() == LimiterKind::Bytes);
         let bytes = if needs_bytes {
-            match self.on_stage_cpu(|| self.plan.handler.demand(item)) {
+            let demand = || {
+                std::panic::catch_unwind(AssertUnwindSafe(|| self.plan.handler.demand(item)))
+                    .unwrap_or_else(|p| Err(panicked(&item.id, p)))
+            };
+            match self.on_stage_cpu(demand) {
                 Ok(b) => b,
                 Err(error) => return Err(error),
             }
@@ -613,9 +649,10 @@ impl Worker {
         let started = Instant::now();
         let result = match &self.plan.handler {
             Handler::Async(h) => {
+                let id = item.id.clone();
                 tokio::select! {
                     biased;
-                    r = AssertUnwindSafe(h.process(item)).catch_unwind() => r.unwrap_or_else(|p| Err(panic_message(p))),
+                    r = AssertUnwindSafe(h.process(item)).catch_unwind() => r.unwrap_or_else(|p| Err(panicked(&id, p))),
                     _ = abort.cancelled() => Err(StageError::new(ErrorKind::Interrupted, "run aborted while the stage was working")),
                 }
             }
@@ -624,7 +661,7 @@ impl Worker {
                 // thread: blocking here blocks no other work.
                 self.on_stage_cpu(|| {
                     std::panic::catch_unwind(AssertUnwindSafe(|| h.process(item)))
-                        .unwrap_or_else(|p| Err(panic_message(p)))
+                        .unwrap_or_else(|p| Err(panicked(&item.id, p)))
                 })
             }
         };
@@ -692,7 +729,7 @@ async fn drive_source(
     shared: &Shared,
     only: Option<&HashSet<String>>,
     shard: Option<crate::shard::Shard>,
-) {
+) -> Option<String> {
     let stop = shared.control.stop.clone();
     let abort = shared.control.abort.clone();
     'inputs: loop {
@@ -714,7 +751,15 @@ async fn drive_source(
             let next = tokio::select! {
                 biased;
                 _ = stop.cancelled() => break 'inputs,
-                next = source.next() => next,
+                // A source's code: a panic ends admission, not the run.
+                next = AssertUnwindSafe(source.next()).catch_unwind() => match next {
+                    Ok(next) => next,
+                    Err(payload) => {
+                        let message = panic_text(payload.as_ref());
+                        tracing::error!("the source panicked; no more inputs are read: {message}");
+                        return Some(message);
+                    }
+                },
             };
             let id = match &next {
                 None => None,
@@ -756,6 +801,7 @@ async fn drive_source(
         });
         forward(&tx, item, shared, &abort, "source", None).await;
     }
+    None
 }
 
 /// Samples the pipeline every so often (see [`RunOptions::sample`]).
@@ -949,8 +995,11 @@ pub(crate) async fn run(
         .sample
         .map(|every| Sampler::start(pipeline, &receivers, &shared, every));
 
-    match (&spawn_error, first) {
-        (Some(_), _) => control.abort(),
+    let source_panic = match (&spawn_error, first) {
+        (Some(_), _) => {
+            control.abort();
+            None
+        }
         (None, Some(tx)) => {
             drive_source(
                 pipeline,
@@ -962,8 +1011,8 @@ pub(crate) async fn run(
             )
             .await
         }
-        (None, None) => {}
-    }
+        (None, None) => None,
+    };
     // Every worker has finished when the last `_alive` sender is dropped.
     let _ = alive_rx.recv().await;
     watchdog.abort();
@@ -982,6 +1031,13 @@ pub(crate) async fn run(
     }
     if let Some(err) = spawn_error {
         return Err(err);
+    }
+    if let Some(message) = source_panic {
+        return Err(RunError::SourcePanicked {
+            kind: pipeline.source.kind.clone(),
+            admitted: shared.ledger.total.load(Ordering::Acquire),
+            message,
+        });
     }
 
     let outcome = if shared.aborted_on_error.load(Ordering::Acquire) {

@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use common::{Gate, Inside, Produced};
 use warpline_engine::report::RunOutcome;
 use warpline_engine::{
-    AsyncStage, ErrorKind, Handler, Item, Outcome, Pipeline, Registry, RunControl, StageError,
+    AsyncStage, BlockingStage, ErrorKind, Event, EventKind, Handler, Input, Item, Outcome,
+    Pipeline, Registry, RunControl, RunOptions, Source, SourceError, SourceSpec, StageError,
 };
 
 fn gated(deadline: &str) -> (Arc<Pipeline>, Gate, Registry) {
@@ -220,4 +221,138 @@ async fn a_panicking_stage_fails_its_item_and_the_run_goes_on() {
         .iter()
         .all(|f| f.kind == ErrorKind::Panicked && f.message.contains("boom")));
     assert_eq!(pipeline.limits().get("cpu").unwrap().available(), 1);
+}
+
+/// Panics in the hooks around `process`: sizing an item for a bytes
+/// limiter (`demand`) and the admission-time skip check.
+struct PanicsAround;
+
+impl BlockingStage for PanicsAround {
+    fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
+        if item.id.ends_with('7') {
+            panic!("demand boom on {}", item.id);
+        }
+        Ok(1)
+    }
+
+    fn skip_check(&self, item: &Item) -> Option<String> {
+        if item.id.ends_with('9') {
+            panic!("skip_check boom on {}", item.id);
+        }
+        None
+    }
+
+    fn process(&self, _item: &mut Item) -> Result<Outcome, StageError> {
+        Ok(Outcome::Continue)
+    }
+}
+
+#[tokio::test]
+async fn a_panic_while_sizing_or_skip_checking_fails_the_item_and_the_run_goes_on() {
+    let mut registry = Registry::with_builtins();
+    registry.register_stage("around", |_| Ok(Handler::from_blocking(PanicsAround)));
+    let pipeline = Pipeline::from_toml_str(
+        r#"
+        [pipeline]
+        flow = ["boom"]
+        [source]
+        kind = "generate"
+        count = 100
+        [limits.memory]
+        budget = "1KiB"
+        [stages.boom]
+        kind = "around"
+        workers = 2
+        limits = ["memory"]
+        "#,
+        &registry,
+    )
+    .unwrap();
+    let report = tokio::time::timeout(Duration::from_secs(60), pipeline.run())
+        .await
+        .expect("the run ends")
+        .unwrap();
+    assert_accounted(&report);
+    assert_eq!(report.items.failed, 20, "{report}");
+    assert_eq!(report.items.done, 80, "{report}");
+    for f in &report.failures {
+        assert_eq!(f.kind, ErrorKind::Panicked, "{f:?}");
+        assert!(f.message.contains("boom"), "{f:?}");
+        assert!(f.message.starts_with(&format!("{}:", f.id)), "{f:?}");
+    }
+    assert_eq!(pipeline.limits().get("memory").unwrap().available(), 1024);
+}
+
+/// A source that panics after three inputs.
+struct PanickingSource;
+struct PanickingRun(u32);
+
+impl SourceSpec for PanickingSource {
+    fn open(&self) -> Result<Box<dyn Source>, String> {
+        Ok(Box::new(PanickingRun(0)))
+    }
+}
+
+#[async_trait]
+impl Source for PanickingRun {
+    async fn next(&mut self) -> Option<Result<Input, SourceError>> {
+        self.0 += 1;
+        if self.0 > 3 {
+            panic!("source boom after {} inputs", self.0 - 1);
+        }
+        Some(Ok(Input {
+            id: format!("s{}", self.0),
+            source: "panicking".into(),
+            size_hint: None,
+        }))
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_source_ends_the_run_with_what_it_gave_and_says_why() {
+    let mut registry = Registry::with_builtins();
+    registry.register_source("panicking", |_| {
+        Ok(Arc::new(PanickingSource) as Arc<dyn SourceSpec>)
+    });
+    let pipeline = Pipeline::from_toml_str(
+        r#"
+        [pipeline]
+        flow = ["work"]
+        [source]
+        kind = "panicking"
+        [stages.work]
+        kind = "hold"
+        duration = "1ms"
+        "#,
+        &registry,
+    )
+    .unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = Arc::clone(&done);
+    let options = RunOptions {
+        events: Some(Arc::new(move |e: &Event| {
+            if matches!(e.kind, EventKind::Done { .. }) {
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        })),
+        ..RunOptions::default()
+    };
+    let result = tokio::time::timeout(
+        Duration::from_secs(60),
+        pipeline.run_with_options(&RunControl::new(), &options),
+    )
+    .await
+    .expect("the run ends");
+    let e = result.expect_err("a run whose source panicked is not a success");
+    let text = e.to_string();
+    assert!(
+        text.contains("source `panicking` panicked after 3 inputs"),
+        "{text}"
+    );
+    assert!(text.contains("source boom after 3 inputs"), "{text}");
+    assert_eq!(
+        done.load(std::sync::atomic::Ordering::Relaxed),
+        3,
+        "the inputs given before the panic were finished"
+    );
 }
