@@ -599,7 +599,7 @@ impl Worker {
                         ErrorKind::Interrupted => {
                             "run aborted while waiting for a limiter".to_owned()
                         }
-                        _ => e.to_string(),
+                        _ => format!("{}: {e}", item.id),
                     };
                     let attempts = item.attempts;
                     self.shared.failed(
@@ -904,7 +904,9 @@ pub(crate) async fn run(
             })?,
         ))),
     };
-    let source = pipeline.source.open().map_err(|message| RunError::Source {
+    let opened = std::panic::catch_unwind(AssertUnwindSafe(|| pipeline.source.open()))
+        .unwrap_or_else(|p| Err(format!("panicked: {}", panic_text(p.as_ref()))));
+    let source = opened.map_err(|message| RunError::Source {
         kind: pipeline.source.kind.clone(),
         message,
     })?;

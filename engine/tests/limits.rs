@@ -137,6 +137,7 @@ async fn a_byte_budget_is_never_exceeded_and_oversize_items_fail_by_policy() {
         .failures
         .iter()
         .all(|f| f.kind == ErrorKind::OverBudget
+            && f.message.starts_with(&format!("{}: needs", f.id))
             && f.message.contains("memory")
             && f.message.contains("oversize")));
     assert_eq!(

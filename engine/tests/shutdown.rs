@@ -356,3 +356,38 @@ async fn a_panicking_source_ends_the_run_with_what_it_gave_and_says_why() {
         "the inputs given before the panic were finished"
     );
 }
+
+struct PanicsOnOpen;
+
+impl SourceSpec for PanicsOnOpen {
+    fn open(&self) -> Result<Box<dyn Source>, String> {
+        panic!("cannot open: boom")
+    }
+}
+
+#[tokio::test]
+async fn a_source_that_panics_when_opened_is_an_error_not_a_crash() {
+    let mut registry = Registry::with_builtins();
+    registry.register_source("opens_badly", |_| {
+        Ok(Arc::new(PanicsOnOpen) as Arc<dyn SourceSpec>)
+    });
+    let pipeline = Pipeline::from_toml_str(
+        r#"
+        [pipeline]
+        flow = ["work"]
+        [source]
+        kind = "opens_badly"
+        [stages.work]
+        kind = "hold"
+        duration = "1ms"
+        "#,
+        &registry,
+    )
+    .unwrap();
+    let e = pipeline.run().await.expect_err("the source cannot open");
+    assert!(
+        e.to_string()
+            .contains("cannot open source `opens_badly`: panicked: cannot open: boom"),
+        "{e}"
+    );
+}
