@@ -121,6 +121,8 @@ impl<F: Fn(&Event) + Send + Sync + 'static> EventSink for F {
 pub(crate) struct Emitter {
     sink: Option<Arc<dyn EventSink>>,
     started: std::time::Instant,
+    /// The sink has panicked at least once (said once, in the log).
+    sink_panicked: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Emitter {
@@ -128,6 +130,7 @@ impl Emitter {
         Emitter {
             sink,
             started: std::time::Instant::now(),
+            sink_panicked: Arc::default(),
         }
     }
 
@@ -142,11 +145,25 @@ impl Emitter {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or(0);
-            sink.event(&Event {
+            let event = Event {
                 at_ms,
                 t_s: self.started.elapsed().as_secs_f64(),
                 kind: make(),
-            });
+            };
+            // The sink is the embedder's code, called on a worker: its
+            // panic must not take the worker (and the item) with it.
+            let delivered =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.event(&event)));
+            if delivered.is_err()
+                && !self
+                    .sink_panicked
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::error!(
+                    "the run's event sink panicked; the run goes on and the sink is still called \
+                     (said once)"
+                );
+            }
         }
     }
 }

@@ -441,3 +441,47 @@ kind = "discard"
         EventKind::RunFinished { .. }
     ));
 }
+
+#[test]
+fn a_panicking_event_sink_does_not_stop_the_run() {
+    let pipeline = Pipeline::from_toml_str(
+        r#"
+[pipeline]
+flow = ["work"]
+[source]
+kind = "generate"
+count = 50
+[stages.work]
+kind = "hold"
+mode = "spin"
+duration = "100us"
+workers = 2
+"#,
+        &Registry::with_builtins(),
+    )
+    .unwrap();
+    let options = RunOptions {
+        events: Some(Arc::new(|e: &Event| {
+            if matches!(
+                e.kind,
+                EventKind::Done { .. } | EventKind::StageFinished { .. }
+            ) {
+                panic!("the sink cannot take it");
+            }
+        })),
+        sample: Some(Duration::from_millis(5)),
+        ..RunOptions::default()
+    };
+    let report = rt()
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                pipeline.run_with_options(&RunControl::new(), &options),
+            )
+            .await
+        })
+        .expect("the run ends")
+        .unwrap();
+    assert_eq!(report.items.done, 50, "{report}");
+    assert_invariants(&report);
+}
