@@ -19,10 +19,12 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::num::NonZeroU32;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::FutureExt;
 use governor::clock::Clock;
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
@@ -558,14 +560,21 @@ impl Limiter {
                 };
                 if let Some(backend) = external {
                     let _waiting = self.inner.gauge.begin_wait();
-                    return backend
-                        .acquire(&bucket)
+                    // The backend is the embedder's code: a panic in it is
+                    // a failed try (transient), not a dead worker.
+                    let asked = AssertUnwindSafe(backend.acquire(&bucket))
+                        .catch_unwind()
                         .await
-                        .map(|_| None)
-                        .map_err(|message| LimitError::Backend {
-                            limiter: self.inner.name.clone(),
-                            message,
+                        .unwrap_or_else(|p| {
+                            Err(format!(
+                                "the rate backend panicked: {}",
+                                crate::run::panic_text(p.as_ref())
+                            ))
                         });
+                    return asked.map(|_| None).map_err(|message| LimitError::Backend {
+                        limiter: self.inner.name.clone(),
+                        message,
+                    });
                 }
                 let mut waiting = None;
                 loop {

@@ -369,7 +369,7 @@ fn panicked(id: &str, payload: Box<dyn std::any::Any + Send>) -> StageError {
 }
 
 /// What a panic said, if it said it as text.
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

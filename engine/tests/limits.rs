@@ -373,3 +373,57 @@ async fn a_rate_limited_stage_runs_at_the_rate() {
     // One token at once, then 100 more at 50 per second.
     assert_eq!(start.elapsed(), Duration::from_secs(2));
 }
+
+struct PanickingBackend;
+
+#[async_trait::async_trait]
+impl warpline_engine::limit::RateBackend for PanickingBackend {
+    async fn acquire(&self, _key: &str) -> Result<(), String> {
+        panic!("backend boom")
+    }
+    async fn pause(&self, _key: &str, _delay: Duration) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_global_rate_backend_fails_tries_not_workers() {
+    let factory: warpline_engine::limit::RateBackendFactory =
+        Arc::new(|_: &str, _: f64, _: u32| {
+            Arc::new(PanickingBackend) as Arc<dyn warpline_engine::limit::RateBackend>
+        });
+    let pipeline = warpline_engine::Loader::from_toml_str(
+        r#"
+        [pipeline]
+        flow = ["work"]
+        [source]
+        kind = "generate"
+        count = 6
+        [limits.api]
+        per_second = 100
+        scope = "global"
+        [stages.work]
+        kind = "hold"
+        duration = "1ms"
+        workers = 2
+        limits = ["api"]
+        retry = { attempts = 2, base_delay = "1ms" }
+        "#,
+    )
+    .with_global_rates(factory)
+    .load(&warpline_engine::Registry::with_builtins())
+    .unwrap();
+    let report = tokio::time::timeout(Duration::from_secs(60), pipeline.run())
+        .await
+        .expect("the run ends")
+        .unwrap();
+    assert_eq!(report.items.failed, 6, "{report}");
+    for f in &report.failures {
+        assert_eq!((f.kind, f.attempts), (ErrorKind::Transient, 2), "{f:?}");
+        assert!(
+            f.message
+                .contains("the rate backend panicked: backend boom"),
+            "{f:?}"
+        );
+    }
+}
