@@ -204,6 +204,17 @@ fn a_misspelt_key_is_told_the_nearest_one_the_engine_s_keys_included() {
     assert_problem(&e, "stages.sink", "(did you mean `mailbox`?)");
     let e = errors(&with("[limits.cpu]", "[limit.cpu]"));
     assert_problem(&e, "limit", "unknown section (did you mean `limits`?)");
+    // In a table within a stage: its path, its own keys only.
+    let e = errors(&with(
+        r#"duration = "1ms""#,
+        "duration = \"1ms\"\nretry = { attempts = 2, base = \"1ms\" }",
+    ));
+    assert_problem(
+        &e,
+        "stages.work.retry",
+        "unknown field `base` (did you mean `base_delay`?); known keys: `attempts`, `base_delay`, `max_delay`, `on`",
+    );
+    assert!(!e.to_string().contains("`retry`"), "{e}");
 }
 
 #[test]

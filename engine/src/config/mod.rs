@@ -103,6 +103,18 @@ impl fmt::Display for ConfigErrors {
 /// known one; `also` are keys of the same table that the engine reads
 /// itself (a stage's `workers`), which the kind's own list does not name.
 pub(crate) fn problem_from(path: &str, error: config::ConfigError, also: &[&str]) -> Problem {
+    // In a table within the table (`retry = { ... }`): the config crate
+    // says which, and the engine's own keys are not among its keys.
+    if let config::ConfigError::At {
+        error,
+        key: Some(key),
+        ..
+    } = error
+    {
+        let inner = error.to_string();
+        let message = unknown_field(&inner, &[]).unwrap_or(inner);
+        return Problem::new(join(path, &key), message);
+    }
     if let Some(message) = unknown_field(&error.to_string(), also) {
         return Problem::new(path, message);
     }
@@ -116,11 +128,6 @@ pub(crate) fn problem_from(path: &str, error: config::ConfigError, also: &[&str]
             join(path, &key),
             format!("invalid type: {unexpected}, expected {expected}"),
         ),
-        config::ConfigError::At {
-            error,
-            key: Some(key),
-            ..
-        } => Problem::new(join(path, &key), error.to_string()),
         other => Problem::new(path, other.to_string()),
     }
 }
