@@ -614,6 +614,19 @@ async fn execute(
             Some(f)
         }
     };
+    // The report files are made before the run: a path that cannot be
+    // written is said at once, not after hours of work.
+    let create = |path: &Option<PathBuf>, what: &str| {
+        path.as_ref()
+            .map(|p| {
+                std::fs::File::create(p)
+                    .map(|f| (p.clone(), f))
+                    .with_context(|| format!("cannot create the {what} {}", p.display()))
+            })
+            .transpose()
+    };
+    let report_file = create(&args.report, "report")?;
+    let html_file = create(&args.report_html, "HTML report")?;
     if let Some(addr) = args.metrics {
         metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
@@ -672,13 +685,13 @@ async fn execute(
         e.flush().context("cannot write the events file")?;
     }
     print!("{report}");
-    if let Some(path) = &args.report {
+    if let Some((path, mut file)) = report_file {
         let json = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
-        std::fs::write(path, json + "\n")
+        std::io::Write::write_all(&mut file, (json + "\n").as_bytes())
             .with_context(|| format!("cannot write the report to {}", path.display()))?;
     }
-    if let Some(path) = &args.report_html {
-        std::fs::write(path, warpline::html::render(&report))
+    if let Some((path, mut file)) = html_file {
+        std::io::Write::write_all(&mut file, warpline::html::render(&report).as_bytes())
             .with_context(|| format!("cannot write the HTML report to {}", path.display()))?;
     }
     Ok(exit_code(&report, signalled))

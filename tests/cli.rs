@@ -219,6 +219,29 @@ fn set_values_are_read_as_in_the_file_quoted_or_not() {
 }
 
 #[test]
+fn a_report_path_that_cannot_be_written_is_refused_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = write(dir.path(), "p.toml", SMALL);
+    for flag in ["--report", "--report-html"] {
+        let out = warpline()
+            .arg("run")
+            .arg(&pipeline)
+            .arg(flag)
+            .arg(dir.path().join("missing-dir/report"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{flag}: {stderr}");
+        assert!(stderr.contains("missing-dir/report"), "{flag}: {stderr}");
+        assert!(
+            !stdout.contains("completed"),
+            "{flag}: the run went ahead: {stdout}"
+        );
+    }
+}
+
+#[test]
 fn help_names_the_commands_and_exit_codes() {
     let out = warpline().arg("--help").output().unwrap();
     assert!(out.status.success());
