@@ -519,7 +519,7 @@ dir = "out"
     let fixed = std::fs::read_to_string(&bad)
         .unwrap()
         .replace("\"lots\"", "\"64MiB\"")
-        .replace("limits = [\"connections\"]\n", "")
+        .replace("limits = [\"connections\"]\n", "memory = \"memory\"\n")
         .replace("EPSG:4000000", "EPSG:3857")
         .replace(
             "dir = \"out\"",

@@ -354,17 +354,26 @@ fn a_set_value_is_read_as_toml_when_it_is_toml_and_as_text_otherwise() {
     let p = Loader::from_toml_str(GOOD)
         .set("pipeline.name", "\"renamed\"")
         .set("stages.work.workers", "\"cores\"")
-        .set("stages.work.limits", "[\"cpu\"]")
         .set("limits.memory.budget", "\"2MiB\"")
         .set("limits.cpu.permits", "3")
         .load(&Registry::with_builtins())
         .unwrap();
     assert_eq!(p.name(), "renamed", "a quoted string loses its quotes");
     assert_eq!(p.stages()[0].workers, warpline_engine::units::cores());
-    let limits: Vec<_> = p.stages()[0].limits.iter().map(|l| l.name()).collect();
-    assert_eq!(limits, ["cpu"], "an array is an array");
     assert_eq!(p.limits().get("memory").unwrap().capacity(), 2 << 20);
     assert_eq!(p.limits().get("cpu").unwrap().capacity(), 3);
+    // An array is an array: the stage now takes `cpu` only, which leaves
+    // `memory` and `api` to nothing.
+    let e = Loader::from_toml_str(GOOD)
+        .set("stages.work.limits", "[\"cpu\"]")
+        .load(&Registry::with_builtins())
+        .unwrap_err();
+    assert_problem(&e, "limits.memory", "nothing takes it");
+    assert_problem(&e, "limits.api", "nothing takes it");
+    assert!(
+        !e.problems.iter().any(|p| p.path.starts_with("stages.work")),
+        "{e}"
+    );
     // Not TOML: the text as given; TOML of the wrong type: the key's own error.
     let p = Loader::from_toml_str(GOOD)
         .set("pipeline.name", "plain-text")
@@ -428,7 +437,16 @@ fn a_source_without_a_unit_budget_holds_an_implicit_descriptors_slot() {
         "[limits.cpu]",
         "[limits.descriptors]\npermits = 7\n[limits.cpu]",
     );
-    let p = Pipeline::from_toml_str(&own, &Registry::with_builtins()).unwrap();
+    let e = errors(&own);
+    assert_problem(&e, "limits.descriptors", "nothing takes it");
+    let named = own.replace("count = 10", "count = 10\nlimits = [\"descriptors\"]");
+    let p = Pipeline::from_toml_str(&named, &Registry::with_builtins()).unwrap();
     assert_eq!(p.limits().get("descriptors").unwrap().capacity(), 7);
-    assert!(p.source().limits.is_empty());
+    let held: Vec<&str> = p.source().limits.iter().map(|l| l.name()).collect();
+    assert_eq!(
+        held,
+        ["descriptors"],
+        "its own, not an implicit one besides"
+    );
+    assert_eq!(p.limits().iter().count(), 4);
 }

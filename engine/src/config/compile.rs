@@ -304,6 +304,7 @@ pub(super) fn compile(
 
     if let Some(source) = &source {
         check_carried(source, &stages, &limits, &mut problems);
+        check_used(source, &stages, &limits, implicit.as_ref(), &mut problems);
     }
 
     let source = source.map(|mut s| {
@@ -322,6 +323,45 @@ pub(super) fn compile(
             limits,
         }),
         _ => Err(problems),
+    }
+}
+
+/// A declared limiter that no stage and not the source takes limits
+/// nothing: most often a `[limits.memory]` whose stages were never told to
+/// use it. Said as an error, as a stage left out of the flow is.
+fn check_used(
+    source: &SourcePlan,
+    stages: &[StagePlan],
+    limits: &Limits,
+    implicit: Option<&Limiter>,
+    problems: &mut Vec<Problem>,
+) {
+    let used: BTreeSet<&str> = source
+        .limits
+        .iter()
+        .chain(
+            stages
+                .iter()
+                .flat_map(|s| s.limits.iter().chain(&s.charges)),
+        )
+        .map(Limiter::name)
+        .collect();
+    for l in limits.iter() {
+        let implicit = implicit.is_some_and(|i| i.name() == l.name());
+        if !implicit && !used.contains(l.name()) {
+            problems.push(Problem::graph(
+                join("limits", l.name()),
+                format!(
+                    "declared but nothing takes it, so it limits nothing: name it in the `limits` \
+                     of the stages (or the source) it should bound{}, or remove it",
+                    if l.kind() == LimiterKind::Bytes {
+                        " (a fetch stage charges it with `memory = \"NAME\"`)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
     }
 }
 
