@@ -283,6 +283,20 @@ async fn a_panic_while_sizing_or_skip_checking_fails_the_item_and_the_run_goes_o
     assert_eq!(pipeline.limits().get("memory").unwrap().available(), 1024);
 }
 
+/// A pipeline of one `hold` stage fed by a source of the test's own.
+fn one_stage_from(
+    kind: &'static str,
+    spec: impl Fn() -> Arc<dyn SourceSpec> + Send + Sync + 'static,
+) -> Pipeline {
+    let mut registry = Registry::with_builtins();
+    registry.register_source(kind, move |_| Ok(spec()));
+    let toml = format!(
+        "[pipeline]\nflow = [\"work\"]\n[source]\nkind = \"{kind}\"\n\
+         [stages.work]\nkind = \"hold\"\nduration = \"1ms\"\n"
+    );
+    Pipeline::from_toml_str(&toml, &registry).unwrap()
+}
+
 /// A source that panics after three inputs.
 struct PanickingSource;
 struct PanickingRun(u32);
@@ -310,23 +324,7 @@ impl Source for PanickingRun {
 
 #[tokio::test]
 async fn a_panicking_source_ends_the_run_with_what_it_gave_and_says_why() {
-    let mut registry = Registry::with_builtins();
-    registry.register_source("panicking", |_| {
-        Ok(Arc::new(PanickingSource) as Arc<dyn SourceSpec>)
-    });
-    let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["work"]
-        [source]
-        kind = "panicking"
-        [stages.work]
-        kind = "hold"
-        duration = "1ms"
-        "#,
-        &registry,
-    )
-    .unwrap();
+    let pipeline = one_stage_from("panicking", || Arc::new(PanickingSource));
     let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counter = Arc::clone(&done);
     let options = RunOptions {
@@ -367,23 +365,7 @@ impl SourceSpec for PanicsOnOpen {
 
 #[tokio::test]
 async fn a_source_that_panics_when_opened_is_an_error_not_a_crash() {
-    let mut registry = Registry::with_builtins();
-    registry.register_source("opens_badly", |_| {
-        Ok(Arc::new(PanicsOnOpen) as Arc<dyn SourceSpec>)
-    });
-    let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["work"]
-        [source]
-        kind = "opens_badly"
-        [stages.work]
-        kind = "hold"
-        duration = "1ms"
-        "#,
-        &registry,
-    )
-    .unwrap();
+    let pipeline = one_stage_from("opens_badly", || Arc::new(PanicsOnOpen));
     let e = pipeline.run().await.expect_err("the source cannot open");
     assert!(
         e.to_string()
