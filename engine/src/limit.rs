@@ -19,12 +19,10 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::num::NonZeroU32;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::FutureExt;
 use governor::clock::Clock;
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
@@ -562,15 +560,9 @@ impl Limiter {
                     let _waiting = self.inner.gauge.begin_wait();
                     // The backend is the embedder's code: a panic in it is
                     // a failed try (transient), not a dead worker.
-                    let asked = AssertUnwindSafe(backend.acquire(&bucket))
-                        .catch_unwind()
+                    let asked = crate::run::guarded_async(backend.acquire(&bucket))
                         .await
-                        .unwrap_or_else(|p| {
-                            Err(format!(
-                                "the rate backend panicked: {}",
-                                crate::run::panic_text(p.as_ref())
-                            ))
-                        });
+                        .unwrap_or_else(|text| Err(format!("the rate backend panicked: {text}")));
                     return asked.map(|_| None).map_err(|message| LimitError::Backend {
                         limiter: self.inner.name.clone(),
                         message,

@@ -152,9 +152,7 @@ impl Emitter {
             };
             // The sink is the embedder's code, called on a worker: its
             // panic must not take the worker (and the item) with it.
-            let delivered =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.event(&event)));
-            if delivered.is_err()
+            if crate::run::guarded(|| sink.event(&event)).is_err()
                 && !self
                     .sink_panicked
                     .swap(true, std::sync::atomic::Ordering::Relaxed)

@@ -363,13 +363,27 @@ fn host_of(source: &str) -> Option<String> {
 }
 
 /// A panic in a stage's code, as the error of the item it was working on.
-fn panicked(id: &str, payload: Box<dyn std::any::Any + Send>) -> StageError {
-    let text = panic_text(payload.as_ref());
+fn panicked(id: &str, text: &str) -> StageError {
     StageError::new(ErrorKind::Panicked, format!("{id}: stage panicked: {text}"))
 }
 
+/// Runs code that is not the engine's own (a stage's, a source's, an
+/// event sink's): a panic in it comes back as what it said, and the worker
+/// that called it goes on.
+pub(crate) fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| panic_text(p.as_ref()))
+}
+
+/// [`guarded`] for a future.
+pub(crate) async fn guarded_async<T>(f: impl std::future::Future<Output = T>) -> Result<T, String> {
+    AssertUnwindSafe(f)
+        .catch_unwind()
+        .await
+        .map_err(|p| panic_text(p.as_ref()))
+}
+
 /// What a panic said, if it said it as text.
-pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -430,17 +444,14 @@ impl Worker {
         let shared = &self.shared;
         if let Some(checks) = &self.skip_checks {
             // A stage's code: a panic fails the item, not the worker.
-            let check = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                checks.iter().find_map(|h| h.skip_check(&item))
-            }));
-            match check {
+            match guarded(|| checks.iter().find_map(|h| h.skip_check(&item))) {
                 Ok(None) => {}
                 Ok(Some(reason)) => {
                     shared.skipped(&item, stage, &reason);
                     return;
                 }
-                Err(p) => {
-                    shared.failed(&item.id, &item.source, stage, 0, panicked(&item.id, p));
+                Err(text) => {
+                    shared.failed(&item.id, &item.source, stage, 0, panicked(&item.id, &text));
                     return;
                 }
             }
@@ -556,8 +567,8 @@ impl Worker {
             .any(|l| l.kind() == LimiterKind::Bytes);
         let bytes = if needs_bytes {
             let demand = || {
-                std::panic::catch_unwind(AssertUnwindSafe(|| self.plan.handler.demand(item)))
-                    .unwrap_or_else(|p| Err(panicked(&item.id, p)))
+                guarded(|| self.plan.handler.demand(item))
+                    .unwrap_or_else(|text| Err(panicked(&item.id, &text)))
             };
             match self.on_stage_cpu(demand) {
                 Ok(b) => b,
@@ -652,7 +663,7 @@ impl Worker {
                 let id = item.id.clone();
                 tokio::select! {
                     biased;
-                    r = AssertUnwindSafe(h.process(item)).catch_unwind() => r.unwrap_or_else(|p| Err(panicked(&id, p))),
+                    r = guarded_async(h.process(item)) => r.unwrap_or_else(|text| Err(panicked(&id, &text))),
                     _ = abort.cancelled() => Err(StageError::new(ErrorKind::Interrupted, "run aborted while the stage was working")),
                 }
             }
@@ -660,8 +671,8 @@ impl Worker {
                 // This is an OS thread of the stage's own, not a runtime
                 // thread: blocking here blocks no other work.
                 self.on_stage_cpu(|| {
-                    std::panic::catch_unwind(AssertUnwindSafe(|| h.process(item)))
-                        .unwrap_or_else(|p| Err(panicked(&item.id, p)))
+                    guarded(|| h.process(item))
+                        .unwrap_or_else(|text| Err(panicked(&item.id, &text)))
                 })
             }
         };
@@ -752,10 +763,9 @@ async fn drive_source(
                 biased;
                 _ = stop.cancelled() => break 'inputs,
                 // A source's code: a panic ends admission, not the run.
-                next = AssertUnwindSafe(source.next()).catch_unwind() => match next {
+                next = guarded_async(source.next()) => match next {
                     Ok(next) => next,
-                    Err(payload) => {
-                        let message = panic_text(payload.as_ref());
+                    Err(message) => {
                         tracing::error!("the source panicked; no more inputs are read: {message}");
                         return Some(message);
                     }
@@ -904,8 +914,8 @@ pub(crate) async fn run(
             })?,
         ))),
     };
-    let opened = std::panic::catch_unwind(AssertUnwindSafe(|| pipeline.source.open()))
-        .unwrap_or_else(|p| Err(format!("panicked: {}", panic_text(p.as_ref()))));
+    let opened =
+        guarded(|| pipeline.source.open()).unwrap_or_else(|text| Err(format!("panicked: {text}")));
     let source = opened.map_err(|message| RunError::Source {
         kind: pipeline.source.kind.clone(),
         message,
