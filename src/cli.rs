@@ -1,7 +1,7 @@
 //! Command-line interface: `warpline run`, `demo`, `validate` and `plan`.
 //! Every flag and exit code is documented in docs/pipeline.md.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -687,11 +687,11 @@ async fn execute(
     print!("{report}");
     if let Some((path, mut file)) = report_file {
         let json = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
-        std::io::Write::write_all(&mut file, (json + "\n").as_bytes())
+        file.write_all((json + "\n").as_bytes())
             .with_context(|| format!("cannot write the report to {}", path.display()))?;
     }
     if let Some((path, mut file)) = html_file {
-        std::io::Write::write_all(&mut file, warpline::html::render(&report).as_bytes())
+        file.write_all(warpline::html::render(&report).as_bytes())
             .with_context(|| format!("cannot write the HTML report to {}", path.display()))?;
     }
     Ok(exit_code(&report, signalled))
