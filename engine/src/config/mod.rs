@@ -227,10 +227,9 @@ impl fmt::Debug for Loader {
 /// (so a quoted string loses its quotes, as in the file), else the text.
 fn override_value(text: &str) -> config::Value {
     match format!("value = {text}").parse::<toml::Table>() {
-        Ok(mut table) if table.len() == 1 => match table.remove("value") {
-            Some(value) => from_toml(value),
-            None => text.into(),
-        },
+        Ok(mut table) if table.len() == 1 => {
+            table.remove("value").map_or_else(|| text.into(), from_toml)
+        }
         _ => text.into(),
     }
 }
