@@ -111,8 +111,9 @@ struct RunArgs {
     /// Admit only the inputs of shard INDEX of COUNT (`3/10`, counted from
     /// 0), split by a fixed hash of each input's id. `auto/COUNT` takes the
     /// index from JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID or
-    /// AWS_BATCH_JOB_ARRAY_INDEX.
-    #[arg(long, value_name = "INDEX/COUNT")]
+    /// AWS_BATCH_JOB_ARRAY_INDEX. Not with --coordinator, whose workers
+    /// share one queue instead.
+    #[arg(long, value_name = "INDEX/COUNT", conflicts_with = "coordinator")]
     shard: Option<warpline::engine::shard::Shard>,
     #[command(flatten)]
     redis: RedisArgs,
@@ -178,7 +179,9 @@ enum Command {
         args: RunArgs,
         /// Run only the items listed in a failures file of an earlier run
         /// (the pipeline's source is read again; only those ids are admitted).
-        #[arg(long, value_name = "FILE")]
+        /// Not with --coordinator: a coordinated run's failures are in its
+        /// dead-letter stream.
+        #[arg(long, value_name = "FILE", conflicts_with = "coordinator")]
         retry_failed: Option<PathBuf>,
     },
     /// Run the demo: make sample tiles in four CRSs, serve them on a

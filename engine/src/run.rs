@@ -105,7 +105,10 @@ pub struct RunOptions {
     pub only_ids: Option<HashSet<String>>,
     /// Where the run's [`Event`](crate::observe::Event)s go.
     pub events: Option<Arc<dyn EventSink>>,
-    /// Admit only the inputs of this shard (`--shard i/N`).
+    /// Admit only the inputs of this shard (`--shard i/N`). Like
+    /// `only_ids`, not for a source that hands out work from a shared queue
+    /// (the coordinator's): the inputs it filters out would never be
+    /// acknowledged.
     pub shard: Option<crate::shard::Shard>,
     /// Sample the pipeline this often: the report then has a
     /// [`Timeline`], and `metrics` gauges (queue depth, limiter use and
