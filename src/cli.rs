@@ -113,10 +113,8 @@ struct RunArgs {
     /// index from JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID or
     /// AWS_BATCH_JOB_ARRAY_INDEX. Not with --coordinator, whose workers
     /// share one queue instead.
-    #[arg(long, value_name = "INDEX/COUNT", conflicts_with = "coordinator")]
+    #[arg(long, value_name = "INDEX/COUNT")]
     shard: Option<warpline::engine::shard::Shard>,
-    #[command(flatten)]
-    redis: RedisArgs,
 }
 
 /// Where a run's shared work queue lives.
@@ -177,11 +175,13 @@ enum Command {
         pipeline: PathBuf,
         #[command(flatten)]
         args: RunArgs,
+        #[command(flatten)]
+        redis: RedisArgs,
         /// Run only the items listed in a failures file of an earlier run
         /// (the pipeline's source is read again; only those ids are admitted).
         /// Not with --coordinator: a coordinated run's failures are in its
         /// dead-letter stream.
-        #[arg(long, value_name = "FILE", conflicts_with = "coordinator")]
+        #[arg(long, value_name = "FILE")]
         retry_failed: Option<PathBuf>,
     },
     /// Run the demo: make sample tiles in four CRSs, serve them on a
@@ -274,8 +274,24 @@ pub(crate) fn main() -> ExitCode {
         Command::Run {
             pipeline,
             args,
+            redis,
             retry_failed,
         } => {
+            // A coordinated run's workers share one queue: an input a shard
+            // or a retry list filtered out would never be acknowledged.
+            if redis.coordinator.is_some() {
+                let with = [
+                    args.shard.is_some().then_some("--shard"),
+                    retry_failed.is_some().then_some("--retry-failed"),
+                ];
+                if let Some(flag) = with.into_iter().flatten().next() {
+                    eprintln!(
+                        "error: {flag} cannot be used with --coordinator: the workers of a \
+                         coordinated run share one queue (see docs/scale-out.md)"
+                    );
+                    return ExitCode::from(EXIT_INVALID);
+                }
+            }
             let only_ids = match retry_failed.as_deref().map(RunOptions::ids_from_failures) {
                 None => None,
                 Some(Ok(ids)) => Some(ids),
@@ -284,7 +300,7 @@ pub(crate) fn main() -> ExitCode {
                     return ExitCode::from(EXIT_INVALID);
                 }
             };
-            or_error(run(&pipeline, &args, only_ids))
+            or_error(run(&pipeline, &args, &redis, only_ids))
         }
         Command::Demo { dir, args } => or_error(demo(&dir, &args)),
         Command::Enqueue {
@@ -474,16 +490,17 @@ fn plan(path: &Path, sets: &[String], format: Format) -> u8 {
 fn run(
     path: &Path,
     args: &RunArgs,
+    redis: &RedisArgs,
     only_ids: Option<std::collections::HashSet<String>>,
 ) -> anyhow::Result<u8> {
     let runtime = runtime()?;
     runtime.block_on(async {
-        let global = args.redis.coordinator.as_ref().map(|_| not_connected());
+        let global = redis.coordinator.as_ref().map(|_| not_connected());
         let pipeline = match load_with(path, &args.sets, global) {
             Ok(p) => p,
             Err(code) => return Ok(code),
         };
-        let Some(c) = args.redis.connect(pipeline.name()).await? else {
+        let Some(c) = redis.connect(pipeline.name()).await? else {
             return execute(&pipeline, args, only_ids, None).await;
         };
         // Again, with the coordinator's global rates, reading its queue.
@@ -742,5 +759,18 @@ impl Signals {
         {
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        // clap's own checks (conflicts and groups name arguments that
+        // exist in every subcommand, no two flags alike), which it would
+        // otherwise run only when a user gives that subcommand.
+        super::Cli::command().debug_assert();
     }
 }

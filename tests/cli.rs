@@ -184,6 +184,12 @@ fn usage_errors_and_bad_pipelines_exit_2() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("KEY=VALUE"));
     let out = warpline().arg("frobnicate").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    // The demo makes its own inputs: it takes no coordinator.
+    let out = warpline()
+        .args(["demo", "--coordinator", "redis://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
     // A coordinated run's workers share one queue: a shard or a retry list
     // would leave the inputs they filter out unacknowledged (the run hung).
     for (flag, value) in [("--shard", "1/2"), ("--retry-failed", "failed.jsonl")] {
@@ -194,7 +200,10 @@ fn usage_errors_and_bad_pipelines_exit_2() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{flag}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains("cannot be used with"), "{flag}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{flag} cannot be used with --coordinator")),
+            "{flag}: {stderr}"
+        );
     }
 }
 
