@@ -241,6 +241,21 @@ fn flow_must_name_every_stage_once() {
     assert_problem(&e, "stages.sink", "not in pipeline.flow");
     let e = errors(&with(r#"flow = ["work", "sink"]"#, ""));
     assert_problem(&e, "pipeline.flow", "missing");
+    assert_problem(&e, "pipeline.flow", r#"e.g. flow = ["work", "sink"]"#);
+    // The stages' limiters are still taken by them: no error follows.
+    assert_eq!(e.problems.len(), 1, "{e}");
+    // Nothing declared: the example is not an empty flow.
+    let e = errors("");
+    assert_problem(&e, "pipeline.flow", "declare the stages");
+    // A flow of the wrong type is said once, not also as missing.
+    let e = errors(&with(r#"flow = ["work", "sink"]"#, r#"flow = "work""#));
+    let at_flow: Vec<_> = e
+        .problems
+        .iter()
+        .filter(|p| p.path == "pipeline.flow")
+        .collect();
+    assert_eq!(at_flow.len(), 1, "{e}");
+    assert!(at_flow[0].message.contains("expected a sequence"), "{e}");
 }
 
 #[test]

@@ -251,9 +251,26 @@ pub(super) fn compile(
             .and_then(|t| build_source(t, registry, &known_limits, &mut problems)),
     };
 
+    // The limiters the declared stages take (in the flow or not), when every
+    // stage compiled: one that did not may take any of them.
+    let taken: Option<BTreeSet<String>> = (declared.len() == stage_names.len()).then(|| {
+        declared
+            .iter()
+            .flat_map(|(_, s)| s.limits.iter().chain(&s.charges))
+            .map(|l| l.name().to_owned())
+            .collect()
+    });
+
     // The flow: every declared stage exactly once, in order.
     let mut stages = Vec::new();
     match &section.flow {
+        // Given but unreadable: its schema problem says so already.
+        None if problems.iter().any(|p| p.path == "pipeline.flow") => {}
+        None if stage_names.is_empty() => problems.push(Problem::graph(
+            "pipeline.flow",
+            "missing: declare the stages ([stages.NAME] with a `kind`) and list them in the \
+             order items pass through them, e.g. flow = [\"fetch\", \"decode\", \"write\"]",
+        )),
         None => problems.push(Problem::graph(
             "pipeline.flow",
             format!(
@@ -304,7 +321,9 @@ pub(super) fn compile(
 
     if let Some(source) = &source {
         check_carried(source, &stages, &limits, &mut problems);
-        check_used(source, &stages, &limits, implicit.as_ref(), &mut problems);
+        if let Some(taken) = &taken {
+            check_used(source, taken, &limits, implicit.as_ref(), &mut problems);
+        }
     }
 
     let source = source.map(|mut s| {
@@ -331,24 +350,15 @@ pub(super) fn compile(
 /// use it. Said as an error, as a stage left out of the flow is.
 fn check_used(
     source: &SourcePlan,
-    stages: &[StagePlan],
+    taken: &BTreeSet<String>,
     limits: &Limits,
     implicit: Option<&Limiter>,
     problems: &mut Vec<Problem>,
 ) {
-    let used: BTreeSet<&str> = source
-        .limits
-        .iter()
-        .chain(
-            stages
-                .iter()
-                .flat_map(|s| s.limits.iter().chain(&s.charges)),
-        )
-        .map(Limiter::name)
-        .collect();
     for l in limits.iter() {
         let implicit = implicit.is_some_and(|i| i.name() == l.name());
-        if !implicit && !used.contains(l.name()) {
+        let used = taken.contains(l.name()) || source.limits.iter().any(|s| s.name() == l.name());
+        if !implicit && !used {
             problems.push(Problem::graph(
                 join("limits", l.name()),
                 format!(
