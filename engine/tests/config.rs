@@ -319,7 +319,17 @@ fn a_file_with_three_errors_reports_all_three() {
 #[test]
 fn a_missing_file_is_a_clear_error() {
     let e = Pipeline::from_path("/nonexistent/pipe.toml", &Registry::with_builtins()).unwrap_err();
-    assert!(e.to_string().contains("/nonexistent/pipe.toml"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("/nonexistent/pipe.toml: no such file"),
+        "{e}"
+    );
+    let dir = std::env::temp_dir();
+    let e = Pipeline::from_path(&dir, &Registry::with_builtins()).unwrap_err();
+    assert!(
+        e.to_string().contains("a directory, not a pipeline file"),
+        "{e}"
+    );
 }
 
 #[test]

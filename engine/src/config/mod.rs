@@ -326,9 +326,14 @@ impl Loader {
         let default_name = match &self.text {
             Text::Path(p) => {
                 if !p.is_file() {
+                    let why = if p.is_dir() {
+                        "a directory, not a pipeline file"
+                    } else {
+                        "no such file"
+                    };
                     return Err(fail(vec![Problem::new(
                         "<file>",
-                        format!("cannot read pipeline file {}: no such file", p.display()),
+                        format!("cannot read pipeline file {}: {why}", p.display()),
                     )]));
                 }
                 builder = builder
