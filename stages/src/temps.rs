@@ -17,6 +17,8 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
+use warpline_engine::shard::stable_hash;
+
 /// Directories remembered as swept; beyond this, new directories are not
 /// swept (a tree of millions of directories must not grow memory).
 const REMEMBERED: usize = 1 << 20;
@@ -29,14 +31,11 @@ fn owner() -> Option<&'static str> {
         .get_or_init(|| {
             let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
             let namespace = std::fs::read_link("/proc/self/ns/pid").ok()?;
-            // FNV-1a: stable across builds and Rust versions (std's hasher
-            // is not), so every warpline version names its files alike.
-            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+            // The shards' hash: stable across builds and Rust versions
+            // (std's hasher is not), so every warpline version names its
+            // files alike.
             let text = format!("{}\n{}", boot.trim(), namespace.display());
-            for byte in text.bytes() {
-                hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
-            }
-            Some(format!("{hash:016x}"))
+            Some(format!("{:016x}", stable_hash(&text)))
         })
         .as_deref()
 }
