@@ -41,6 +41,8 @@ pub struct Item {
     pub bytes_out: u64,
     payload: Option<Box<dyn Any + Send>>,
     tickets: Vec<Ticket>,
+    /// The admission number: earlier items are served first by byte budgets.
+    pub(crate) seq: u64,
 }
 
 impl fmt::Debug for Item {
@@ -67,6 +69,7 @@ impl Item {
             bytes_out: 0,
             payload: None,
             tickets: Vec::new(),
+            seq: 0,
         }
     }
 
@@ -109,6 +112,33 @@ impl Item {
     /// The tickets this item carries.
     pub fn tickets(&self) -> &[Ticket] {
         &self.tickets
+    }
+
+    /// Takes out the ticket this item holds on the limiter `name`, if any.
+    pub(crate) fn take_ticket(&mut self, name: &str) -> Option<Ticket> {
+        let at = self
+            .tickets
+            .iter()
+            .position(|t| t.limiter().name() == name)?;
+        Some(self.tickets.swap_remove(at))
+    }
+
+    /// Marks the bytes this item holds as parked in the mailbox of stage
+    /// `depth` (`Some`), or moving again (`None`).
+    pub(crate) fn set_parked(&mut self, depth: Option<u32>) {
+        for t in &mut self.tickets {
+            t.set_parked(depth);
+        }
+    }
+
+    /// Gives back everything the item holds and forgets what stages made of
+    /// it, so that it can start the flow again.
+    pub(crate) fn reset(&mut self) {
+        self.payload = None;
+        self.tickets.clear();
+        self.attempts = 0;
+        self.bytes_in = 0;
+        self.bytes_out = 0;
     }
 }
 

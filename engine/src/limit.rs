@@ -23,13 +23,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod budget;
+mod ticket;
+
+use budget::Budget;
+pub use budget::Priority;
+pub(crate) use ticket::Charged;
+pub use ticket::Ticket;
+
 use governor::clock::Clock;
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::keyed::HashMapStateStore;
 use governor::{Quota, RateLimiter};
 use serde::Serialize;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 /// What an item larger than a whole byte budget does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -239,9 +247,7 @@ enum State {
         permits: u32,
     },
     Bytes {
-        sem: Arc<Semaphore>,
-        budget: u64,
-        budget_kib: u32,
+        budget: Arc<Budget>,
         oversize: Oversize,
     },
     Rate {
@@ -296,16 +302,17 @@ impl Limiter {
         )
     }
 
-    /// A byte budget of `budget` bytes (rounded up to whole KiB, at least 1 KiB,
-    /// at most `u32::MAX` KiB, about 4 TiB).
+    /// A byte budget of `budget` bytes (rounded up to whole KiB, at least 1
+    /// KiB). Items deeper in the flow are served first, and an item that
+    /// already holds some of it asks only for the difference: see
+    /// [`Priority`] and the `limit::budget` module for why it cannot
+    /// deadlock.
     pub fn bytes(name: impl Into<String>, budget: u64, oversize: Oversize) -> Self {
-        let budget_kib = u32::try_from(budget.div_ceil(KIB).max(1)).unwrap_or(u32::MAX);
+        let budget = budget.div_ceil(KIB).max(1).saturating_mul(KIB);
         Self::new(
             name,
             State::Bytes {
-                sem: Arc::new(Semaphore::new(budget_kib as usize)),
-                budget: u64::from(budget_kib) * KIB,
-                budget_kib,
+                budget: Arc::new(Budget::new(budget)),
                 oversize,
             },
         )
@@ -404,7 +411,7 @@ impl Limiter {
     pub fn capacity(&self) -> u64 {
         match &self.inner.state {
             State::Count { permits, .. } => u64::from(*permits),
-            State::Bytes { budget, .. } => *budget,
+            State::Bytes { budget, .. } => budget.capacity(),
             State::Rate { burst, .. } => u64::from(*burst),
         }
     }
@@ -498,7 +505,7 @@ impl Limiter {
     pub fn available(&self) -> u64 {
         match &self.inner.state {
             State::Count { sem, .. } => sem.available_permits() as u64,
-            State::Bytes { sem, .. } => sem.available_permits() as u64 * KIB,
+            State::Bytes { budget, .. } => budget.available(),
             State::Rate { burst, .. } => u64::from(*burst),
         }
     }
@@ -520,29 +527,16 @@ impl Limiter {
     ) -> Result<Option<Ticket>, LimitError> {
         match &self.inner.state {
             State::Count { sem, .. } => self.take(sem, 1, 1).await.map(Some),
-            State::Bytes {
-                sem,
-                budget,
-                budget_kib,
-                oversize,
-            } => {
-                let want_kib = amount.div_ceil(KIB);
-                let kib = if want_kib > u64::from(*budget_kib) {
-                    match oversize {
-                        Oversize::Fail => {
-                            return Err(LimitError::OverBudget {
-                                limiter: self.inner.name.clone(),
-                                requested: amount,
-                                budget: *budget,
-                            })
-                        }
-                        Oversize::Alone => *budget_kib,
-                    }
-                } else {
-                    // Fits: `want_kib <= budget_kib <= u32::MAX`.
-                    u32::try_from(want_kib).unwrap_or(*budget_kib)
-                };
-                self.take(sem, kib, u64::from(kib) * KIB).await.map(Some)
+            State::Bytes { .. } => {
+                let no_mailbox: Option<&async_channel::Receiver<()>> = None;
+                match self
+                    .charge(None, amount, Priority::LOWEST, no_mailbox, drop)
+                    .await?
+                {
+                    Charged::Held(ticket) => Ok(Some(ticket)),
+                    // Holding nothing, a request is never told to give back.
+                    Charged::Evicted => Err(LimitError::Closed(self.inner.name.clone())),
+                }
             }
             State::Rate {
                 buckets,
@@ -667,47 +661,7 @@ impl Limiter {
             }
         };
         self.inner.gauge.add(gauge);
-        Ok(Ticket {
-            limiter: self.clone(),
-            amount: gauge,
-            _permit: permit,
-        })
-    }
-}
-
-/// A share of a count or bytes limiter. Dropping it gives the share back.
-pub struct Ticket {
-    limiter: Limiter,
-    amount: u64,
-    // Dropped after `Drop::drop` has lowered the gauge, so the gauge never
-    // shows more in use than the semaphore has handed out.
-    _permit: OwnedSemaphorePermit,
-}
-
-impl Ticket {
-    /// The limiter this ticket belongs to.
-    pub fn limiter(&self) -> &Limiter {
-        &self.limiter
-    }
-
-    /// Slots (count) or bytes (bytes, rounded up to KiB) held.
-    pub fn amount(&self) -> u64 {
-        self.amount
-    }
-}
-
-impl fmt::Debug for Ticket {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ticket")
-            .field("limiter", &self.limiter.name())
-            .field("amount", &self.amount)
-            .finish()
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.limiter.inner.gauge.sub(self.amount);
+        Ok(Ticket::counted(self.clone(), gauge, permit))
     }
 }
 

@@ -87,6 +87,19 @@ pub enum EventKind {
         /// The message.
         message: String,
     },
+    /// A byte budget needed the room the item held for an item deeper in
+    /// the flow: the item gave back everything it held and goes to the start
+    /// of the flow again (it will be fetched again). This is what keeps a
+    /// byte budget from deadlocking; frequent ones say the budget is small
+    /// for the inputs.
+    Requeued {
+        /// The item's id.
+        item: String,
+        /// The stage it was in (or waited for).
+        stage: String,
+        /// The byte budget.
+        limiter: String,
+    },
     /// Only in [`RunHandle::events`](crate::RunHandle::events): this
     /// subscriber fell more than
     /// [`EVENT_BUFFER`](crate::handle::EVENT_BUFFER) events behind and

@@ -54,6 +54,10 @@ pub struct ItemCounts {
     pub skipped: u64,
     /// Failed at some stage, or interrupted.
     pub failed: u64,
+    /// Times an item gave back its share of a byte budget so that an item
+    /// deeper in the flow could finish, and went to the start of the flow
+    /// again (not an end: the item is counted once, where it ends).
+    pub requeued: u64,
 }
 
 /// One stage's work.
@@ -215,6 +219,7 @@ mod tests {
                 done: 10,
                 skipped: 0,
                 failed: 0,
+                requeued: 0,
             },
             stages,
             limiters: Vec::new(),
@@ -542,6 +547,7 @@ impl RunReport {
                 done,
                 skipped: ledger.skipped.load(Ordering::Acquire),
                 failed,
+                requeued: ledger.requeued.load(Ordering::Acquire),
             },
             stages: pipeline
                 .stages
@@ -616,6 +622,14 @@ impl fmt::Display for RunReport {
             self.pipeline, self.outcome, self.elapsed_s, i.total, i.done, i.skipped, i.failed
         )?;
         writeln!(f, "  throughput: {:.1} items/s", self.throughput_per_s)?;
+        if i.requeued > 0 {
+            writeln!(
+                f,
+                "  requeued: {} times an item gave back its share of a byte budget for an item \
+                 deeper in the flow and started again (a larger budget avoids the repeated work)",
+                i.requeued
+            )?;
+        }
         if self.bytes_in > 0 || self.bytes_out > 0 {
             writeln!(
                 f,

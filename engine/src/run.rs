@@ -16,7 +16,7 @@
 //! counted failed as `interrupted`. Tickets release on drop, so no permit
 //! outlives the run either way.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::OnError;
 use crate::item::{ErrorKind, Item, Outcome, StageError};
-use crate::limit::{LimitError, LimiterKind, RateKey, Ticket};
+use crate::limit::{Charged, LimitError, Limiter, LimiterKind, Priority, RateKey, Ticket};
 use crate::observe::{Emitter, EventKind, EventSink, Sample, Timeline};
 use crate::pipeline::{Pipeline, StagePlan};
 use crate::report::{redact, Failure, RunOutcome, RunReport};
@@ -241,6 +241,18 @@ pub(crate) struct Ledger {
     pub failures: Mutex<Vec<Failure>>,
     pub bytes_in: AtomicU64,
     pub bytes_out: AtomicU64,
+    /// Items sent back to the start of the flow by a byte budget.
+    pub requeued: AtomicU64,
+}
+
+impl Ledger {
+    /// Items admitted that have not ended yet.
+    fn in_flight(&self) -> u64 {
+        let ended = self.done.load(Ordering::Acquire)
+            + self.skipped.load(Ordering::Acquire)
+            + self.failed.load(Ordering::Acquire);
+        self.total.load(Ordering::Acquire).saturating_sub(ended)
+    }
 }
 
 struct Shared {
@@ -255,6 +267,11 @@ struct Shared {
     aborted: Arc<AtomicBool>,
     events: Emitter,
     hosts: Mutex<HashMap<String, HostStats>>,
+    /// Items a byte budget sent back to the start of the flow, for the
+    /// source loop to admit again before any new input.
+    requeued: Mutex<VecDeque<Item>>,
+    /// Told whenever an item ends or is sent back.
+    moved: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -274,6 +291,7 @@ impl Shared {
     fn done(&self, item: &Item) {
         self.bytes(item);
         self.ledger.done.fetch_add(1, Ordering::AcqRel);
+        self.moved.notify_waiters();
         metrics::counter!("warpline_items_total", "outcome" => "done").increment(1);
         self.events.emit(|| EventKind::Done {
             item: item.id.clone(),
@@ -284,6 +302,7 @@ impl Shared {
         tracing::debug!(item = %item.id, stage, reason, "skipped");
         self.bytes(item);
         self.ledger.skipped.fetch_add(1, Ordering::AcqRel);
+        self.moved.notify_waiters();
         metrics::counter!("warpline_items_total", "outcome" => "skipped").increment(1);
         self.events.emit(|| EventKind::Skipped {
             item: item.id.clone(),
@@ -307,6 +326,7 @@ impl Shared {
             tracing::warn!(item = %id, source, stage, kind = %error.kind, "failed: {}", error.message);
         }
         self.ledger.failed.fetch_add(1, Ordering::AcqRel);
+        self.moved.notify_waiters();
         {
             let mut failures = self
                 .ledger
@@ -344,6 +364,37 @@ impl Shared {
             tracing::error!(item = %id, stage, "aborting the run: on_error = \"abort\"");
             self.control.abort();
         }
+    }
+
+    /// Sends `item` back to the start of the flow, holding nothing: the
+    /// byte budget `limiter` needed its bytes for an item deeper in the flow
+    /// (see [`limit`](crate::limit)'s budget: this is what keeps it from
+    /// deadlocking).
+    fn requeue(&self, mut item: Item, stage: &str, limiter: &Limiter) {
+        tracing::info!(
+            item = %item.id, stage,
+            "gave back its `{}` and goes to the start of the flow again: an item deeper in the flow needed the room",
+            limiter.name()
+        );
+        item.reset();
+        self.ledger.requeued.fetch_add(1, Ordering::Relaxed);
+        self.events.emit(|| EventKind::Requeued {
+            item: item.id.clone(),
+            stage: stage.to_owned(),
+            limiter: limiter.name().to_owned(),
+        });
+        self.requeued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(item);
+        self.moved.notify_waiters();
+    }
+
+    fn take_requeued(&self) -> Option<Item> {
+        self.requeued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
     }
 
     fn interrupted(&self, item: Item, stage: &str, when: &str) {
@@ -394,6 +445,17 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".to_owned())
 }
 
+/// What acquiring a stage's limiters came to.
+enum Acquired {
+    /// Everything the stage needs, to give back or carry after the call.
+    Held(Vec<Ticket>),
+    /// The item failed or the run was aborted; the item has been counted.
+    Gone,
+    /// A byte budget needed the item's share for an item deeper in the
+    /// flow: the item goes back to the start.
+    Evicted(Limiter),
+}
+
 struct Worker {
     index: usize,
     plan: StagePlan,
@@ -413,7 +475,7 @@ impl Worker {
             // Work first: when an item is waiting, the abort token (a lock)
             // is not touched at all.
             let starved = self.rx.is_empty().then(Instant::now);
-            let item = tokio::select! {
+            let mut item = tokio::select! {
                 biased;
                 received = self.rx.recv() => match received {
                     Ok(item) => item,
@@ -421,6 +483,7 @@ impl Worker {
                 },
                 _ = abort.cancelled() => break,
             };
+            item.set_parked(None);
             let stats = &self.shared.stats[self.index];
             if let Some(since) = starved {
                 add_ns(&stats.starved_ns, since);
@@ -464,8 +527,12 @@ impl Worker {
         let (result, held) = loop {
             item.attempts += 1;
             let (result, held) = match self.acquire(&mut item, abort).await {
-                Ok(None) => return, // failed or interrupted, and counted
-                Ok(Some(held)) => (self.call(&mut item, abort).await, held),
+                Ok(Acquired::Gone) => return, // failed or interrupted, and counted
+                Ok(Acquired::Evicted(limiter)) => {
+                    shared.requeue(item, stage, &limiter);
+                    return;
+                }
+                Ok(Acquired::Held(held)) => (self.call(&mut item, abort).await, held),
                 Err(error) => (Err(error), Vec::new()),
             };
             let retrying = matches!(&result, Err(e) if self.plan.retry.retries(e, item.attempts));
@@ -512,7 +579,8 @@ impl Worker {
                 None => shared.done(&item),
                 Some(tx) => {
                     let stats = &shared.stats[self.index];
-                    forward(tx, item, shared, abort, stage, Some(stats)).await
+                    let next = u32::try_from(self.index + 1).unwrap_or(u32::MAX);
+                    forward(tx, item, next, shared, abort, stage, Some(stats)).await
                 }
             },
             Ok(Outcome::Skip(reason)) => shared.skipped(&item, stage, &reason),
@@ -550,33 +618,32 @@ impl Worker {
     }
 
     /// Acquires the stage's limiters in the global order (the plan's limits
-    /// are sorted). `None` when the item failed or the run was aborted; the
-    /// item has then been counted.
+    /// are sorted). A byte budget the item already holds is resized: the
+    /// stage waits only for the difference.
     async fn acquire(
         &self,
         item: &mut Item,
         abort: &CancellationToken,
-    ) -> Result<Option<Vec<Ticket>>, StageError> {
-        let stage = self.plan.name.as_str();
+    ) -> Result<Acquired, StageError> {
         // What the item carries of a limiter this stage takes again is given
-        // back first: nothing waits for a resource while holding some of it.
+        // back first (a count: nothing waits for a slot while holding one),
+        // except a byte budget, whose share the stage resizes.
         for name in &self.plan.release {
-            item.release(name);
+            if !self.recharges(name) {
+                item.release(name);
+            }
         }
-        let needs_bytes = self
+        let bytes = if self
             .plan
             .limits
             .iter()
-            .any(|l| l.kind() == LimiterKind::Bytes);
-        let bytes = if needs_bytes {
+            .any(|l| l.kind() == LimiterKind::Bytes)
+        {
             let demand = || {
                 guarded(|| self.plan.handler.demand(item))
                     .unwrap_or_else(|text| Err(panicked(&item.id, &text)))
             };
-            match self.on_stage_cpu(demand) {
-                Ok(b) => b,
-                Err(error) => return Err(error),
-            }
+            self.on_stage_cpu(demand)?
         } else {
             0
         };
@@ -584,56 +651,84 @@ impl Worker {
         let key = self.rate_key(item);
         let mut waits = Vec::new();
         for limiter in &self.plan.limits {
-            let amount = match limiter.kind() {
-                LimiterKind::Bytes => bytes,
-                _ => 1,
-            };
             let started = self.shared.events.on().then(Instant::now);
             let acquired = tokio::select! {
                 biased;
-                r = limiter.acquire(amount, key.as_deref()) => r,
+                r = self.take(limiter, item, bytes, key.as_deref()) => r,
                 _ = abort.cancelled() => Err(LimitError::Closed(limiter.name().to_owned())),
             };
             if let Some(t) = started {
                 waits.push((limiter.name().to_owned(), t.elapsed().as_secs_f64()));
             }
             match acquired {
-                Ok(Some(ticket)) => held.push(ticket),
+                Ok(Some(Charged::Held(ticket))) => held.push(ticket),
+                Ok(Some(Charged::Evicted)) => return Ok(Acquired::Evicted(limiter.clone())),
                 Ok(None) => {}
-                Err(e) => {
-                    let kind = match e {
-                        LimitError::OverBudget { .. } => ErrorKind::OverBudget,
-                        LimitError::Closed(_) => ErrorKind::Interrupted,
-                        LimitError::Backend { .. } => {
-                            // Try again like any transient failure.
-                            return Err(StageError::transient(format!("{}: {e}", item.id)));
-                        }
-                    };
-                    let message = match kind {
-                        ErrorKind::Interrupted => {
-                            "run aborted while waiting for a limiter".to_owned()
-                        }
-                        _ => format!("{}: {e}", item.id),
-                    };
-                    let attempts = item.attempts;
-                    self.shared.failed(
-                        &item.id,
-                        &item.source,
-                        stage,
-                        attempts,
-                        StageError::new(kind, message),
-                    );
-                    return Ok(None);
-                }
+                Err(e) => return self.limit_failed(item, e),
             }
         }
         self.shared.events.emit(|| EventKind::StageStarted {
             item: item.id.clone(),
-            stage: stage.to_owned(),
+            stage: self.plan.name.clone(),
             attempt: item.attempts,
             waits,
         });
-        Ok(Some(held))
+        Ok(Acquired::Held(held))
+    }
+
+    /// Whether this stage charges the byte budget `name` again.
+    fn recharges(&self, name: &str) -> bool {
+        self.plan
+            .limits
+            .iter()
+            .any(|l| l.name() == name && l.kind() == LimiterKind::Bytes)
+    }
+
+    /// Takes one limiter for `item`: a slot, a token, or its share of a
+    /// byte budget resized to `bytes`. While this stage's request is first
+    /// and stuck, the items parked in its mailbox go back to the start.
+    async fn take(
+        &self,
+        limiter: &Limiter,
+        item: &mut Item,
+        bytes: u64,
+        key: Option<&str>,
+    ) -> Result<Option<Charged>, LimitError> {
+        if limiter.kind() != LimiterKind::Bytes {
+            return Ok(limiter.acquire(1, key).await?.map(Charged::Held));
+        }
+        let carried = item.take_ticket(limiter.name());
+        let priority = Priority {
+            depth: u32::try_from(self.index).unwrap_or(u32::MAX),
+            seq: item.seq,
+        };
+        let evict = |parked: Item| self.shared.requeue(parked, &self.plan.name, limiter);
+        let charged = limiter
+            .charge(carried, bytes, priority, Some(&self.rx), evict)
+            .await?;
+        Ok(Some(charged))
+    }
+
+    /// Counts the item failed (over budget, or the run was aborted while it
+    /// waited), or asks for another try (a global rate's backend failed).
+    fn limit_failed(&self, item: &Item, e: LimitError) -> Result<Acquired, StageError> {
+        let kind = match e {
+            LimitError::OverBudget { .. } => ErrorKind::OverBudget,
+            LimitError::Closed(_) => ErrorKind::Interrupted,
+            // Try again like any transient failure.
+            LimitError::Backend { .. } => {
+                return Err(StageError::transient(format!("{}: {e}", item.id)))
+            }
+        };
+        let message = match kind {
+            ErrorKind::Interrupted => "run aborted while waiting for a limiter".to_owned(),
+            _ => format!("{}: {e}", item.id),
+        };
+        let error = StageError::new(kind, message);
+        let stage = self.plan.name.as_str();
+        self.shared
+            .failed(&item.id, &item.source, stage, item.attempts, error);
+        Ok(Acquired::Gone)
     }
 
     /// Runs `f`, the stage's own code, adding the CPU time it used to the
@@ -704,12 +799,16 @@ impl Worker {
 /// run is aborted).
 async fn forward(
     tx: &Sender<Item>,
-    item: Item,
+    mut item: Item,
+    next: u32,
     shared: &Shared,
     abort: &CancellationToken,
     stage: &str,
     stats: Option<&StageStats>,
 ) {
+    // From here until a worker of the next stage takes it, the item cannot
+    // move on its own: a byte budget counts its share as parked there.
+    item.set_parked(Some(next));
     let item = match tx.try_send(item) {
         Ok(()) => return,
         Err(TrySendError::Full(item)) => item,
@@ -749,17 +848,13 @@ async fn drive_source(
     'inputs: loop {
         // Admission tickets first: nothing is made for an input before its
         // unit of the admission budget is free.
-        let mut tickets = Vec::with_capacity(pipeline.source.limits.len());
-        for limiter in &pipeline.source.limits {
-            tokio::select! {
-                biased;
-                _ = stop.cancelled() => break 'inputs,
-                r = limiter.acquire(1, None) => match r {
-                    Ok(Some(t)) => tickets.push(t),
-                    Ok(None) => {}
-                    Err(_) => break 'inputs,
-                },
-            }
+        let Some(tickets) = admission_tickets(pipeline, &stop).await else {
+            break 'inputs;
+        };
+        // An item sent back by a byte budget comes before any new input.
+        if let Some(item) = shared.take_requeued() {
+            admit(item, tickets, &tx, shared, &abort).await;
+            continue;
         }
         let next = loop {
             let next = tokio::select! {
@@ -789,7 +884,7 @@ async fn drive_source(
                 break next;
             }
         };
-        shared.ledger.total.fetch_add(1, Ordering::AcqRel);
+        let seq = shared.ledger.total.fetch_add(1, Ordering::AcqRel);
         let input = match next {
             None => {
                 shared.ledger.total.fetch_sub(1, Ordering::AcqRel);
@@ -802,9 +897,7 @@ async fn drive_source(
             Some(Ok(input)) => input,
         };
         let mut item = Item::new(input);
-        for t in tickets {
-            item.keep(t);
-        }
+        item.seq = seq;
         if abort.is_cancelled() {
             shared.interrupted(item, "source", "before the item was admitted");
             break;
@@ -812,9 +905,81 @@ async fn drive_source(
         shared.events.emit(|| EventKind::Admitted {
             item: item.id.clone(),
         });
-        forward(&tx, item, shared, &abort, "source", None).await;
+        admit(item, tickets, &tx, shared, &abort).await;
     }
+    readmit_until_settled(pipeline, &tx, shared).await;
     None
+}
+
+/// One ticket of each of the source's limiters (the admission budget);
+/// `None` once the run is stopped.
+async fn admission_tickets(pipeline: &Pipeline, stop: &CancellationToken) -> Option<Vec<Ticket>> {
+    let mut tickets = Vec::with_capacity(pipeline.source.limits.len());
+    for limiter in &pipeline.source.limits {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return None,
+            r = limiter.acquire(1, None) => match r {
+                Ok(Some(t)) => tickets.push(t),
+                Ok(None) => {}
+                Err(_) => return None,
+            },
+        }
+    }
+    Some(tickets)
+}
+
+/// Hands an admitted item, with its admission tickets, to the first stage.
+async fn admit(
+    mut item: Item,
+    tickets: Vec<Ticket>,
+    tx: &Sender<Item>,
+    shared: &Shared,
+    abort: &CancellationToken,
+) {
+    for t in tickets {
+        item.keep(t);
+    }
+    forward(tx, item, 0, shared, abort, "source", None).await;
+}
+
+/// After the last input (or a stop): admits again the items a byte budget
+/// sends back, until every admitted item has ended (or the run is
+/// aborted). Until then the first mailbox stays open.
+async fn readmit_until_settled(pipeline: &Pipeline, tx: &Sender<Item>, shared: &Shared) {
+    let abort = shared.control.abort.clone();
+    // A stop ends admission of new inputs, not of items already admitted.
+    let never_stop = CancellationToken::new();
+    loop {
+        let moved = shared.moved.notified();
+        tokio::pin!(moved);
+        moved.as_mut().enable();
+        if let Some(item) = shared.take_requeued() {
+            let tickets = tokio::select! {
+                biased;
+                _ = abort.cancelled() => None,
+                t = admission_tickets(pipeline, &never_stop) => t,
+            };
+            match tickets {
+                Some(tickets) if !abort.is_cancelled() => {
+                    admit(item, tickets, tx, shared, &abort).await
+                }
+                _ => {
+                    shared.interrupted(item, "source", "before the item was admitted again");
+                    return;
+                }
+            }
+            continue;
+        }
+        if shared.ledger.in_flight() == 0 {
+            return;
+        }
+        tokio::select! {
+            biased;
+            _ = abort.cancelled() => return,
+            _ = &mut moved => {}
+        }
+    }
 }
 
 /// Samples the pipeline every so often (see [`RunOptions::sample`]).
@@ -939,6 +1104,8 @@ pub(crate) async fn run(
         aborted: Arc::new(AtomicBool::new(false)),
         events: Emitter::new(options.events.clone()),
         hosts: Mutex::new(HashMap::new()),
+        requeued: Mutex::new(VecDeque::new()),
+        moved: tokio::sync::Notify::new(),
     });
     shared.events.emit(|| EventKind::RunStarted {
         pipeline: pipeline.name.clone(),
@@ -1043,6 +1210,9 @@ pub(crate) async fn run(
         while let Ok(item) = rx.try_recv() {
             shared.interrupted(item, &plan.name, "while the item waited in the mailbox");
         }
+    }
+    while let Some(item) = shared.take_requeued() {
+        shared.interrupted(item, "source", "before the item was admitted again");
     }
     if let Some(err) = spawn_error {
         return Err(err);

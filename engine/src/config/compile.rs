@@ -783,11 +783,19 @@ fn check_carried(
                 ));
             }
         }
-        // Released on entry, before the stage waits for anything.
-        carried.retain(|(l, _)| !stage.release.iter().any(|r| r == l.name()));
+        // Released on entry, before the stage waits for anything; except a
+        // byte budget the stage charges again, whose share the item keeps
+        // (resized) while the stage waits for its other limiters.
+        let recharged = |l: &Limiter| {
+            l.kind() == LimiterKind::Bytes && stage.limits.iter().any(|w| w.name() == l.name())
+        };
+        carried.retain(|(l, _)| !stage.release.iter().any(|r| r == l.name()) || recharged(l));
         for want in &stage.limits {
             for (held, from) in &carried {
-                if held.name() == want.name() {
+                if held.name() == want.name() && want.kind() == LimiterKind::Bytes {
+                    // A byte budget the item holds is resized: the stage
+                    // waits only for the difference (see `limit`).
+                } else if held.name() == want.name() {
                     problems.push(Problem::graph(
                         join(&path, "limits"),
                         format!(
