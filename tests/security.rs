@@ -317,3 +317,124 @@ fn a_tiny_tiff_declaring_a_huge_raster_fails_before_allocating() {
         "peak RSS {rss} bytes is over the 512 MiB budget"
     );
 }
+
+/// Issue 16, item 6: a URL that does not parse (port out of range) was
+/// quoted verbatim everywhere; signed-URL parameters of GCS, S3 and Azure
+/// passed unredacted; and at `WARPLINE_LOG=debug` a redirect target's user
+/// information showed in the HTTP client's logs.
+#[test]
+fn secrets_stay_hidden_in_urls_that_do_not_parse_and_in_debug_logs() {
+    let work = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let target = rt
+        .block_on(TileServer::start(Vec::<(String, Vec<u8>)>::new()))
+        .unwrap();
+    let target_addr = target.addr();
+    let redirecting = rt
+        .block_on(TileServer::start_with(
+            Vec::<(String, Vec<u8>)>::new(),
+            Faults {
+                redirects: vec![(
+                    "moved.tif".into(),
+                    format!("http://bob:redirpw9@{target_addr}/tiles/gone.tif"),
+                )],
+                ..Faults::default()
+            },
+        ))
+        .unwrap();
+    // Every secret value below holds `qqv`, or is one of the brief's.
+    let signed: Vec<String> = [
+        "sig",
+        "se",
+        "sp",
+        "sv",
+        "X-Goog-Signature",
+        "X-Goog-Credential",
+        "refresh_token",
+        "X-Amz-Security-Token",
+        "X-Amz-Credential",
+        "X-Amz-Signature",
+        "AWSAccessKeyId",
+        "Signature",
+        "Policy",
+        "Key-Pair-Id",
+        "api_key",
+        "access_token",
+        "password",
+        "TOKEN",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, name)| format!("{name}=qqv{i}"))
+    .collect();
+    let lines = [
+        "http://user:hunter2@127.0.0.1:99999/x.tif?token=S&X-Goog-Signature=abc".to_owned(),
+        format!("https://127.0.0.1:99999/y.tif?a=1&{}", signed.join("&")),
+        "ftp://carol:ftpqqv@h.example/z.tif?token=qqvftp".to_owned(),
+        format!("http://dave:pathlessqqv@{target_addr}"),
+        redirecting.url("moved.tif"),
+    ];
+    let list = work.path().join("list.txt");
+    std::fs::write(&list, lines.join("\n")).unwrap();
+    let pipeline = work.path().join("p.toml");
+    std::fs::write(
+        &pipeline,
+        list_pipeline(&list, &work.path().join("out"), ""),
+    )
+    .unwrap();
+    let files = [
+        "report.json",
+        "report.html",
+        "failures.jsonl",
+        "events.jsonl",
+    ]
+    .map(|name| work.path().join(name));
+    let out = Command::new(env!("CARGO_BIN_EXE_warpline"))
+        .arg("run")
+        .arg(&pipeline)
+        .arg("--report")
+        .arg(&files[0])
+        .arg("--report-html")
+        .arg(&files[1])
+        .arg("--failures")
+        .arg(&files[2])
+        .arg("--events")
+        .arg(&files[3])
+        .arg("--progress=off")
+        .env("WARPLINE_LOG", "debug")
+        .output()
+        .unwrap();
+    let mut everything = vec![
+        ("stdout", String::from_utf8_lossy(&out.stdout).into_owned()),
+        ("stderr", String::from_utf8_lossy(&out.stderr).into_owned()),
+    ];
+    for (what, path) in ["report", "HTML report", "failures", "events"]
+        .into_iter()
+        .zip(&files)
+    {
+        everything.push((what, std::fs::read_to_string(path).unwrap()));
+    }
+    assert_eq!(out.status.code(), Some(3), "{}", everything[1].1);
+    // The work folder's random name is no secret, and could hold `abc`.
+    let folder = work.path().display().to_string();
+    for (what, text) in &everything {
+        let text = text.replace(&folder, "WORK");
+        for secret in [
+            "hunter2",
+            "token=S",
+            "abc",
+            "qqv",
+            "redirpw9",
+            "Ym9iOnJlZGlycHc5",
+        ] {
+            assert!(!text.contains(secret), "{what} shows {secret:?}:\n{text}");
+        }
+    }
+    let failures = &everything[4].1;
+    assert_eq!(failures.lines().count(), lines.len(), "{failures}");
+    assert!(
+        failures.contains("http://***@127.0.0.1:99999/x.tif?token=***&X-Goog-Signature=***"),
+        "the records still say which input failed, and why: {failures}"
+    );
+    drop((target, redirecting));
+}

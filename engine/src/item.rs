@@ -209,6 +209,11 @@ pub struct StageError {
     /// (`Retry-After`); the engine pauses the item's rate-limit bucket for
     /// that long, for every item that draws on it.
     pub retry_after: Option<Duration>,
+    /// Whether the run cannot usefully go on (for example: the output
+    /// device is full, so every later item would fail the same way): the
+    /// engine then stops admitting and aborts the run as `on_error =
+    /// "abort"` does, whatever `on_error` says.
+    pub stops_run: bool,
 }
 
 impl StageError {
@@ -229,7 +234,15 @@ impl StageError {
             message: message.into(),
             status: None,
             retry_after: None,
+            stops_run: false,
         }
+    }
+
+    /// Marks the error as one that stops the run (see
+    /// [`stops_run`](Self::stops_run)).
+    pub fn stopping_the_run(mut self) -> Self {
+        self.stops_run = true;
+        self
     }
 
     /// Records the HTTP status the error came with.

@@ -23,10 +23,14 @@
 //!   that reports every problem at once;
 //! - [`registry`]: the stage and source kinds a file may name;
 //! - [`report`]: the [`RunReport`] and its diagnosis;
+//! - [`redact`]: user names, passwords and secret query parameters of
+//!   URLs hidden before anything is shown, for URLs that do not parse too;
 //! - [`observe`]: [`Event`](observe::Event)s and the
 //!   [`Timeline`](observe::Timeline) of a run;
 //! - [`synthetic`]: the `generate` source and the `hold` and `discard` stages,
 //!   for exercising and benchmarking the engine;
+//! - [`stall`]: the watchdog that says what waits for what when no item
+//!   moves for a long time;
 //! - [`shard`]: `--shard i/N`, a fixed split of the inputs by id;
 //! - [`units`]: sizes, durations and counts as a file writes them.
 //!
@@ -62,11 +66,13 @@ pub mod item;
 pub mod limit;
 pub mod observe;
 pub mod pipeline;
+pub mod redact;
 pub mod registry;
 pub mod report;
 pub mod run;
 pub mod shard;
 pub mod stage;
+pub mod stall;
 pub mod synthetic;
 pub mod units;
 

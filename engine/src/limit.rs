@@ -90,6 +90,10 @@ pub enum LimitError {
     /// The limiter was closed while waiting (the run is ending).
     #[error("limiter `{0}` was closed")]
     Closed(String),
+    /// A byte budget needed this share for an item deeper in the flow, and
+    /// took it back while the holder waited for more (see [`Priority`]).
+    #[error("`{0}` was needed by an item deeper in the flow; its share was given back")]
+    GaveBack(String),
     /// A rate kept elsewhere could not be reached.
     #[error("rate limiter `{limiter}`: {message}")]
     Backend {
@@ -527,17 +531,7 @@ impl Limiter {
     ) -> Result<Option<Ticket>, LimitError> {
         match &self.inner.state {
             State::Count { sem, .. } => self.take(sem, 1, 1).await.map(Some),
-            State::Bytes { .. } => {
-                let no_mailbox: Option<&async_channel::Receiver<()>> = None;
-                match self
-                    .charge(None, amount, Priority::LOWEST, no_mailbox, drop)
-                    .await?
-                {
-                    Charged::Held(ticket) => Ok(Some(ticket)),
-                    // Holding nothing, a request is never told to give back.
-                    Charged::Evicted => Err(LimitError::Closed(self.inner.name.clone())),
-                }
-            }
+            State::Bytes { .. } => self.resize(None, amount).await.map(Some),
             State::Rate {
                 buckets,
                 clock,

@@ -65,9 +65,10 @@ pub struct StagePlan {
 }
 
 /// When a stage tries a failed item again: up to `attempts` tries in all,
-/// for errors of the kinds in `on`, waiting a random time between zero and
-/// `min(max_delay, base_delay * 2^(try - 1))` ("full jitter") or as long
-/// as the server's `Retry-After` asks, whichever is longer. Limiters are
+/// for errors of the kinds in `on`, waiting a random time between half of
+/// and all of `min(max_delay, base_delay * 2^(try - 1))` ("equal jitter"),
+/// or as long as the server's `Retry-After` asks, whichever is longer.
+/// Limiters are
 /// given back while waiting and taken again for the next try (so a rate
 /// limit counts every try).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,13 +107,27 @@ impl RetryPolicy {
         attempt < self.attempts && self.on.contains(&error.kind)
     }
 
-    /// The backoff before try `attempt + 1`: full jitter.
+    /// Up to `attempts` tries for transient errors, spread so that they
+    /// outlast a short outage: 500 ms base, 10 s cap; with 6 tries the
+    /// waits add up to between 7.75 and 15.5 s.
+    pub fn patient(attempts: u32) -> Self {
+        RetryPolicy {
+            attempts,
+            base_delay: Duration::from_millis(500),
+            ..Self::none()
+        }
+    }
+
+    /// The backoff before try `attempt + 1`: "equal jitter", half of
+    /// `min(max_delay, base_delay * 2^(attempt - 1))` plus a random part of
+    /// the other half, so that tries spread out (no herd) yet always span
+    /// at least half the exponential schedule.
     pub fn backoff(&self, attempt: u32) -> Duration {
         let exp = self
             .base_delay
             .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
-        let cap = exp.min(self.max_delay);
-        cap.mul_f64(fastrand::f64())
+        let half = exp.min(self.max_delay) / 2;
+        half + half.mul_f64(fastrand::f64())
     }
 }
 
@@ -147,6 +162,7 @@ pub struct Pipeline {
     pub(crate) name: String,
     pub(crate) on_error: OnError,
     pub(crate) shutdown_deadline: Duration,
+    pub(crate) stall_warning: Duration,
     pub(crate) source: SourcePlan,
     pub(crate) stages: Vec<StagePlan>,
     pub(crate) limits: Limits,

@@ -144,61 +144,9 @@ pub struct Failure {
     pub status: Option<u16>,
 }
 
-/// Query parameters whose values are secrets (compared case-insensitively).
-const SECRET_PARAMS: &[&str] = &[
-    "token",
-    "access_token",
-    "api_key",
-    "apikey",
-    "key",
-    "password",
-    "secret",
-    "signature",
-    "sig",
-    "x-amz-signature",
-    "x-amz-credential",
-    "x-amz-security-token",
-];
-
-/// A source as it may appear in logs, reports and failure records: user
-/// names, passwords and secret query parameters of URLs replaced by `***`.
-pub fn redact(source: &str) -> String {
-    let Ok(mut url) = url::Url::parse(source) else {
-        return source.to_owned();
-    };
-    let mut changed = false;
-    if !url.username().is_empty() || url.password().is_some() {
-        // Only fails for URLs that cannot have credentials, which these have.
-        let _ = url.set_username("***");
-        let _ = url.set_password(None);
-        changed = true;
-    }
-    if url.query().is_some() {
-        let pairs: Vec<(String, String)> = url
-            .query_pairs()
-            .map(|(k, v)| {
-                let secret = SECRET_PARAMS.iter().any(|s| k.eq_ignore_ascii_case(s));
-                changed |= secret;
-                (
-                    k.into_owned(),
-                    if secret {
-                        "***".to_owned()
-                    } else {
-                        v.into_owned()
-                    },
-                )
-            })
-            .collect();
-        if changed {
-            url.query_pairs_mut().clear().extend_pairs(pairs);
-        }
-    }
-    if changed {
-        url.into()
-    } else {
-        source.to_owned()
-    }
-}
+/// [`redact`](crate::redact::redact), kept here for the callers that
+/// found it here.
+pub use crate::redact::redact;
 
 #[cfg(test)]
 mod tests {
@@ -228,6 +176,7 @@ mod tests {
             failures_not_listed: 0,
             peak_rss_bytes: None,
             timeline: None,
+            stalls: Vec::new(),
         }
     }
 
@@ -303,17 +252,36 @@ workers = {cores}
     }
 
     #[test]
-    fn credentials_and_secret_parameters_are_hidden() {
-        assert_eq!(
-            redact("https://user:pa55@example.com/a.tif?x=1&token=abc"),
-            "https://***@example.com/a.tif?x=1&token=***"
-        );
-        assert_eq!(
-            redact("https://example.com/a.tif"),
-            "https://example.com/a.tif"
-        );
-        assert_eq!(redact("/data/a.tif"), "/data/a.tif");
-        assert!(!redact("https://u:p@h/x").contains(":p@"));
+    fn a_bucket_paused_by_429s_is_not_credited_with_the_pace() {
+        let p = Pipeline::from_toml_str(
+            "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 1\n\
+             [limits.api]\nper_second = 20\n[stages.a]\nkind = \"hold\"\nlimits = [\"api\"]\n",
+            &Registry::with_builtins(),
+        )
+        .unwrap();
+        let mut r = report(vec![stage("a", 1, 1.0, 0.0)]);
+        r.limiters.push(LimiterReport {
+            name: "api".into(),
+            kind: LimiterKind::Rate,
+            capacity: 1,
+            peak_in_use: None,
+            per_second: Some(20.0),
+            wait_s: 50.0,
+            p95_wait_s: 1.0,
+            share_at_capacity: 0.9,
+        });
+        r.hosts.push(HostReport {
+            host: "http://127.0.0.1:8931".into(),
+            requests: 100,
+            achieved_per_s: 10.0,
+            throttled_429: 0,
+            retries: 0,
+        });
+        assert!(diagnose(&p, &r).contains("as intended"));
+        r.hosts[0].throttled_429 = 7;
+        let d = diagnose(&p, &r);
+        assert!(d.contains("answered 429 7 times"), "{d}");
+        assert!(!d.contains("as intended"), "{d}");
     }
 }
 
@@ -352,6 +320,9 @@ pub struct RunReport {
     /// Items in flight and limiter use over time, when the run was sampled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
+    /// Each time no item moved for the pipeline's `stall_warning`, with what
+    /// waited for what (empty when the run never stalled).
+    pub stalls: Vec<crate::stall::Stall>,
 }
 
 /// Above this share of the run at capacity, a limiter is called the
@@ -415,11 +386,21 @@ pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
                 l.name,
                 bytesize::ByteSize(l.capacity).display().iec()
             ),
-            LimiterKind::Rate => format!(
-                "; the rate `{}` ({}/s) sets the pace, as intended",
-                l.name,
-                l.per_second.unwrap_or_default()
-            ),
+            LimiterKind::Rate => match r.hosts.iter().map(|h| h.throttled_429).sum::<u64>() {
+                // The bucket waited, but for the server's Retry-After
+                // pauses: the server's limit set the pace, not the bucket.
+                0 => format!(
+                    "; the rate `{}` ({}/s) sets the pace, as intended",
+                    l.name,
+                    l.per_second.unwrap_or_default()
+                ),
+                refused => format!(
+                    "; but the server answered 429 {refused} times and its Retry-After paused `{}`: \
+                     the server allows less than {}/s, so lower `per_second` to its rate",
+                    l.name,
+                    l.per_second.unwrap_or_default()
+                ),
+            },
         };
         return format!(
             "{who} {} the bottleneck: `{}` was at capacity {pct}% of the run{hint}",
@@ -591,6 +572,7 @@ impl RunReport {
             failures,
             peak_rss_bytes: peak_rss_bytes(),
             timeline,
+            stalls: Vec::new(),
         };
         report.diagnosis = diagnose(pipeline, &report);
         report
@@ -628,6 +610,13 @@ impl fmt::Display for RunReport {
                 "  requeued: {} times an item gave back its share of a byte budget for an item \
                  deeper in the flow and started again (a larger budget avoids the repeated work)",
                 i.requeued
+            )?;
+        }
+        for stall in &self.stalls {
+            writeln!(
+                f,
+                "  stalled: no item moved for {:.0} s at {:.0} s: {}",
+                stall.quiet_s, stall.at_s, stall.state
             )?;
         }
         if self.bytes_in > 0 || self.bytes_out > 0 {

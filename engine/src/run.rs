@@ -34,6 +34,7 @@ use crate::item::{ErrorKind, Item, Outcome, StageError};
 use crate::limit::{Charged, LimitError, Limiter, LimiterKind, Priority, RateKey, Ticket};
 use crate::observe::{Emitter, EventKind, EventSink, Sample, Timeline};
 use crate::pipeline::{Pipeline, StagePlan};
+use crate::redact::redact_text;
 use crate::report::{redact, Failure, RunOutcome, RunReport};
 use crate::stage::{Handler, Source, SourceError};
 use tracing::Instrument;
@@ -313,6 +314,10 @@ impl Shared {
 
     fn failed(&self, id: &str, source: &str, stage: &str, attempts: u32, error: StageError) {
         let source = redact(source);
+        // The message may quote the source, or a URL it led to.
+        let mut error = error;
+        error.message = redact_text(&error.message);
+        let stops_run = error.stops_run.then(|| error.message.clone());
         metrics::counter!("warpline_items_total", "outcome" => "failed").increment(1);
         self.events.emit(|| EventKind::Failed {
             item: id.to_owned(),
@@ -356,12 +361,17 @@ impl Shared {
                 failures.push(record);
             }
         }
-        if self.on_error == OnError::Abort
+        if (self.on_error == OnError::Abort || stops_run.is_some())
             && error.kind != ErrorKind::Interrupted
             && !self.control.is_aborted()
         {
             self.aborted_on_error.store(true, Ordering::Release);
-            tracing::error!(item = %id, stage, "aborting the run: on_error = \"abort\"");
+            match stops_run {
+                Some(why) => tracing::error!(item = %id, stage, "aborting the run: {why}"),
+                None => {
+                    tracing::error!(item = %id, stage, "aborting the run: on_error = \"abort\"")
+                }
+            }
             self.control.abort();
         }
     }
@@ -409,11 +419,14 @@ impl Shared {
     }
 }
 
-/// The host of a URL source, for rate limiters with one bucket per host.
+/// The remote host of a URL source, as its origin (`scheme://host:port`,
+/// the port left out when it is the scheme's default): the key of rate
+/// limiters with one bucket per host, and of the report's hosts. Two
+/// servers on one address but different ports are two hosts.
 fn host_of(source: &str) -> Option<String> {
-    url::Url::parse(source)
-        .ok()
-        .and_then(|u| u.host_str().map(str::to_owned))
+    let url = url::Url::parse(source).ok()?;
+    url.host_str()?;
+    Some(url.origin().ascii_serialization())
 }
 
 /// A panic in a stage's code, as the error of the item it was working on.
@@ -553,7 +566,7 @@ impl Worker {
                         .retry
                         .backoff(item.attempts)
                         .max(error.retry_after.unwrap_or_default());
-                    tracing::debug!(item = %item.id, stage, attempt = item.attempts, ?delay, "retrying: {}", error.message);
+                    tracing::debug!(item = %item.id, stage, attempt = item.attempts, ?delay, "retrying: {}", redact_text(&error.message));
                     tokio::select! {
                         biased;
                         _ = abort.cancelled() => {
@@ -715,6 +728,9 @@ impl Worker {
         let kind = match e {
             LimitError::OverBudget { .. } => ErrorKind::OverBudget,
             LimitError::Closed(_) => ErrorKind::Interrupted,
+            // The engine's own requests are sent back, not failed; a
+            // stage's code that sees this fails its try.
+            LimitError::GaveBack(_) => ErrorKind::Transient,
             // Try again like any transient failure.
             LimitError::Backend { .. } => {
                 return Err(StageError::transient(format!("{}: {e}", item.id)))
@@ -982,6 +998,63 @@ async fn readmit_until_settled(pipeline: &Pipeline, tx: &Sender<Item>, shared: &
     }
 }
 
+/// Starts the stall watchdog: movement is any item admitted, ended or sent
+/// back, or any call a stage finished.
+fn watch_stalls(
+    pipeline: &Pipeline,
+    receivers: &[Receiver<Item>],
+    shared: &Arc<Shared>,
+) -> crate::stall::Watchdog {
+    let moved = {
+        let shared = Arc::clone(shared);
+        move || {
+            let l = &shared.ledger;
+            let calls: u64 = shared
+                .stats
+                .iter()
+                .map(|s| s.processed.load(Ordering::Relaxed))
+                .sum();
+            [&l.total, &l.done, &l.skipped, &l.failed, &l.requeued]
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .sum::<u64>()
+                + calls
+        }
+    };
+    let describe = {
+        let shared = Arc::clone(shared);
+        let names: Vec<String> = pipeline.stages.iter().map(|s| s.name.clone()).collect();
+        let receivers = receivers.to_vec();
+        let limiters: Vec<Limiter> = pipeline.limits.iter().cloned().collect();
+        move || {
+            let mut parts: Vec<String> = names
+                .iter()
+                .zip(&receivers)
+                .zip(&shared.stats)
+                .map(|((name, rx), s)| {
+                    let working = s.working.load(Ordering::Relaxed);
+                    format!("`{name}` {working} working, {} queued", rx.len())
+                })
+                .collect();
+            for l in limiters.iter().filter(|l| l.kind() != LimiterKind::Rate) {
+                let shown = |n: u64| match l.kind() {
+                    LimiterKind::Bytes => bytesize::ByteSize(n).display().iec().to_string(),
+                    _ => n.to_string(),
+                };
+                parts.push(format!(
+                    "`{}` {} of {} in use, {} waiting",
+                    l.name(),
+                    shown(l.in_use()),
+                    shown(l.capacity()),
+                    l.waiters()
+                ));
+            }
+            parts.join("; ")
+        }
+    };
+    crate::stall::Watchdog::start(pipeline.stall_warning, moved, describe)
+}
+
 /// Samples the pipeline every so often (see [`RunOptions::sample`]).
 struct Sampler {
     stop: CancellationToken,
@@ -1176,6 +1249,7 @@ pub(crate) async fn run(
     let sampler = options
         .sample
         .map(|every| Sampler::start(pipeline, &receivers, &shared, every));
+    let stall_watch = watch_stalls(pipeline, &receivers, &shared);
 
     let source_panic = match (&spawn_error, first) {
         (Some(_), _) => {
@@ -1238,12 +1312,13 @@ pub(crate) async fn run(
         Some(s) => Some(s.finish().await),
         None => None,
     };
+    let stalls = stall_watch.finish().await;
     let hosts = shared
         .hosts
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
-    let report = RunReport::build(
+    let mut report = RunReport::build(
         pipeline,
         &shared.ledger,
         &shared.stats,
@@ -1252,6 +1327,13 @@ pub(crate) async fn run(
         timeline,
         &hosts,
     );
+    if let Some(first) = stalls.first() {
+        report.diagnosis = format!(
+            "no item moved for {:.0} s at {:.0} s into the run (see `stalls`: {}); {}",
+            first.quiet_s, first.at_s, first.state, report.diagnosis
+        );
+    }
+    report.stalls = stalls;
     shared.events.emit(|| EventKind::RunFinished {
         outcome: serde_json::to_value(report.outcome)
             .ok()
@@ -1267,4 +1349,27 @@ pub(crate) async fn run(
         "run finished: {}", report.outcome
     );
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_of;
+
+    #[test]
+    fn a_host_is_its_scheme_name_and_port() {
+        assert_eq!(
+            host_of("http://127.0.0.1:8931/a.tif").as_deref(),
+            Some("http://127.0.0.1:8931")
+        );
+        assert_ne!(
+            host_of("http://127.0.0.1:8931/a.tif"),
+            host_of("http://127.0.0.1:8932/a.tif")
+        );
+        assert_eq!(
+            host_of("https://user:pw@example.com/a.tif?x=1").as_deref(),
+            Some("https://example.com")
+        );
+        assert_eq!(host_of("/data/a.tif"), None);
+        assert_eq!(host_of("file:///data/a.tif"), None);
+    }
 }

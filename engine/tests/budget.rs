@@ -160,6 +160,24 @@ fn items_that_fit_only_alone_are_served_one_by_one() {
     assert!(report.items.requeued > 0, "{report}");
 }
 
+/// Found by the property test: a stage that gives back its items' whole
+/// share (charge 0) feeds one that charges again. Its waiters hold nothing,
+/// yet they keep the workers that the items parked above them need: they
+/// are sent back too while the first waiter is stuck.
+#[test]
+fn waiters_that_hold_nothing_cannot_block_the_items_parked_above_them() {
+    let step = |factor, workers, mailbox| Step {
+        factor,
+        workers,
+        mailbox,
+        cpu: false,
+    };
+    let steps = [step(1, 2, 1), step(0, 1, 2), step(3, 1, 1), step(6, 1, 1)];
+    let p = pipeline(8, 1, &[1], 20, &steps);
+    let report = run_to_the_end(&p);
+    assert_complete(&p, &report, 20);
+}
+
 fn step() -> impl Strategy<Value = Step> {
     (0u64..=6, 1u32..=4, 1u32..=4, any::<bool>()).prop_map(|(factor, workers, mailbox, cpu)| Step {
         factor,
@@ -175,7 +193,7 @@ fn flow() -> impl Strategy<Value = (u64, u32, Vec<u64>, u64, Vec<Step>)> {
         1u32..=3,
         prop::collection::vec(1u64..=100, 1..=12),
         20u64..=80,
-        prop::collection::vec(step(), 1..=4),
+        prop::collection::vec(step(), 1..=6),
     )
         .prop_map(|(budget, cpu, weights, count, steps)| {
             // Sizes (in KiB) such that every item's largest charge fits the
@@ -190,7 +208,7 @@ fn flow() -> impl Strategy<Value = (u64, u32, Vec<u64>, u64, Vec<Step>)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     /// Whatever the flow, the sizes, the charges and the budget, as long as
     /// each item fits alone, the run completes with every item done.

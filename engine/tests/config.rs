@@ -494,3 +494,38 @@ fn the_builder_keeps_the_order_limiters_are_declared_in() {
         .unwrap();
     assert!(p.limits().position("memory") < p.limits().position("cpu"));
 }
+
+/// A stage that fails to compile is one problem, not also a false one on
+/// the stage after it (whose `release` names what the broken stage would
+/// have carried).
+#[test]
+fn a_broken_stage_does_not_make_the_next_one_look_wrong() {
+    let e = errors(
+        r#"
+        [pipeline]
+        flow = ["a", "b"]
+        [source]
+        kind = "generate"
+        count = 1
+        [limits.memory]
+        budget = "1MiB"
+        [stages.a]
+        kind = "hold"
+        duration = "soon"
+        limits = ["memory"]
+        carry = ["memory"]
+        [stages.b]
+        kind = "hold"
+        limits = ["memory"]
+        release = ["memory"]
+        "#,
+    );
+    assert!(
+        e.problems.iter().any(|p| p.path.starts_with("stages.a")),
+        "{e}"
+    );
+    assert!(
+        !e.problems.iter().any(|p| p.path.starts_with("stages.b")),
+        "{e}"
+    );
+}

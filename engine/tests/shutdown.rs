@@ -373,3 +373,55 @@ async fn a_source_that_panics_when_opened_is_an_error_not_a_crash() {
         "{e}"
     );
 }
+
+/// A stage that never returns: after `stall_warning` without movement the
+/// run says once what waits for what, in the report (and the log).
+#[tokio::test(start_paused = true)]
+async fn a_run_where_nothing_moves_says_what_waits_for_what() {
+    let (p, gate, inside) = (Produced::default(), Gate::default(), Inside::default());
+    let registry = common::registry(&p, &gate, &inside, u64::MAX);
+    let pipeline = Arc::new(
+        Pipeline::from_toml_str(
+            r#"
+            [pipeline]
+            flow = ["blocked"]
+            stall_warning = "2m"
+            [source]
+            kind = "generate"
+            count = 3
+            [limits.cpu]
+            permits = 1
+            [stages.blocked]
+            kind = "gate"
+            workers = 2
+            limits = ["cpu"]
+            "#,
+            &registry,
+        )
+        .unwrap(),
+    );
+    let run = {
+        let pipeline = Arc::clone(&pipeline);
+        tokio::spawn(async move { pipeline.run().await })
+    };
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    gate.open();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!(report.items.done, 3);
+    assert_eq!(report.stalls.len(), 1, "{report:?}");
+    let stall = &report.stalls[0];
+    assert!(stall.quiet_s >= 120.0, "{stall:?}");
+    assert!(
+        stall.state.contains("`blocked` 2 working, 1 queued"),
+        "{stall:?}"
+    );
+    assert!(
+        stall.state.contains("`cpu` 1 of 1 in use, 1 waiting"),
+        "{stall:?}"
+    );
+    assert!(
+        report.diagnosis.starts_with("no item moved"),
+        "{}",
+        report.diagnosis
+    );
+}

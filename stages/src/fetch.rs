@@ -3,26 +3,28 @@
 //!
 //! - Before reading a body it charges the `memory` limiter (if named) by
 //!   the Content-Length and refuses bodies over `max_bytes`; when the length
-//!   is unknown the read stops at `max_bytes` and the charge is made for
-//!   what was read. The charge travels with the item until decode has
-//!   turned the bytes into pixels.
+//!   is unknown the charge grows with the body (doubling, from 1 MiB)
+//!   before each chunk that would pass it, so no byte is read outside the
+//!   budget, and the read stops at `max_bytes`. The charge travels with the
+//!   item, resized by the stages that charge it again.
 //! - Timeouts (connect, whole request), a bounded number of redirects (only
 //!   to http or https), a body checked against its Content-Length.
 //! - Errors are classed for the engine's retry policy: timeouts, resets,
 //!   bodies cut short, 5xx and 429 are transient (with `Retry-After`, which
 //!   also pauses the host's rate bucket); other 4xx fail the item at once
-//!   with the URL and status. By default a fetch is tried 4 times.
+//!   with the URL and status. By default a fetch is tried 6 times, over
+//!   7.75 to 15.5 s, so a short outage costs no item.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
-use warpline_engine::limit::LimiterKind;
+use warpline_engine::limit::{LimitError, LimiterKind};
 use warpline_engine::pipeline::RetryPolicy;
 use warpline_engine::report::redact;
 use warpline_engine::units::{parse_duration, SizeValue};
 use warpline_engine::{
-    AsyncStage, ErrorKind, Handler, Item, Limiter, Outcome, Problem, Settings, StageError,
+    AsyncStage, ErrorKind, Handler, Item, Limiter, Outcome, Problem, Settings, StageError, Ticket,
 };
 
 /// What fetch hands on: the input's bytes.
@@ -134,38 +136,49 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     }))
 }
 
-/// `Retry-After` as seconds or an HTTP date.
+/// The longest `Retry-After` obeyed: a server that asks for more (a date
+/// in the year 9999) is waited for this long.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// The first charge for a body of unknown length; it doubles from there.
+const FIRST_UNKNOWN_CHARGE: u64 = 1 << 20;
+
+/// `Retry-After` as seconds or an HTTP date, at most [`MAX_RETRY_AFTER`].
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let value = headers
         .get(reqwest::header::RETRY_AFTER)?
         .to_str()
         .ok()?
         .trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs.min(3600)));
-    }
-    let when = httpdate::parse_http_date(value).ok()?;
-    Some(
-        when.duration_since(std::time::SystemTime::now())
+    let wait = match value.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => httpdate::parse_http_date(value)
+            .ok()?
+            .duration_since(std::time::SystemTime::now())
             .unwrap_or_default(),
-    )
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 impl Fetch {
-    async fn charge(&self, item: &mut Item, bytes: u64) -> Result<(), StageError> {
-        if let Some(memory) = &self.memory {
-            match memory.acquire(bytes, None).await {
-                Ok(Some(ticket)) => item.keep(ticket),
-                Ok(None) => {}
-                Err(e) => {
-                    return Err(StageError::new(
-                        ErrorKind::OverBudget,
-                        format!("{}: {e}", item.id),
-                    ))
-                }
+    /// Makes the item's share of `memory` (if named) `bytes`: `held` is what
+    /// this try charged so far.
+    async fn charge(
+        &self,
+        id: &str,
+        held: Option<Ticket>,
+        bytes: u64,
+    ) -> Result<Option<Ticket>, StageError> {
+        let Some(memory) = &self.memory else {
+            return Ok(None);
+        };
+        match memory.resize(held, bytes).await {
+            Ok(ticket) => Ok(Some(ticket)),
+            Err(e @ LimitError::OverBudget { .. }) => {
+                Err(StageError::new(ErrorKind::OverBudget, format!("{id}: {e}")))
             }
+            Err(e) => Err(StageError::transient(format!("{id}: {e}"))),
         }
-        Ok(())
     }
 
     async fn http(&self, item: &mut Item) -> Result<Vec<u8>, StageError> {
@@ -180,6 +193,11 @@ impl Fetch {
         if !status.is_success() {
             let code = status.as_u16();
             let mut message = format!("{shown}: HTTP {status}");
+            if response.url().as_str() != item.source {
+                // The answer came from where a redirect led: say where.
+                let at = redact(response.url().as_str());
+                message.push_str(&format!(" (from {at}, after a redirect)"));
+            }
             if status.is_redirection() {
                 let location = response
                     .headers()
@@ -208,17 +226,29 @@ impl Fetch {
                     self.max_bytes
                 )));
             }
-            self.charge(item, len).await?;
         }
-        let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        let mut charged = declared.unwrap_or(0);
+        let mut ticket = self.charge(&item.id, None, charged).await?;
+        let mut body = Vec::with_capacity(charged as usize);
         loop {
             match response.chunk().await {
                 Ok(Some(chunk)) => {
-                    if (body.len() + chunk.len()) as u64 > self.max_bytes {
+                    let need = (body.len() + chunk.len()) as u64;
+                    if need > self.max_bytes {
                         return Err(StageError::permanent(format!(
                             "{shown}: body is over max_bytes ({} bytes)",
                             self.max_bytes
                         )));
+                    }
+                    if need > charged {
+                        // Only a body longer than it said, or of unknown
+                        // length: charge before holding more.
+                        charged = (charged * 2)
+                            .max(need)
+                            .max(FIRST_UNKNOWN_CHARGE)
+                            .min(self.max_bytes);
+                        ticket = self.charge(&item.id, ticket, charged).await?;
+                        body.reserve_exact(charged as usize - body.len());
                     }
                     body.extend_from_slice(&chunk);
                 }
@@ -232,17 +262,16 @@ impl Fetch {
                 }
             }
         }
-        match declared {
-            Some(len) if len != body.len() as u64 => Err(StageError::transient(format!(
+        if let Some(len) = declared.filter(|len| *len != body.len() as u64) {
+            return Err(StageError::transient(format!(
                 "{shown}: body of {} bytes, but Content-Length said {len}",
                 body.len()
-            ))),
-            Some(_) => Ok(body),
-            None => {
-                self.charge(item, body.len() as u64).await?;
-                Ok(body)
-            }
+            )));
         }
+        if let Some(ticket) = ticket {
+            item.keep(ticket);
+        }
+        Ok(body)
     }
 
     async fn file(&self, item: &mut Item) -> Result<Vec<u8>, StageError> {
@@ -263,7 +292,9 @@ impl Fetch {
                 self.max_bytes
             )));
         }
-        self.charge(item, meta.len()).await?;
+        if let Some(ticket) = self.charge(&item.id, None, meta.len()).await? {
+            item.keep(ticket);
+        }
         tokio::fs::read(&path)
             .await
             .map_err(|e| StageError::permanent(format!("{path}: {e}")))
@@ -316,7 +347,9 @@ impl AsyncStage for Fetch {
     }
 
     fn retry_default(&self) -> RetryPolicy {
-        RetryPolicy::transient(4)
+        // Waits of 7.75 to 15.5 s in all: a server down for a few seconds
+        // (a restart, a failover) costs no item.
+        RetryPolicy::patient(6)
     }
 }
 
@@ -340,5 +373,13 @@ mod tests {
         );
         h.insert(reqwest::header::RETRY_AFTER, "soon".parse().unwrap());
         assert_eq!(retry_after(&h), None);
+        // Far in the future, by either form: capped, never parked forever.
+        h.insert(
+            reqwest::header::RETRY_AFTER,
+            "Fri, 31 Dec 9999 23:59:59 GMT".parse().unwrap(),
+        );
+        assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
+        h.insert(reqwest::header::RETRY_AFTER, "99999999".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
     }
 }

@@ -13,7 +13,11 @@
 //! GDAL, so GDAL cannot be made to open URLs or files of its own.
 //!
 //! Each input's id is its file name without the extension, made safe for
-//! file names; a repeated id gets `-2`, `-3`, ... in input order.
+//! file names ([`safe_id`]: letters, digits, `-`, `_`, `.`). Ids are unique
+//! in a run: when a name was already given, the input gets `NAME~2`,
+//! `NAME~3`, ... in input order. A name made safe never holds a `~`, so a
+//! de-duplicated id can be no other input's name, earlier or later (the
+//! inputs are a stream read lazily: nothing can be looked ahead at).
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -22,6 +26,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Deserialize;
+use warpline_engine::redact::redact;
 use warpline_engine::{Input, Problem, Registry, Settings, Source, SourceError, SourceSpec};
 
 pub(crate) fn register(r: &mut Registry) {
@@ -55,27 +60,30 @@ impl Schemes {
 
     /// Checks one input; returns it as the fetch stage will read it.
     fn check(&self, text: &str) -> Result<String, String> {
+        // Errors quote the input without its secrets: it may be a URL that
+        // does not parse, with a password or a signature in it.
+        let shown = redact(text);
         let scheme = scheme_of(text);
         let name = scheme.unwrap_or("file");
         if !KNOWN_SCHEMES.contains(&name) {
             return Err(format!(
-                "unsupported input {text:?}: only http://, https://, file:// and local paths are read"
+                "unsupported input {shown:?}: only http://, https://, file:// and local paths are read"
             ));
         }
         if !self.allowed.iter().any(|a| a == name) {
             return Err(format!(
-                "input {text:?} uses {name}, which this pipeline does not allow (schemes = {:?})",
+                "input {shown:?} uses {name}, which this pipeline does not allow (schemes = {:?})",
                 self.allowed
             ));
         }
         if scheme.is_none() && text.starts_with("/vsi") {
             return Err(format!(
-                "unsupported input {text:?}: GDAL virtual file names are not inputs; give the URL or path itself"
+                "unsupported input {shown:?}: GDAL virtual file names are not inputs; give the URL or path itself"
             ));
         }
         if let Some(s) = scheme {
             if s != "file" {
-                url::Url::parse(text).map_err(|e| format!("malformed URL {text:?}: {e}"))?;
+                url::Url::parse(text).map_err(|e| format!("malformed URL {shown:?}: {e}"))?;
             }
         }
         Ok(text.to_owned())
@@ -98,10 +106,18 @@ fn scheme_of(text: &str) -> Option<&str> {
 }
 
 /// Makes ids unique and file-name safe.
+///
+/// `seen` holds every plain id given so far (the names made safe), with how
+/// many inputs had it. A de-duplicated id is `NAME~N`: no plain id holds a
+/// `~` ([`safe_char`] turns it into `_`), and `NAME~N` is new for each
+/// `(NAME, N)`, so no id is ever given twice, whatever comes later.
 #[derive(Debug, Default)]
 struct Ids {
     seen: HashMap<String, u32>,
 }
+
+/// Marks a de-duplicated id (`NAME~2`); never in a name made safe.
+pub const DEDUP_MARK: char = '~';
 
 /// Characters kept in ids; every other one becomes `_`.
 fn safe_char(c: char) -> char {
@@ -146,8 +162,32 @@ impl Ids {
         if *n == 1 {
             id
         } else {
-            format!("{id}-{n}")
+            format!("{id}{DEDUP_MARK}{n}")
         }
+    }
+}
+
+/// The form of an item's id used in an output's file name: as [`safe_id`],
+/// but keeping the [`DEDUP_MARK`] and up to 160 characters, so that every
+/// id a source here makes (a name of at most 120 characters, `~`, a count)
+/// is kept as it is and two of them never name one file. Ids from other
+/// sources are made safe the same way.
+pub fn file_name_id(id: &str) -> String {
+    let mut out: String = id
+        .chars()
+        .map(|c| if c == DEDUP_MARK { c } else { safe_char(c) })
+        .collect();
+    let trimmed = out.trim_start_matches(['.', DEDUP_MARK]);
+    if trimmed.len() != out.len() {
+        out = trimmed.to_owned();
+    }
+    if out.len() > 160 {
+        out.truncate(160);
+    }
+    if out.is_empty() || out.chars().all(|c| c == '.') {
+        "_".to_owned()
+    } else {
+        out
     }
 }
 
@@ -246,7 +286,7 @@ impl Source for ListRun {
             }
             return Some(match self.schemes.check(text) {
                 Ok(source) => Ok(Input {
-                    id: self.ids.next(&source),
+                    id: self.ids.next(&redact(&source)),
                     source,
                     size_hint: None,
                 }),
@@ -329,7 +369,7 @@ impl Source for VecRun {
     async fn next(&mut self) -> Option<Result<Input, SourceError>> {
         let source = self.inputs.next()?;
         Some(Ok(Input {
-            id: self.ids.next(&source),
+            id: self.ids.next(&redact(&source)),
             source,
             size_hint: None,
         }))
@@ -392,7 +432,7 @@ mod tests {
     fn ids_are_safe_and_unique() {
         let mut ids = Ids::default();
         assert_eq!(ids.next("https://h/tiles/12/a.tif?sig=1"), "a");
-        assert_eq!(ids.next("/data/other/a.tif"), "a-2");
+        assert_eq!(ids.next("/data/other/a.tif"), "a~2");
         assert_eq!(
             ids.next("https://h/x/..%2F..%2Fetc%2Fpasswd.tif"),
             "_.._etc_passwd"
@@ -401,6 +441,53 @@ mod tests {
         assert_eq!(safe_id("..."), "_");
         assert_eq!(safe_id(""), "_");
         assert_eq!(safe_id(&"x".repeat(500)).len(), 120);
+    }
+
+    /// Issue 16, item 5: `t000030-2` was given twice (to the second
+    /// `t000030` and to a file really named `t000030-2`).
+    #[test]
+    fn a_de_duplicated_id_is_no_other_inputs_name() {
+        let mut ids = Ids::default();
+        let given: Vec<String> = [
+            "tiles/t000030.tif",
+            "skewed/t000030.tif",
+            "crafted/t000030-2.tif",
+            "crafted/t000030~2.tif",
+            "more/t000030.tif",
+            "x/t000030_2.tif",
+        ]
+        .iter()
+        .map(|s| ids.next(s))
+        .collect();
+        assert_eq!(
+            given,
+            [
+                "t000030",
+                "t000030~2",
+                "t000030-2",
+                "t000030_2",
+                "t000030~3",
+                "t000030_2~2"
+            ]
+        );
+        let files: std::collections::HashSet<String> =
+            given.iter().map(|id| file_name_id(id)).collect();
+        assert_eq!(files.len(), given.len(), "two ids name one file: {given:?}");
+    }
+
+    #[test]
+    fn file_names_keep_every_id_a_source_makes() {
+        let long = "x".repeat(500);
+        let mut ids = Ids::default();
+        let first = ids.next(&format!("/a/{long}.tif"));
+        let second = ids.next(&format!("/b/{long}.tif"));
+        assert_eq!(file_name_id(&first), first);
+        assert_eq!(file_name_id(&second), second);
+        assert_ne!(file_name_id(&first), file_name_id(&second));
+        assert_eq!(file_name_id("../../etc/passwd"), "_.._etc_passwd");
+        assert_eq!(file_name_id("~2"), "2");
+        assert_eq!(file_name_id("..."), "_");
+        assert_eq!(file_name_id(&long).len(), 160);
     }
 
     #[test]

@@ -20,8 +20,14 @@ use serde::Deserialize;
 use warpline_engine::{BlockingStage, Handler, Item, Outcome, Problem, Settings, StageError};
 
 use crate::gdal::{init, last_error, reset_error, CStringList, Raster};
-use crate::source::safe_id;
+use crate::source::file_name_id;
 use crate::temps::{temporary_name, Sweeper};
+
+mod claims;
+mod space;
+
+use claims::Claims;
+use space::{failed, io_full, SpaceWatch};
 
 /// What write hands on: where the output is.
 #[derive(Debug, Clone)]
@@ -60,6 +66,7 @@ pub struct Write {
     options: Vec<(String, String)>,
     exists: Exists,
     temps: Sweeper,
+    claims: Claims,
 }
 
 /// One creation option the driver declares.
@@ -224,6 +231,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         options,
         exists,
         temps: Sweeper::default(),
+        claims: Claims::default(),
     }))
 }
 
@@ -247,7 +255,7 @@ impl Drop for TempGuard {
 impl Write {
     /// Where the item's output goes; always inside `dir`.
     pub fn output_path(&self, id: &str) -> PathBuf {
-        self.dir.join(self.name.replace("{id}", &safe_id(id)))
+        self.dir.join(self.name.replace("{id}", &file_name_id(id)))
     }
 
     fn creation_options(&self, raster: &Raster) -> Vec<String> {
@@ -305,13 +313,23 @@ impl BlockingStage for Write {
     }
 
     fn skip_check(&self, item: &Item) -> Option<String> {
+        if self.exists != Exists::Skip {
+            return None;
+        }
         let path = self.output_path(&item.id);
-        (self.exists == Exists::Skip && path.exists()).then(|| format!("{} exists", path.display()))
+        if !path.exists() {
+            return None;
+        }
+        // The output of another input of this run is not this item's: it
+        // goes on, and its write fails naming both.
+        self.claims.claim(&path, item).ok()?;
+        Some(format!("{} exists", path.display()))
     }
 
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         let id = item.id.clone();
         let path = self.output_path(&id);
+        self.claims.claim(&path, item)?;
         if path.exists() {
             match self.exists {
                 Exists::Skip => return Ok(Outcome::Skip(format!("{} exists", path.display()))),
@@ -330,8 +348,14 @@ impl BlockingStage for Write {
             )));
         };
         let parent = path.parent().unwrap_or(&self.dir).to_owned();
+        // What the output may take on disk: its pixels uncompressed.
+        let needed = raster.pixel_bytes();
+        let fail = |what: String, said_full: bool| failed(&id, &parent, needed, what, said_full);
         std::fs::create_dir_all(&parent).map_err(|e| {
-            StageError::permanent(format!("{id}: cannot create {}: {e}", parent.display()))
+            fail(
+                format!("cannot create {}: {e}", parent.display()),
+                io_full(&e),
+            )
         })?;
         // Temporary files a killed run left here go before this one adds its own.
         self.temps.once(&parent);
@@ -340,16 +364,44 @@ impl BlockingStage for Write {
             path: tmp.clone(),
             keep: false,
         };
-        let driver = gdal::DriverManager::get_driver_by_name(&self.driver)
-            .map_err(|e| StageError::permanent(format!("{id}: {e}")))?;
-        let mut options = self.creation_options(&raster);
+        // GDAL's messages are watched for one that says the device is full,
+        // and the free space is looked at before the guard removes what was
+        // written.
+        let watch = SpaceWatch::start();
+        let written = self.create_copy(&raster, &tmp);
+        let said_full = watch.said_full();
+        written.map_err(|m| fail(format!("cannot write {}: {m}", path.display()), said_full))?;
+        drop(raster);
+        let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
+        sync(&tmp)
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .map_err(|e| {
+                fail(
+                    format!("cannot finish {}: {e}", path.display()),
+                    io_full(&e),
+                )
+            })?;
+        guard.keep = true;
+        item.bytes_out += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        // The rename is durable once the directory is synced.
+        let _ = sync(&parent);
+        item.set_payload(Written { path });
+        Ok(Outcome::Continue)
+    }
+}
+
+impl Write {
+    /// Writes `raster` to `tmp` with GDAL; GDAL's last message on failure.
+    fn create_copy(&self, raster: &Raster, tmp: &Path) -> Result<(), String> {
+        let driver =
+            gdal::DriverManager::get_driver_by_name(&self.driver).map_err(|e| e.to_string())?;
+        let mut options = self.creation_options(raster);
         // The temporary name is new: CreateCopy need not look for an
         // existing dataset there to delete (it asks every driver: ~0.35 ms).
         options.push("QUIET_DELETE_ON_CREATE_COPY=NO".to_owned());
-        let mut options =
-            CStringList::new(&options).map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
+        let mut options = CStringList::new(&options)?;
         let c_tmp = std::ffi::CString::new(tmp.to_string_lossy().as_bytes())
-            .map_err(|_| StageError::permanent(format!("{id}: output path has a NUL byte")))?;
+            .map_err(|_| "the output path has a NUL byte".to_owned())?;
         reset_error();
         // SAFETY: valid driver, path, source dataset and option list; the
         // new dataset is closed right below.
@@ -365,36 +417,16 @@ impl BlockingStage for Write {
             )
         };
         if out.is_null() {
-            return Err(StageError::permanent(format!(
-                "{id}: cannot write {}: {}",
-                path.display(),
-                last_error("GDALCreateCopy failed")
-            )));
+            return Err(last_error("GDALCreateCopy failed"));
         }
         // SAFETY: `out` is the dataset just created; closing flushes it.
         unsafe { sys::GDALClose(out) };
         // SAFETY: reads this thread's last error class.
         let class = unsafe { sys::CPLGetLastErrorType() };
         if class == sys::CPLErr::CE_Failure || class == sys::CPLErr::CE_Fatal {
-            return Err(StageError::permanent(format!(
-                "{id}: writing {} failed: {}",
-                path.display(),
-                last_error("write failed")
-            )));
+            return Err(last_error("write failed"));
         }
-        drop(raster);
-        let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
-        sync(&tmp)
-            .and_then(|_| std::fs::rename(&tmp, &path))
-            .map_err(|e| {
-                StageError::permanent(format!("{id}: cannot finish {}: {e}", path.display()))
-            })?;
-        guard.keep = true;
-        item.bytes_out += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        // The rename is durable once the directory is synced.
-        let _ = sync(&parent);
-        item.set_payload(Written { path });
-        Ok(Outcome::Continue)
+        Ok(())
     }
 }
 

@@ -133,6 +133,7 @@ pub(super) fn compile(
         flow: None,
         on_error: None,
         shutdown_deadline: None,
+        stall_warning: None,
     });
     let on_error = match section.on_error.as_deref() {
         None | Some("continue") => OnError::Continue,
@@ -155,6 +156,11 @@ pub(super) fn compile(
         problems.push(Problem::new("pipeline.shutdown_deadline", m));
         std::time::Duration::from_secs(30)
     });
+    let stall_warning = parse_duration(section.stall_warning.as_deref().unwrap_or("5m"))
+        .unwrap_or_else(|m| {
+            problems.push(Problem::new("pipeline.stall_warning", m));
+            std::time::Duration::from_secs(300)
+        });
 
     // [limits.NAME], in declaration order: that order is the global
     // acquisition order.
@@ -319,8 +325,17 @@ pub(super) fn compile(
         }
     }
 
-    if let Some(source) = &source {
+    // What items carry is checked only along a whole flow: a stage that
+    // failed to compile (reported already) would make the stages after it
+    // look wrong (a `release` of something it charged).
+    let whole_flow = section
+        .flow
+        .as_ref()
+        .is_some_and(|f| f.len() == stages.len());
+    if let (Some(source), true) = (&source, whole_flow) {
         check_carried(source, &stages, &limits, &mut problems);
+    }
+    if let Some(source) = &source {
         if let Some(taken) = &taken {
             check_used(source, taken, &limits, implicit.as_ref(), &mut problems);
         }
@@ -337,6 +352,7 @@ pub(super) fn compile(
             name: section.name.unwrap_or_else(|| default_name.to_owned()),
             on_error,
             shutdown_deadline: deadline,
+            stall_warning,
             source,
             stages,
             limits,

@@ -19,6 +19,8 @@ pub struct PipelineSection {
     pub on_error: Option<String>,
     /// How long a stopped run may drain before what is left is aborted.
     pub shutdown_deadline: Option<String>,
+    /// How long no item may move before the run says what waits for what.
+    pub stall_warning: Option<String>,
 }
 
 /// What a failed item does to the run.

@@ -22,18 +22,24 @@
 //!    first waiter's. When the first waiter's need exceeds what is free plus
 //!    everything else (held by items being worked on, or parked deeper in the
 //!    flow, all of which will move), it is stuck: every other waiter that
-//!    holds bytes is told to give its item back (the engine sends it to the
-//!    start of the flow again, holding nothing), and the first waiter empties
-//!    its own mailbox the same way.
+//!    holds bytes, or that waits at a stage the parked bytes must pass
+//!    through (at or below the shallowest mailbox holding some), is told to
+//!    give its item back (the engine sends it to the start of the flow
+//!    again, holding nothing), and the first waiter empties its own mailbox
+//!    the same way.
 //!
 //! The argument: take the first waiter `w`. Items deeper than `w` never wait
 //! on this budget (they would come first), so they finish or park deeper,
 //! and are counted as movable. Items no deeper than `w` are either worked on
-//! (movable), waiting (evicted when `w` is stuck), or parked: parked in `w`'s
-//! own mailbox, `w` takes them out; parked further up, the stage that takes
-//! them out either passes them on without waiting or waits for more and is
-//! evicted. So while `w` is stuck, the bytes held by anyone but `w` and the
-//! movable items only fall, and the movable ones finish. `w`'s whole charge
+//! (movable), waiting, or parked. Parked in `w`'s own mailbox, `w` takes
+//! them out. Parked further up, at stage `d`: every waiter from `d` to `w`'s
+//! stage is evicted, so the workers from `d` on are each working (they
+//! finish and pass the item on), waiting to pass it on (into a mailbox whose
+//! workers are in the same case, down to `w`'s, which `w` empties), or
+//! evicted and free to take the next item. So the parked items move, and an
+//! item that moves either needs no more (it passes) or waits and is evicted.
+//! While `w` is stuck, the bytes held by anyone but `w` and the movable
+//! items only fall, and the movable ones finish. `w`'s whole charge
 //! fits the budget (larger charges fail or take the whole budget), so `w` is
 //! served. Each service moves the first waiter on; an item served at the last
 //! stage that charges ends. Evicted items come back through admission, so
@@ -345,8 +351,18 @@ impl Request<'_> {
         if stuck == self.key {
             return Some(Wait::Stuck { version: s.version });
         }
-        if want.held == 0 {
-            return None; // holds nothing: cannot be in the way
+        // In the way: bytes the first waiter needs, or a worker that the
+        // parked bytes need to pass through (a waiter at or below the
+        // shallowest stage whose mailbox holds some keeps that stage's
+        // worker, and with it everything parked above, from moving).
+        let shallowest = s
+            .parked
+            .range(..=stuck.priority.depth)
+            .next()
+            .map(|(d, _)| *d);
+        let holds_a_passage = shallowest.is_some_and(|d| self.key.priority.depth >= d);
+        if want.held == 0 && !holds_a_passage {
+            return None;
         }
         s.waiters.remove(&self.key);
         s.held_by_waiters = s.held_by_waiters.saturating_sub(want.held);

@@ -192,6 +192,25 @@ impl Limiter {
         Ok(Charged::Held(ticket))
     }
 
+    /// Makes `held` (a ticket of this byte budget, or none) a share of
+    /// `amount` bytes, rounded up to KiB: gives back the excess at once, or
+    /// waits for the difference only, after every item the engine serves.
+    /// For a stage whose own code charges as it learns more (a body of
+    /// unknown length). Fails with [`LimitError::GaveBack`] when an item
+    /// deeper in the flow needed the bytes `held` had (the share is then
+    /// given back), and with [`LimitError::OverBudget`] when `amount` is
+    /// more than the whole budget and the policy is to fail.
+    pub async fn resize(&self, held: Option<Ticket>, amount: u64) -> Result<Ticket, LimitError> {
+        let no_mailbox: Option<&async_channel::Receiver<()>> = None;
+        match self
+            .charge(held, amount, Priority::LOWEST, no_mailbox, drop)
+            .await?
+        {
+            Charged::Held(ticket) => Ok(ticket),
+            Charged::Evicted => Err(LimitError::GaveBack(self.inner.name.clone())),
+        }
+    }
+
     /// Items told to give their share of this byte budget back so far (0
     /// for other kinds).
     pub fn evictions(&self) -> u64 {

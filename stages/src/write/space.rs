@@ -1,0 +1,174 @@
+//! Telling a full output device from other write failures (issue 16, item
+//! 7). GDAL's last message on a full disk is often only libtiff's "Write
+//! error at scanline N" or "IO error writing tag data"; the message that
+//! says why ("_tiffWriteProc: No space left on device") came before it, and
+//! the COG driver removes what it wrote before it returns. So a write
+//! watches every GDAL message of its call, and looks at the free space
+//! before its temporary file is removed.
+
+use std::ffi::{c_char, CStr};
+use std::marker::PhantomData;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use gdal_sys as sys;
+use warpline_engine::StageError;
+
+/// What the C library's `strerror` says for ENOSPC and EDQUOT (glibc and
+/// musl alike), and GDAL's own free-space check when it creates a GTiff.
+const FULL: &[&str] = &[
+    "No space left on device",
+    "Disk quota exceeded",
+    "Free disk space available is",
+];
+
+/// Whether `message` says the device is full.
+fn says_full(message: &str) -> bool {
+    FULL.iter().any(|m| message.contains(m))
+}
+
+/// Whether an I/O error is the device being full (ENOSPC, EDQUOT).
+pub(super) fn io_full(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{QuotaExceeded, StorageFull};
+    matches!(e.kind(), StorageFull | QuotaExceeded)
+}
+
+/// While it lives, GDAL's messages on this thread go through [`watch`],
+/// which notes one that says the device is full and forwards every message
+/// to `tracing` as the process-wide handler does (see `crate::gdal::init`).
+/// Not `Send`: GDAL's handler stack is per thread.
+pub(super) struct SpaceWatch {
+    /// Boxed: GDAL holds its address until the handler is popped.
+    said: Box<AtomicBool>,
+    pushed: bool,
+    _one_thread: PhantomData<*const ()>,
+}
+
+impl SpaceWatch {
+    pub(super) fn start() -> Self {
+        let said = Box::new(AtomicBool::new(false));
+        let data: *const AtomicBool = &*said;
+        // SAFETY: `watch` never unwinds; `data` points into the box this
+        // watch owns, which outlives the handler: `Drop` pops it first.
+        unsafe { sys::CPLPushErrorHandlerEx(Some(watch), data as *mut std::ffi::c_void) };
+        SpaceWatch {
+            said,
+            pushed: true,
+            _one_thread: PhantomData,
+        }
+    }
+
+    /// Stops watching; whether a message said the device is full.
+    pub(super) fn said_full(mut self) -> bool {
+        self.pop();
+        self.said.load(Ordering::Relaxed)
+    }
+
+    fn pop(&mut self) {
+        if std::mem::take(&mut self.pushed) {
+            // SAFETY: pops the handler this watch pushed on this thread (it
+            // is not `Send`); GDAL pushes and pops its own in pairs.
+            unsafe { sys::CPLPopErrorHandler() };
+        }
+    }
+}
+
+impl Drop for SpaceWatch {
+    fn drop(&mut self) {
+        self.pop();
+    }
+}
+
+/// The handler a [`SpaceWatch`] pushes. Must never panic: it is called
+/// from C.
+unsafe extern "C" fn watch(class: sys::CPLErr::Type, code: sys::CPLErrorNum, msg: *const c_char) {
+    if msg.is_null() {
+        return;
+    }
+    // SAFETY: GDAL passes its message as a NUL-terminated string valid for
+    // this call.
+    let message = unsafe { CStr::from_ptr(msg) }.to_string_lossy();
+    if says_full(&message) {
+        // SAFETY: the user data is the flag of the `SpaceWatch` that pushed
+        // this handler, alive until that watch pops it.
+        let said = unsafe { sys::CPLGetErrorHandlerUserData() } as *const AtomicBool;
+        // SAFETY: as above; null only if GDAL lost the user data.
+        if let Some(said) = unsafe { said.as_ref() } {
+            said.store(true, Ordering::Relaxed);
+        }
+    }
+    match class {
+        sys::CPLErr::CE_Warning => tracing::warn!(target: "gdal", code, "{message}"),
+        sys::CPLErr::CE_Debug | sys::CPLErr::CE_None => {
+            tracing::trace!(target: "gdal", code, "{message}")
+        }
+        // Failures reach the item's error through `last_error`.
+        _ => tracing::debug!(target: "gdal", code, "{message}"),
+    }
+}
+
+/// The error of a write that failed with `what`. When the device holding
+/// `dir` is full (`said_full`: an I/O error or GDAL said so; or less is
+/// free than the output's `needed` bytes), the error says so and stops the
+/// run, since every later write would fail the same way.
+pub(super) fn failed(
+    id: &str,
+    dir: &Path,
+    needed: u64,
+    what: String,
+    said_full: bool,
+) -> StageError {
+    let free = free_bytes(dir);
+    let full = said_full || free.is_some_and(|f| f < needed);
+    if !full {
+        return StageError::permanent(format!("{id}: {what}"));
+    }
+    let size = |b: u64| format!("{:.1} MiB", b as f64 / f64::from(1 << 20));
+    let room = match free {
+        Some(f) if said_full => format!("{} free after the write failed", size(f)),
+        Some(f) => format!(
+            "{} free, less than the output's {} of pixels",
+            size(f),
+            size(needed)
+        ),
+        None => "the free space cannot be read".to_owned(),
+    };
+    StageError::permanent(format!(
+        "{id}: no space left on device ({}): {room}; {what}",
+        dir.display()
+    ))
+    .stopping_the_run()
+}
+
+/// Bytes this process may still write on the device holding `dir`: the
+/// blocks free to everyone, or for root all free blocks (root may use the
+/// reserved ones).
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let st = rustix::fs::statvfs(dir).ok()?;
+    let blocks = if rustix::process::geteuid().is_root() {
+        st.f_bfree
+    } else {
+        st.f_bavail
+    };
+    Some(blocks.saturating_mul(st.f_frsize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_hears_what_gdal_says_on_its_thread() {
+        crate::gdal::init();
+        let said = |text: &str| {
+            let watch = SpaceWatch::start();
+            let c = std::ffi::CString::new(text).unwrap();
+            // SAFETY: a constant format and one string argument.
+            unsafe { sys::CPLError(sys::CPLErr::CE_Failure, 1, c"%s".as_ptr(), c.as_ptr()) };
+            watch.said_full()
+        };
+        assert!(said("_tiffWriteProc:No space left on device"));
+        assert!(!said("TIFFAppendToStrip:Write error at scanline 0"));
+        crate::gdal::reset_error();
+    }
+}
