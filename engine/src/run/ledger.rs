@@ -1,0 +1,229 @@
+//! What a run keeps count of: every item's end (the [`Ledger`]), each
+//! stage's and each host's figures, and the state the workers and the
+//! source share ([`Shared`]): ending, failing and sending back items.
+
+use super::*;
+
+/// Per-stage counters.
+#[derive(Debug, Default)]
+pub(crate) struct StageStats {
+    pub processed: AtomicU64,
+    pub busy_ns: AtomicU64,
+    /// CPU time of the stage's code on its own threads (blocking stages).
+    pub cpu_ns: AtomicU64,
+    /// Time workers waited for an item (the mailbox was empty).
+    pub starved_ns: AtomicU64,
+    /// Time workers waited to hand an item on (the next mailbox was full).
+    pub blocked_ns: AtomicU64,
+    /// Items in the stage's workers right now.
+    pub working: AtomicU64,
+}
+
+pub(super) fn add_ns(counter: &AtomicU64, since: Instant) {
+    let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    counter.fetch_add(ns, Ordering::Relaxed);
+}
+
+/// Requests to one host.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct HostStats {
+    pub requests: u64,
+    pub throttled: u64,
+    pub retries: u64,
+    pub first: Option<Instant>,
+    pub last: Option<Instant>,
+}
+
+/// Every item's end, counted once.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    pub total: AtomicU64,
+    pub done: AtomicU64,
+    pub skipped: AtomicU64,
+    pub failed: AtomicU64,
+    pub failures: Mutex<Vec<Failure>>,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    /// Items sent back to the start of the flow by a byte budget.
+    pub requeued: AtomicU64,
+}
+
+impl Ledger {
+    /// Items admitted that have not ended yet.
+    pub(super) fn in_flight(&self) -> u64 {
+        let ended = self.done.load(Ordering::Acquire)
+            + self.skipped.load(Ordering::Acquire)
+            + self.failed.load(Ordering::Acquire);
+        self.total.load(Ordering::Acquire).saturating_sub(ended)
+    }
+}
+
+pub(super) struct Shared {
+    pub(super) ledger: Ledger,
+    /// Failure records, one JSON line each.
+    pub(super) failures_file: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
+    pub(super) stats: Vec<StageStats>,
+    pub(super) control: RunControl,
+    pub(super) on_error: OnError,
+    pub(super) aborted_on_error: AtomicBool,
+    /// Set once the abort token is cancelled: a cheap check for hot paths.
+    pub(super) aborted: Arc<AtomicBool>,
+    pub(super) events: Emitter,
+    pub(super) hosts: Mutex<HashMap<String, HostStats>>,
+    /// Items a byte budget sent back to the start of the flow, for the
+    /// source loop to admit again before any new input.
+    pub(super) requeued: Mutex<VecDeque<Item>>,
+    /// Told whenever an item ends or is sent back.
+    pub(super) moved: tokio::sync::Notify,
+}
+
+impl Shared {
+    pub(super) fn bytes(&self, item: &Item) {
+        if item.bytes_in > 0 {
+            self.ledger
+                .bytes_in
+                .fetch_add(item.bytes_in, Ordering::Relaxed);
+        }
+        if item.bytes_out > 0 {
+            self.ledger
+                .bytes_out
+                .fetch_add(item.bytes_out, Ordering::Relaxed);
+        }
+    }
+
+    pub(super) fn done(&self, item: &Item) {
+        self.bytes(item);
+        self.ledger.done.fetch_add(1, Ordering::AcqRel);
+        self.moved.notify_waiters();
+        metrics::counter!("warpline_items_total", "outcome" => "done").increment(1);
+        self.events.emit(|| EventKind::Done {
+            item: item.id.clone(),
+        });
+    }
+
+    pub(super) fn skipped(&self, item: &Item, stage: &str, reason: &str) {
+        tracing::debug!(item = %item.id, stage, reason, "skipped");
+        self.bytes(item);
+        self.ledger.skipped.fetch_add(1, Ordering::AcqRel);
+        self.moved.notify_waiters();
+        metrics::counter!("warpline_items_total", "outcome" => "skipped").increment(1);
+        self.events.emit(|| EventKind::Skipped {
+            item: item.id.clone(),
+            stage: stage.to_owned(),
+            reason: reason.to_owned(),
+        });
+    }
+
+    pub(super) fn failed(
+        &self,
+        id: &str,
+        source: &str,
+        stage: &str,
+        attempts: u32,
+        error: StageError,
+    ) {
+        let source = redact(source);
+        // The message may quote the source, or a URL it led to.
+        let mut error = error;
+        error.message = redact_text(&error.message);
+        let stops_run = error.stops_run.then(|| error.message.clone());
+        metrics::counter!("warpline_items_total", "outcome" => "failed").increment(1);
+        self.events.emit(|| EventKind::Failed {
+            item: id.to_owned(),
+            stage: stage.to_owned(),
+            kind: error.kind,
+            message: error.message.clone(),
+        });
+        if error.kind == ErrorKind::Interrupted {
+            tracing::debug!(item = %id, stage, "interrupted: {}", error.message);
+        } else {
+            tracing::warn!(item = %id, source, stage, kind = %error.kind, "failed: {}", error.message);
+        }
+        self.ledger.failed.fetch_add(1, Ordering::AcqRel);
+        self.moved.notify_waiters();
+        {
+            let mut failures = self
+                .ledger
+                .failures
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let record = Failure {
+                id: id.to_owned(),
+                source,
+                stage: stage.to_owned(),
+                kind: error.kind,
+                message: error.message,
+                attempts,
+                status: error.status,
+            };
+            if let Some(file) = &self.failures_file {
+                let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let written = serde_json::to_writer(&mut *file, &record)
+                    .map_err(std::io::Error::from)
+                    .and_then(|_| file.write_all(b"\n"))
+                    .and_then(|_| file.flush());
+                if let Err(e) = written {
+                    tracing::error!("cannot write a failure record: {e}");
+                }
+            }
+            if failures.len() < REPORTED_FAILURES {
+                failures.push(record);
+            }
+        }
+        if (self.on_error == OnError::Abort || stops_run.is_some())
+            && error.kind != ErrorKind::Interrupted
+            && !self.control.is_aborted()
+        {
+            self.aborted_on_error.store(true, Ordering::Release);
+            match stops_run {
+                Some(why) => tracing::error!(item = %id, stage, "aborting the run: {why}"),
+                None => {
+                    tracing::error!(item = %id, stage, "aborting the run: on_error = \"abort\"")
+                }
+            }
+            self.control.abort();
+        }
+    }
+
+    /// Sends `item` back to the start of the flow, holding nothing: the
+    /// byte budget `limiter` needed its bytes for an item deeper in the flow
+    /// (see [`limit`](crate::limit)'s budget: this is what keeps it from
+    /// deadlocking).
+    pub(super) fn requeue(&self, mut item: Item, stage: &str, limiter: &Limiter) {
+        tracing::info!(
+            item = %item.id, stage,
+            "gave back its `{}` and goes to the start of the flow again: an item deeper in the flow needed the room",
+            limiter.name()
+        );
+        item.reset();
+        self.ledger.requeued.fetch_add(1, Ordering::Relaxed);
+        self.events.emit(|| EventKind::Requeued {
+            item: item.id.clone(),
+            stage: stage.to_owned(),
+            limiter: limiter.name().to_owned(),
+        });
+        self.requeued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(item);
+        self.moved.notify_waiters();
+    }
+
+    pub(super) fn take_requeued(&self) -> Option<Item> {
+        self.requeued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+    }
+
+    pub(super) fn interrupted(&self, item: Item, stage: &str, when: &str) {
+        let attempts = item.attempts;
+        self.failed(
+            &item.id,
+            &item.source,
+            stage,
+            attempts,
+            StageError::new(ErrorKind::Interrupted, format!("run aborted {when}")),
+        );
+    }
+}

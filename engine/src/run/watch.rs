@@ -1,0 +1,145 @@
+//! Watching a run: the stall watchdog and the sampler behind the timeline
+//! and the metrics.
+
+use super::*;
+
+/// Starts the stall watchdog: movement is any item admitted, ended or sent
+/// back, or any call a stage finished.
+pub(super) fn watch_stalls(
+    pipeline: &Pipeline,
+    receivers: &[Receiver<Item>],
+    shared: &Arc<Shared>,
+) -> crate::stall::Watchdog {
+    let moved = {
+        let shared = Arc::clone(shared);
+        move || {
+            let l = &shared.ledger;
+            let calls: u64 = shared
+                .stats
+                .iter()
+                .map(|s| s.processed.load(Ordering::Relaxed))
+                .sum();
+            [&l.total, &l.done, &l.skipped, &l.failed, &l.requeued]
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .sum::<u64>()
+                + calls
+        }
+    };
+    let describe = {
+        let shared = Arc::clone(shared);
+        let names: Vec<String> = pipeline.stages.iter().map(|s| s.name.clone()).collect();
+        let receivers = receivers.to_vec();
+        let limiters: Vec<Limiter> = pipeline.limits.iter().cloned().collect();
+        move || {
+            let mut parts: Vec<String> = names
+                .iter()
+                .zip(&receivers)
+                .zip(&shared.stats)
+                .map(|((name, rx), s)| {
+                    let working = s.working.load(Ordering::Relaxed);
+                    format!("`{name}` {working} working, {} queued", rx.len())
+                })
+                .collect();
+            for l in limiters.iter().filter(|l| l.kind() != LimiterKind::Rate) {
+                let shown = |n: u64| match l.kind() {
+                    LimiterKind::Bytes => bytesize::ByteSize(n).display().iec().to_string(),
+                    _ => n.to_string(),
+                };
+                parts.push(format!(
+                    "`{}` {} of {} in use, {} waiting",
+                    l.name(),
+                    shown(l.in_use()),
+                    shown(l.capacity()),
+                    l.waiters()
+                ));
+            }
+            parts.join("; ")
+        }
+    };
+    crate::stall::Watchdog::start(pipeline.stall_warning, moved, describe)
+}
+
+/// Samples the pipeline every so often (see [`RunOptions::sample`]).
+pub(super) struct Sampler {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Timeline>,
+}
+
+impl Sampler {
+    pub(super) fn start(
+        pipeline: &Pipeline,
+        receivers: &[Receiver<Item>],
+        shared: &Arc<Shared>,
+        every: Duration,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let names: Vec<String> = pipeline.stages.iter().map(|s| s.name.clone()).collect();
+        let limiters: Vec<crate::limit::Limiter> = pipeline.limits.iter().cloned().collect();
+        let receivers = receivers.to_vec();
+        let shared = Arc::clone(shared);
+        let started = tokio::time::Instant::now();
+        let task = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut timeline = Timeline {
+                    interval_s: every.as_secs_f64(),
+                    stages: names.clone(),
+                    limiters: limiters
+                        .iter()
+                        .filter(|l| l.kind() != LimiterKind::Rate)
+                        .map(|l| (l.name().to_owned(), l.capacity()))
+                        .collect(),
+                    samples: Vec::new(),
+                };
+                let mut interval = every;
+                loop {
+                    let working: Vec<u64> = shared
+                        .stats
+                        .iter()
+                        .map(|s| s.working.load(Ordering::Relaxed))
+                        .collect();
+                    let queued: Vec<u64> = receivers.iter().map(|r| r.len() as u64).collect();
+                    for (i, name) in names.iter().enumerate() {
+                        metrics::gauge!("warpline_stage_queue_depth", "stage" => name.clone())
+                            .set(queued[i] as f64);
+                        metrics::gauge!("warpline_stage_working", "stage" => name.clone())
+                            .set(working[i] as f64);
+                    }
+                    for l in &limiters {
+                        let name = l.name().to_owned();
+                        metrics::gauge!("warpline_limiter_in_use", "limiter" => name.clone())
+                            .set(l.in_use() as f64);
+                        metrics::gauge!("warpline_limiter_waiters", "limiter" => name)
+                            .set(l.waiters() as f64);
+                    }
+                    let in_use = limiters
+                        .iter()
+                        .filter(|l| l.kind() != LimiterKind::Rate)
+                        .map(|l| l.in_use())
+                        .collect();
+                    timeline.push(
+                        Sample {
+                            t_s: started.elapsed().as_secs_f64(),
+                            working,
+                            queued,
+                            in_use,
+                        },
+                        &mut interval,
+                    );
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tokio::time::sleep(interval) => {}
+                    }
+                }
+                timeline
+            })
+        };
+        Sampler { stop, task }
+    }
+
+    pub(super) async fn finish(self) -> Timeline {
+        self.stop.cancel();
+        self.task.await.unwrap_or_default()
+    }
+}
