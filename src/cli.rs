@@ -1,7 +1,7 @@
 //! Command-line interface: `warpline run`, `demo`, `validate` and `plan`.
 //! Every flag and exit code is documented in docs/pipeline.md.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -9,10 +9,31 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use warpline::engine::report::RunOutcome;
-use warpline::engine::{EventSink, Tier};
-use warpline::progress::{EventsFile, Fanout, Progress};
-use warpline::{Loader, Pipeline, Problem, RunControl, RunOptions, RunReport};
+use warpline::{Loader, Pipeline, RunOptions};
+
+/// `println!` that never panics nor fails the run: stdout may be a pipe
+/// its reader closed (`warpline ... | head -1`).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// `eprintln!` that never panics: stderr may be a closed pipe too.
+macro_rules! say_err {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
+mod check;
+mod coordinated;
+mod execute;
+use check::{plan, validate};
+use coordinated::{enqueue, status, RedisArgs};
+use execute::execute;
 
 /// Every input ended done or skipped.
 const EXIT_OK: u8 = 0;
@@ -25,6 +46,9 @@ const EXIT_INVALID: u8 = 2;
 const EXIT_ITEMS_FAILED: u8 = 3;
 /// The run was aborted because an item failed and `on_error = "abort"`.
 const EXIT_ABORTED_ON_ERROR: u8 = 4;
+/// A coordinated worker gave up on Redis: it was out of reach for
+/// `--redis-timeout`.
+const EXIT_COORDINATOR_LOST: u8 = 5;
 /// The run was interrupted by Ctrl-C / SIGINT or SIGTERM.
 const EXIT_INTERRUPTED: u8 = 130;
 
@@ -39,7 +63,8 @@ Examples:
   WARPLINE__STAGES__WORK__WORKERS=8 warpline run pipelines/synthetic.toml
 
 Exit codes: 0 all items done or skipped; 1 could not run; 2 invalid pipeline or
-usage; 3 some items failed; 4 aborted on error (on_error = \"abort\");
+usage; 3 some items failed; 4 aborted on error (on_error = \"abort\"); 5 a
+coordinated worker gave up on Redis (out of reach for --redis-timeout);
 130 interrupted (Ctrl-C or SIGTERM).
 
 Logs go to stderr; filter them with WARPLINE_LOG (like RUST_LOG), e.g.
@@ -117,56 +142,6 @@ struct RunArgs {
     shard: Option<warpline::engine::shard::Shard>,
 }
 
-/// Where a run's shared work queue lives.
-#[derive(Debug, Args)]
-struct RedisArgs {
-    /// Read inputs from the run's work queue in Redis (filled by `warpline
-    /// enqueue`) instead of the pipeline's source; keep `scope = "global"`
-    /// rates there.
-    #[arg(long, value_name = "redis://HOST:PORT")]
-    coordinator: Option<String>,
-    /// The run's name in Redis (default: the pipeline's name).
-    #[arg(long, value_name = "NAME")]
-    run: Option<String>,
-    /// This worker's name (default: HOST-PID).
-    #[arg(long, value_name = "NAME")]
-    consumer: Option<String>,
-    /// Deliveries of an item before it goes to the dead-letter stream (an
-    /// item failed by a permanent error goes there at once).
-    #[arg(long, value_name = "N", default_value_t = 3)]
-    max_deliveries: u32,
-    /// Claim an item from another worker when it has been pending this long.
-    #[arg(long, value_name = "DURATION", default_value = "60s")]
-    reclaim_after: String,
-}
-
-impl RedisArgs {
-    async fn connect(
-        &self,
-        pipeline_name: &str,
-    ) -> anyhow::Result<Option<warpline::coordinator::Coordinator>> {
-        let Some(url) = &self.coordinator else {
-            return Ok(None);
-        };
-        let reclaim_after = warpline::engine::units::parse_duration(&self.reclaim_after)
-            .map_err(|e| anyhow::anyhow!("--reclaim-after: {e}"))?;
-        let consumer = self.consumer.clone().unwrap_or_else(|| {
-            let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
-            format!("{}-{}", host.trim(), std::process::id())
-        });
-        let settings = warpline::coordinator::Settings {
-            run: self.run.clone().unwrap_or_else(|| pipeline_name.to_owned()),
-            consumer,
-            max_deliveries: self.max_deliveries.max(1),
-            reclaim_after,
-        };
-        let c = warpline::coordinator::Coordinator::connect(url, settings)
-            .await
-            .map_err(|e| anyhow::anyhow!(e))?;
-        Ok(Some(c))
-    }
-}
-
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a pipeline and print its report.
@@ -227,6 +202,31 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
+    /// List a Redis-coordinated run's dead letters: each item's id, input,
+    /// deliveries and last error.
+    Dead {
+        #[command(flatten)]
+        redis: RedisArgs,
+        /// Text for people, JSON for tools.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Move dead letters of a Redis-coordinated run back to its work queue
+    /// (their deliveries counted from 0 again); then start workers.
+    Requeue {
+        #[command(flatten)]
+        redis: RedisArgs,
+        /// The items to move (their ids, as `dead` lists them).
+        #[arg(
+            value_name = "ID",
+            required_unless_present = "all",
+            conflicts_with = "all"
+        )]
+        ids: Vec<String>,
+        /// Move every dead letter.
+        #[arg(long)]
+        all: bool,
+    },
     /// Show the pipeline as it will run: stages, the admission bound,
     /// limiters with resolved numbers, GDAL's cache, estimated peak memory.
     Plan {
@@ -285,7 +285,7 @@ pub(crate) fn main() -> ExitCode {
                     retry_failed.is_some().then_some("--retry-failed"),
                 ];
                 if let Some(flag) = with.into_iter().flatten().next() {
-                    eprintln!(
+                    say_err!(
                         "error: {flag} cannot be used with --coordinator: the workers of a \
                          coordinated run share one queue (see docs/scale-out.md)"
                     );
@@ -296,7 +296,7 @@ pub(crate) fn main() -> ExitCode {
                 None => None,
                 Some(Ok(ids)) => Some(ids),
                 Some(Err(e)) => {
-                    eprintln!("error: --retry-failed: {e}");
+                    say_err!("error: --retry-failed: {e}");
                     return ExitCode::from(EXIT_INVALID);
                 }
             };
@@ -309,23 +309,82 @@ pub(crate) fn main() -> ExitCode {
             redis,
         } => or_error(enqueue(&pipeline, &sets, &redis)),
         Command::Status { redis, format } => or_error(status(&redis, format)),
+        Command::Dead { redis, format } => or_error(coordinated::dead(&redis, format)),
+        Command::Requeue { redis, ids, all } => {
+            let ids = (!all).then_some(ids);
+            or_error(coordinated::requeue(&redis, ids.as_deref()))
+        }
     };
     ExitCode::from(code)
 }
 
 fn or_error(result: anyhow::Result<u8>) -> u8 {
     result.unwrap_or_else(|e| {
-        eprintln!("error: {e:#}");
+        say_err!("error: {e:#}");
         EXIT_ERROR
     })
 }
 
+/// Crates whose debug logs quote URLs with their user names and passwords
+/// (hyper's connection pool keys, reqwest's redirect targets): kept at
+/// `info` when `WARPLINE_LOG` asks for `debug` or `trace` everywhere, unless
+/// it names them.
+const QUIET_CRATES: &[&str] = &["hyper", "hyper_util", "reqwest", "rustls", "h2"];
+
+/// `WARPLINE_LOG`'s directives, with `CRATE=info` added for each of
+/// [`QUIET_CRATES`] that no directive names when one asks for more than
+/// `info` for every target.
+fn log_directives(given: &str) -> String {
+    use tracing_subscriber::filter::LevelFilter;
+    let mut verbose = false;
+    let mut targets = Vec::new();
+    for d in given.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        // `LEVEL`, `TARGET`, `TARGET=LEVEL`, `TARGET[SPAN{FIELD=V}]=LEVEL`.
+        let (target, level) = match d.rsplit_once('=') {
+            Some((lhs, level)) if level.parse::<LevelFilter>().is_ok() => (lhs, level),
+            _ if d.parse::<LevelFilter>().is_ok() => ("", d),
+            _ => (d, "trace"),
+        };
+        let target = target.split(['[', '=']).next().unwrap_or_default();
+        if target.is_empty() {
+            verbose |= level
+                .parse::<LevelFilter>()
+                .is_ok_and(|l| l > LevelFilter::INFO);
+        } else {
+            targets.push(target);
+        }
+    }
+    let mut directives = given.to_owned();
+    if verbose {
+        for quiet in QUIET_CRATES {
+            // A directive applies to the targets it is a prefix of; one for
+            // a part of the crate (`reqwest::connect`) is more specific than
+            // `reqwest=info` and still wins there.
+            let named = targets.iter().any(|t| quiet.starts_with(t));
+            if !named {
+                directives.push_str(&format!(",{quiet}=info"));
+            }
+        }
+    }
+    directives
+}
+
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WARPLINE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,warpline::progress=info"));
+    let filter = std::env::var("WARPLINE_LOG")
+        .ok()
+        .and_then(|given| tracing_subscriber::EnvFilter::try_new(log_directives(&given)).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn,warpline::progress=info"));
+    // A log line that cannot be written (stderr is a closed pipe) is
+    // dropped: the default reports it on stderr, which panics there.
+    // Colour only on a terminal (a log file or a pipe gets plain text),
+    // and never with `NO_COLOR` set (https://no-color.org).
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
+        .log_internal_errors(false)
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_ansi(colour)
+        .with_writer(warpline::progress::LogWriter);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -351,11 +410,6 @@ fn loader(path: &Path, sets: &[String]) -> Result<Loader, String> {
     Ok(loader)
 }
 
-/// Loads a pipeline, printing every problem; `Err(code)` to exit with.
-fn load(path: &Path, sets: &[String]) -> Result<Pipeline, u8> {
-    load_with(path, sets, None)
-}
-
 /// A stand-in for global rates while the coordinator is not connected yet
 /// (the pipeline's name, which names the run, comes from compiling it).
 struct NotConnected;
@@ -376,6 +430,8 @@ fn not_connected() -> warpline::engine::limit::RateBackendFactory {
     })
 }
 
+/// Loads a pipeline, printing every problem; `Err(code)` to exit with.
+/// `global` makes the backends of `scope = "global"` rates.
 fn load_with(
     path: &Path,
     sets: &[String],
@@ -387,104 +443,15 @@ fn load_with(
     });
     match loaded.map(|l| l.load(&warpline::registry())) {
         Err(usage) => {
-            eprintln!("error: {usage}");
+            say_err!("error: {usage}");
             Err(EXIT_INVALID)
         }
         Ok(Err(errors)) => {
-            eprintln!("{errors}");
+            say_err!("{errors}");
             Err(EXIT_INVALID)
         }
         Ok(Ok(p)) => Ok(p),
     }
-}
-
-fn tier_name(t: Tier) -> &'static str {
-    match t {
-        Tier::Schema => "schema",
-        Tier::Graph => "graph",
-        Tier::Environment => "environment",
-    }
-}
-
-fn validate(paths: &[PathBuf], sets: &[String], format: Format) -> u8 {
-    let registry = warpline::registry();
-    let mut files = Vec::new();
-    for path in paths {
-        let loaded = match loader(path, sets) {
-            Err(usage) => {
-                eprintln!("error: {usage}");
-                return EXIT_INVALID;
-            }
-            Ok(l) => l.load(&registry),
-        };
-        let (problems, bound): (Vec<Problem>, Option<u64>) = match loaded {
-            Ok(p) => (p.check_environment(), Some(p.admission_bound())),
-            Err(e) => (e.problems, None),
-        };
-        files.push((path.clone(), problems, bound));
-    }
-    let all_valid = files.iter().all(|(_, p, _)| p.is_empty());
-    match format {
-        Format::Json => {
-            let json = serde_json::json!({
-                "valid": all_valid,
-                "files": files.iter().map(|(path, problems, bound)| serde_json::json!({
-                    "path": path.display().to_string(),
-                    "valid": problems.is_empty(),
-                    "admission_bound": bound,
-                    "problems": problems,
-                })).collect::<Vec<_>>(),
-            });
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&json).unwrap_or_default()
-            );
-        }
-        Format::Text => {
-            for (path, problems, bound) in &files {
-                if problems.is_empty() {
-                    println!(
-                        "{}: valid (admission bound {} items)",
-                        path.display(),
-                        bound.unwrap_or_default()
-                    );
-                    continue;
-                }
-                let n = problems.len();
-                println!(
-                    "{}: {n} problem{}",
-                    path.display(),
-                    if n == 1 { "" } else { "s" }
-                );
-                let mut sorted: Vec<&Problem> = problems.iter().collect();
-                sorted.sort_by_key(|p| p.tier);
-                for p in sorted {
-                    println!("  - [{}] {}: {}", tier_name(p.tier), p.path, p.message);
-                }
-            }
-        }
-    }
-    if all_valid {
-        EXIT_OK
-    } else {
-        EXIT_INVALID
-    }
-}
-
-fn plan(path: &Path, sets: &[String], format: Format) -> u8 {
-    let pipeline = match load(path, sets) {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let plan = warpline::plan::Plan::of(&pipeline);
-    match format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&plan).unwrap_or_default()
-        ),
-        Format::Text => print!("{plan}"),
-    }
-    EXIT_OK
 }
 
 fn run(
@@ -503,6 +470,9 @@ fn run(
         let Some(c) = redis.connect(pipeline.name()).await? else {
             return execute(&pipeline, args, only_ids, None).await;
         };
+        if let Some(code) = coordinated::nothing_enqueued(&c).await? {
+            return Ok(code);
+        }
         // Again, with the coordinator's global rates, reading its queue.
         let pipeline = match load_with(path, &args.sets, Some(c.rate_backends())) {
             Ok(p) => p,
@@ -512,61 +482,18 @@ fn run(
         let pipeline = pipeline.with_source("redis", queue);
         let code = execute(&pipeline, args, only_ids, Some(acker.clone())).await;
         acker.finish().await;
-        code
-    })
-}
-
-fn enqueue(path: &Path, sets: &[String], redis: &RedisArgs) -> anyhow::Result<u8> {
-    let pipeline = match load_with(path, sets, Some(not_connected())) {
-        Ok(p) => p,
-        Err(code) => return Ok(code),
-    };
-    if redis.coordinator.is_none() {
-        eprintln!("error: enqueue needs --coordinator redis://HOST:PORT");
-        return Ok(EXIT_INVALID);
-    }
-    runtime()?.block_on(async {
-        let c = redis
-            .connect(pipeline.name())
-            .await?
-            .expect("checked above");
-        let source = pipeline.source().open().map_err(|e| anyhow::anyhow!(e))?;
-        let (added, already) = c.enqueue(source).await.map_err(|e| anyhow::anyhow!(e))?;
-        println!("enqueued {added} inputs ({already} were there already)");
-        Ok(EXIT_OK)
-    })
-}
-
-fn status(redis: &RedisArgs, format: Format) -> anyhow::Result<u8> {
-    let Some(run) = &redis.run else {
-        eprintln!("error: status needs --run NAME (the pipeline's name by default when running)");
-        return Ok(EXIT_INVALID);
-    };
-    runtime()?.block_on(async {
-        let Some(c) = redis.connect(run).await? else {
-            eprintln!("error: status needs --coordinator redis://HOST:PORT");
-            return Ok(EXIT_INVALID);
-        };
-        let s = c.status().await.map_err(|e| anyhow::anyhow!(e))?;
-        match format {
-            Format::Json => println!("{}", serde_json::to_string_pretty(&s)?),
-            Format::Text => println!(
-                "run `{}`: {} enqueued, {} done, {} dead, {} pending{}",
-                s.run,
-                s.enqueued,
-                s.done,
-                s.dead,
-                s.pending,
-                if s.complete {
-                    ": complete"
-                } else if s.enqueued == 0 {
-                    " (nothing was enqueued under this name: check --run, or run `warpline enqueue` first)"
-                } else {
-                    ""
-                }
-            ),
+        match c.lost() {
+            Some(why) => {
+                say_err!(
+                    "error: gave up on the coordinator: {why}. Items this worker did not \
+                     acknowledge stay pending in Redis and are claimed by other workers \
+                     after --reclaim-after; what it finished is on disk and is skipped \
+                     when its item comes again."
+                );
+                Ok(EXIT_COORDINATOR_LOST)
+            }
+            None => code,
         }
-        Ok(EXIT_OK)
     })
 }
 
@@ -581,7 +508,7 @@ fn demo(dir: &Path, args: &RunArgs) -> anyhow::Result<u8> {
     let sets = match parse_sets(&args.sets) {
         Ok(s) => s,
         Err(usage) => {
-            eprintln!("error: {usage}");
+            say_err!("error: {usage}");
             return Ok(EXIT_INVALID);
         }
     };
@@ -590,176 +517,21 @@ fn demo(dir: &Path, args: &RunArgs) -> anyhow::Result<u8> {
         let demo = match warpline::demo::prepare(dir, &sets).await {
             Ok(d) => d,
             Err(warpline::demo::DemoError::Config(errors)) => {
-                eprintln!("{errors}");
+                say_err!("{errors}");
                 return Ok(EXIT_INVALID);
             }
             Err(e) => return Err(anyhow::anyhow!("cannot prepare the demo: {e}")),
         };
-        eprintln!(
+        say_err!(
             "warpline demo: {} sample tiles served at http://{}/tiles/, listed in {}",
             4 * warpline::demo::TILES_PER_CRS,
             demo.server.addr(),
             dir.join("tiles.txt").display()
         );
         let code = execute(&demo.pipeline, args, None, None).await?;
-        println!("outputs: {}", dir.join("output").display());
+        say!("outputs: {}", dir.join("output").display());
         Ok(code)
     })
-}
-
-/// Runs a pipeline until it ends, turning the first interrupt into a stop
-/// and the second into an abort; prints and writes the reports.
-async fn execute(
-    pipeline: &Pipeline,
-    args: &RunArgs,
-    only_ids: Option<std::collections::HashSet<String>>,
-    acker: Option<Arc<warpline::coordinator::Acker>>,
-) -> anyhow::Result<u8> {
-    let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
-    if let Some(a) = acker {
-        sinks.push(a);
-    }
-    let terminal = std::io::stderr().is_terminal();
-    let progress = (args.progress != ProgressMode::Off)
-        .then(|| Progress::new(terminal && args.progress == ProgressMode::Auto));
-    if let Some(p) = &progress {
-        sinks.push(p.clone());
-    }
-    let events = match &args.events {
-        None => None,
-        Some(path) => {
-            let f = EventsFile::create(path)
-                .with_context(|| format!("cannot create the events file {}", path.display()))?;
-            sinks.push(f.clone());
-            Some(f)
-        }
-    };
-    // The report files are made before the run: a path that cannot be
-    // written is said at once, not after hours of work.
-    let create = |path: &Option<PathBuf>, what: &str| {
-        path.as_ref()
-            .map(|p| {
-                std::fs::File::create(p)
-                    .map(|f| (p.clone(), f))
-                    .with_context(|| format!("cannot create the {what} {}", p.display()))
-            })
-            .transpose()
-    };
-    let report_file = create(&args.report, "report")?;
-    let html_file = create(&args.report_html, "HTML report")?;
-    if let Some(addr) = args.metrics {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-            .with_context(|| format!("cannot serve metrics on {addr}"))?;
-    }
-    let sample = match (&args.report_html, args.metrics) {
-        (Some(_), _) => Some(Duration::from_millis(100)),
-        (None, Some(_)) => Some(Duration::from_secs(1)),
-        (None, None) => None,
-    };
-    let options = RunOptions {
-        failures: args.failures.clone(),
-        only_ids,
-        events: (!sinks.is_empty()).then(|| Arc::new(Fanout(sinks)) as Arc<dyn EventSink>),
-        sample,
-        shard: args.shard,
-    };
-
-    let control = RunControl::new();
-    let mut signalled = false;
-    // Listen before the run starts, so no interrupt is missed.
-    let mut signals = Signals::new()?;
-    let run = pipeline.run_with_options(&control, &options);
-    tokio::pin!(run);
-    let mut summary = tokio::time::interval(Duration::from_secs(10));
-    summary.tick().await;
-    let report = loop {
-        tokio::select! {
-            report = &mut run => break report?,
-            () = signals.next() => {
-                if control.is_stopped() {
-                    eprintln!("warpline: second interrupt: aborting now");
-                    control.abort();
-                } else {
-                    signalled = true;
-                    eprintln!(
-                        "warpline: stopping: no new inputs; items in flight have {:?} to finish \
-                         (interrupt again to abort now)",
-                        pipeline.shutdown_deadline()
-                    );
-                    control.stop();
-                }
-            }
-            _ = summary.tick(), if progress.is_some() && (!terminal || args.progress == ProgressMode::Log) => {
-                if let Some(p) = &progress {
-                    tracing::info!(target: "warpline::progress", "{}", p.summary());
-                }
-            }
-        }
-    };
-    if let Some(p) = &progress {
-        p.finish();
-    }
-    if let Some(e) = events {
-        e.flush().context("cannot write the events file")?;
-    }
-    print!("{report}");
-    if let Some((path, mut file)) = report_file {
-        let json = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
-        file.write_all((json + "\n").as_bytes())
-            .with_context(|| format!("cannot write the report to {}", path.display()))?;
-    }
-    if let Some((path, mut file)) = html_file {
-        file.write_all(warpline::html::render(&report).as_bytes())
-            .with_context(|| format!("cannot write the HTML report to {}", path.display()))?;
-    }
-    Ok(exit_code(&report, signalled))
-}
-
-fn exit_code(report: &RunReport, signalled: bool) -> u8 {
-    match report.outcome {
-        RunOutcome::AbortedOnError => EXIT_ABORTED_ON_ERROR,
-        RunOutcome::Stopped | RunOutcome::Aborted if signalled => EXIT_INTERRUPTED,
-        _ if report.items.failed > 0 => EXIT_ITEMS_FAILED,
-        _ => EXIT_OK,
-    }
-}
-
-/// Ctrl-C / SIGINT and SIGTERM, listened for from creation on.
-struct Signals {
-    #[cfg(unix)]
-    int: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    term: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> anyhow::Result<Self> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            Ok(Signals {
-                int: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
-                term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
-            })
-        }
-        #[cfg(not(unix))]
-        Ok(Signals {})
-    }
-
-    /// Resolves at the next interrupt.
-    async fn next(&mut self) {
-        #[cfg(unix)]
-        tokio::select! {
-            _ = self.int.recv() => {}
-            _ = self.term.recv() => {}
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 #[cfg(test)]
@@ -772,5 +544,34 @@ mod tests {
         // exist in every subcommand, no two flags alike), which it would
         // otherwise run only when a user gives that subcommand.
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn http_clients_stay_at_info_unless_named() {
+        use super::log_directives;
+        let quiet = ",hyper=info,hyper_util=info,reqwest=info,rustls=info,h2=info";
+        assert_eq!(log_directives("debug"), format!("debug{quiet}"));
+        assert_eq!(
+            log_directives("info,[item]=trace"),
+            format!("info,[item]=trace{quiet}")
+        );
+        // Named (`hyper` is a prefix of `hyper_util`, as the filter reads
+        // it): left as asked.
+        assert_eq!(
+            log_directives("debug,hyper=trace,reqwest::connect=debug"),
+            "debug,hyper=trace,reqwest::connect=debug,reqwest=info,rustls=info,h2=info"
+        );
+        // Nothing asks for more than `info` everywhere: nothing to add.
+        for given in [
+            "warn,warpline::progress=info",
+            "warpline_engine=debug",
+            "info",
+            "off",
+        ] {
+            assert_eq!(log_directives(given), given);
+        }
+        for given in ["debug", "trace,hyper_util=debug", "warn,gdal=debug"] {
+            assert!(tracing_subscriber::EnvFilter::try_new(log_directives(given)).is_ok());
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! What the binary shows while a run goes on: a progress bar on a terminal
 //! (done/total, rate, ETA, failures), otherwise a one-line summary in the
-//! log every so often; and `--events FILE`, one JSON line per event.
+//! log every so often; and `--events FILE`, one JSON line per event. Log
+//! lines are written through [`LogWriter`], which prints them above the bar.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,6 +9,58 @@ use std::sync::{Arc, Mutex};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use warpline_engine::{Event, EventKind, EventSink};
+
+/// The progress bar on the terminal while one is drawn: log lines are
+/// printed above it (see [`LogWriter`]).
+static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// Where text and JSON log lines go: stderr, and while a progress bar is
+/// drawn there, above it: the bar is cleared, the line written, the bar
+/// drawn again, so a line is never glued to the bar's frame.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogWriter;
+
+/// One log line being formatted; written out whole when dropped.
+#[derive(Debug, Default)]
+pub struct LogLine(Vec<u8>);
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogLine;
+
+    fn make_writer(&'a self) -> LogLine {
+        LogLine::default()
+    }
+}
+
+impl Write for LogLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let bar = BAR.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        // A line that cannot be written (stderr is a closed pipe) is dropped.
+        let write = || {
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(&self.0);
+            let _ = err.flush();
+        };
+        match bar {
+            Some(bar) => bar.suspend(write),
+            None => write(),
+        }
+    }
+}
 
 /// Counts outcomes and drives a progress bar (when there is one).
 #[derive(Debug)]
@@ -30,6 +83,7 @@ impl Progress {
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
+            *BAR.lock().unwrap_or_else(|p| p.into_inner()) = Some(bar.clone());
             bar
         });
         Arc::new(Progress {
@@ -55,9 +109,10 @@ impl Progress {
         )
     }
 
-    /// Clears the bar.
+    /// Clears the bar; log lines go straight to stderr again.
     pub fn finish(&self) {
         if let Some(bar) = &self.bar {
+            BAR.lock().unwrap_or_else(|p| p.into_inner()).take();
             bar.finish_and_clear();
         }
     }
@@ -118,10 +173,14 @@ impl EventsFile {
 
 impl EventSink for EventsFile {
     fn event(&self, event: &Event) {
+        // One write of the whole line: the buffer then holds whole lines
+        // only, and so does the file of a worker killed between two.
+        let Ok(mut line) = serde_json::to_vec(event) else {
+            return;
+        };
+        line.push(b'\n');
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        if serde_json::to_writer(&mut *out, event).is_ok() {
-            let _ = out.write_all(b"\n");
-        }
+        let _ = out.write_all(&line);
     }
 }
 

@@ -168,6 +168,127 @@ fn status_of_a_run_nothing_was_enqueued_for_says_so() {
 }
 
 #[test]
+fn a_worker_of_a_run_nothing_was_enqueued_for_says_so_and_fails() {
+    let Some(url) = redis_url() else { return };
+    let run = format!("nosuch{}-{}", std::process::id(), fastrand_id());
+    let work = tempfile::tempdir().unwrap();
+    let list = work.path().join("tiles.txt");
+    std::fs::write(&list, "").unwrap();
+    let pipeline = work.path().join("p.toml");
+    let out = work.path().join("out");
+    std::fs::write(&pipeline, worker_pipeline(&list, &out, 20)).unwrap();
+    let p = pipeline.to_str().unwrap();
+    let out = warpline(&["run", p, "--coordinator", &url, "--run", &run])
+        .args(["--progress", "off"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nothing was enqueued"), "{stderr}");
+    assert!(stderr.contains(&run), "{stderr}");
+}
+
+#[test]
+fn dead_letters_are_listed_with_their_errors_and_requeued_with_counts_kept_true() {
+    let Some(url) = redis_url() else { return };
+    let run = format!("d{}-{}", std::process::id(), fastrand_id());
+    let rt = runtime();
+    let tiles = tiles(1, 64);
+    let server = rt.block_on(TileServer::start(tiles.clone())).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let list = work.path().join("tiles.txt");
+    write_url_list(
+        &server,
+        tiles.iter().map(|(n, _)| n.as_str()).chain(["poison.tif"]),
+        &list,
+    );
+    let out = work.path().join("out");
+    let pipeline = work.path().join("p.toml");
+    std::fs::write(&pipeline, worker_pipeline(&list, &out, 1000)).unwrap();
+    let p = pipeline.to_str().unwrap();
+    let co = ["--coordinator", url.as_str(), "--run", run.as_str()];
+    let work_once = || {
+        warpline(&["run", p, "--progress", "off"])
+            .args(co)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+    };
+    assert!(warpline(&["enqueue", p])
+        .args(co)
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(work_once().code(), Some(3), "the 404 failed");
+
+    let listed = |format: &str| {
+        let out = warpline(&["dead", "--format", format])
+            .args(co)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let dead: serde_json::Value = serde_json::from_str(&listed("json")).unwrap();
+    let dead = dead.as_array().unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(dead[0]["source"].as_str().unwrap().ends_with("/poison.tif"));
+    assert!(
+        dead[0]["error"].as_str().unwrap().contains("404"),
+        "{dead:?}"
+    );
+    assert_eq!(dead[0]["deliveries"], 1);
+    let id = dead[0]["id"].as_str().unwrap().to_owned();
+    assert!(listed("text").contains(&id));
+
+    // An id that is no dead letter: said, and nothing moves.
+    let none = warpline(&["requeue", "no-such-item"])
+        .args(co)
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no-such-item"));
+    assert_eq!(status(&url, &run)["dead"], 1);
+
+    let moved = warpline(&["requeue", &id]).args(co).output().unwrap();
+    assert!(
+        moved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&moved.stderr)
+    );
+    let s = status(&url, &run);
+    assert_eq!(
+        (&s["enqueued"], &s["done"], &s["dead"], &s["complete"]),
+        (&5.into(), &4.into(), &0.into(), &false.into()),
+        "{s}"
+    );
+    // Worked again: it fails again, once, and is dead again.
+    assert_eq!(work_once().code(), Some(3));
+    let s = status(&url, &run);
+    assert_eq!(
+        (&s["done"], &s["dead"], &s["complete"]),
+        (&4.into(), &1.into(), &true.into()),
+        "{s}"
+    );
+    assert_eq!(
+        server.requests(),
+        4 + 2,
+        "the requeued item was fetched once more"
+    );
+    assert!(warpline(&["requeue", "--all"])
+        .args(co)
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(status(&url, &run)["dead"], 0);
+}
+
+#[test]
 fn three_workers_one_killed_every_item_once_within_the_global_rate() {
     let Some(url) = redis_url() else { return };
     let run = format!("t{}-{}", std::process::id(), fastrand_id());

@@ -1,0 +1,208 @@
+//! Running a pipeline from the command line: interrupts, progress, the
+//! report and its files, the exit code.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use warpline::engine::report::RunOutcome;
+use warpline::engine::EventSink;
+use warpline::progress::{EventsFile, Fanout, Progress};
+use warpline::{Pipeline, RunControl, RunOptions, RunReport};
+
+use super::{
+    ProgressMode, RunArgs, EXIT_ABORTED_ON_ERROR, EXIT_INTERRUPTED, EXIT_ITEMS_FAILED, EXIT_OK,
+};
+
+/// What a run writes besides its log: the sinks of its events, and the
+/// report files, made before the run.
+struct Outputs {
+    sinks: Vec<Arc<dyn EventSink>>,
+    progress: Option<Arc<Progress>>,
+    terminal: bool,
+    events: Option<Arc<EventsFile>>,
+    report_file: Option<(PathBuf, std::fs::File)>,
+    html_file: Option<(PathBuf, std::fs::File)>,
+}
+
+impl Outputs {
+    fn open(
+        args: &RunArgs,
+        acker: Option<Arc<warpline::coordinator::Acker>>,
+    ) -> anyhow::Result<Self> {
+        let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
+        if let Some(a) = acker {
+            sinks.push(a);
+        }
+        let terminal = std::io::stderr().is_terminal();
+        let progress = (args.progress != ProgressMode::Off)
+            .then(|| Progress::new(terminal && args.progress == ProgressMode::Auto));
+        if let Some(p) = &progress {
+            sinks.push(p.clone());
+        }
+        let events = match &args.events {
+            None => None,
+            Some(path) => {
+                let f = EventsFile::create(path)
+                    .with_context(|| format!("cannot create the events file {}", path.display()))?;
+                sinks.push(f.clone());
+                Some(f)
+            }
+        };
+        // The report files are made before the run: a path that cannot be
+        // written is said at once, not after hours of work.
+        let create = |path: &Option<PathBuf>, what: &str| {
+            path.as_ref()
+                .map(|p| {
+                    std::fs::File::create(p)
+                        .map(|f| (p.clone(), f))
+                        .with_context(|| format!("cannot create the {what} {}", p.display()))
+                })
+                .transpose()
+        };
+        Ok(Outputs {
+            sinks,
+            progress,
+            terminal,
+            events,
+            report_file: create(&args.report, "report")?,
+            html_file: create(&args.report_html, "HTML report")?,
+        })
+    }
+
+    /// Prints the report and writes its files.
+    fn finish(self, report: &RunReport) -> anyhow::Result<()> {
+        if let Some(p) = &self.progress {
+            p.finish();
+        }
+        if let Some(e) = self.events {
+            e.flush().context("cannot write the events file")?;
+        }
+        let _ = write!(std::io::stdout().lock(), "{report}");
+        if let Some((path, mut file)) = self.report_file {
+            let json =
+                serde_json::to_string_pretty(report).context("cannot serialise the report")?;
+            file.write_all((json + "\n").as_bytes())
+                .with_context(|| format!("cannot write the report to {}", path.display()))?;
+        }
+        if let Some((path, mut file)) = self.html_file {
+            file.write_all(warpline::html::render(report).as_bytes())
+                .with_context(|| format!("cannot write the HTML report to {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs a pipeline until it ends, turning the first interrupt into a stop
+/// and the second into an abort; prints and writes the reports.
+pub(super) async fn execute(
+    pipeline: &Pipeline,
+    args: &RunArgs,
+    only_ids: Option<std::collections::HashSet<String>>,
+    acker: Option<Arc<warpline::coordinator::Acker>>,
+) -> anyhow::Result<u8> {
+    let mut outputs = Outputs::open(args, acker)?;
+    if let Some(addr) = args.metrics {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .with_context(|| format!("cannot serve metrics on {addr}"))?;
+    }
+    let sample = match (&args.report_html, args.metrics) {
+        (Some(_), _) => Some(Duration::from_millis(100)),
+        (None, Some(_)) => Some(Duration::from_secs(1)),
+        (None, None) => None,
+    };
+    let sinks = std::mem::take(&mut outputs.sinks);
+    let options = RunOptions {
+        failures: args.failures.clone(),
+        only_ids,
+        events: (!sinks.is_empty()).then(|| Arc::new(Fanout(sinks)) as Arc<dyn EventSink>),
+        sample,
+        shard: args.shard,
+    };
+
+    let control = RunControl::new();
+    let mut signalled = false;
+    // Listen before the run starts, so no interrupt is missed.
+    let mut signals = Signals::new()?;
+    let run = pipeline.run_with_options(&control, &options);
+    tokio::pin!(run);
+    let mut summary = tokio::time::interval(Duration::from_secs(10));
+    summary.tick().await;
+    let summaries =
+        outputs.progress.is_some() && (!outputs.terminal || args.progress == ProgressMode::Log);
+    let report = loop {
+        tokio::select! {
+            report = &mut run => break report?,
+            () = signals.next() => {
+                if control.is_stopped() {
+                    say_err!("warpline: second interrupt: aborting now");
+                    control.abort();
+                } else {
+                    signalled = true;
+                    say_err!(
+                        "warpline: stopping: no new inputs; items in flight have {:?} to finish \
+                         (interrupt again to abort now)",
+                        pipeline.shutdown_deadline()
+                    );
+                    control.stop();
+                }
+            }
+            _ = summary.tick(), if summaries => {
+                if let Some(p) = &outputs.progress {
+                    tracing::info!(target: "warpline::progress", "{}", p.summary());
+                }
+            }
+        }
+    };
+    outputs.finish(&report)?;
+    Ok(exit_code(&report, signalled))
+}
+
+fn exit_code(report: &RunReport, signalled: bool) -> u8 {
+    match report.outcome {
+        RunOutcome::AbortedOnError => EXIT_ABORTED_ON_ERROR,
+        RunOutcome::Stopped | RunOutcome::Aborted if signalled => EXIT_INTERRUPTED,
+        _ if report.items.failed > 0 => EXIT_ITEMS_FAILED,
+        _ => EXIT_OK,
+    }
+}
+
+/// Ctrl-C / SIGINT and SIGTERM, listened for from creation on.
+struct Signals {
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Signals {
+                int: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
+                term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Signals {})
+    }
+
+    /// Resolves at the next interrupt.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The Lua scripts that change a run's keys in one atomic step, and the
+//! reading of stream replies. Each script may be sent again when its reply
+//! was lost (Redis restarted or froze): running it twice does what running
+//! it once did.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use redis::Value;
+
+/// Records an item's end in one atomic step: sets its result (KEYS[1],
+/// field ARGV[1], value ARGV[2]) keeping the count of `done` results
+/// (KEYS[2]) right (an item redone after its worker died before
+/// acknowledging is counted once), adds the dead-letter entry (KEYS[4],
+/// fields ARGV[5..]) if there is one, and acknowledges the message (stream
+/// KEYS[3], group ARGV[3], message ARGV[4]).
+///
+/// A `done` result is never turned `dead`: the item's output is complete.
+/// That happens when an item was reclaimed from a worker that was slow, not
+/// dead, and the slow one then failed it (with `exists = "error"`, on the
+/// output the other worker wrote). Returns 1 when it refused so, else 0.
+/// A result already recorded (the same call sent again after its reply was
+/// lost) only acknowledges: no second dead-letter entry.
+pub(crate) static RECORD: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if old == 'done' and ARGV[2] == 'dead' then
+  redis.call('XACK', KEYS[3], ARGV[3], ARGV[4])
+  return 1
+end
+if old == ARGV[2] then
+  redis.call('XACK', KEYS[3], ARGV[3], ARGV[4])
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if ARGV[2] == 'done' then redis.call('HINCRBY', KEYS[2], 'done', 1) end
+if #ARGV > 4 then redis.call('XADD', KEYS[4], '*', unpack(ARGV, 5)) end
+redis.call('XACK', KEYS[3], ARGV[3], ARGV[4])
+return 0
+",
+    )
+});
+
+/// Adds input ARGV[1] (source ARGV[2]) to the stream KEYS[2] unless the set
+/// KEYS[1] has it: 1 when added.
+pub(crate) static ENQUEUE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"if redis.call('SADD', KEYS[1], ARGV[1]) == 1 then
+            redis.call('XADD', KEYS[2], '*', 'id', ARGV[1], 'source', ARGV[2])
+            return 1
+          end
+          return 0",
+    )
+});
+
+/// Moves the dead-letter entry ARGV[1] (stream KEYS[1]) of item ARGV[2]
+/// (source ARGV[3]) back to the queue (KEYS[2]): forgets its result
+/// (KEYS[3]), deliveries (KEYS[4]) and last error (KEYS[5]). Returns 1 when
+/// moved, 0 when the entry is gone (already requeued).
+pub(crate) static REQUEUE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
+if redis.call('HGET', KEYS[3], ARGV[2]) == 'dead' then
+  redis.call('HDEL', KEYS[3], ARGV[2])
+end
+redis.call('HDEL', KEYS[4], ARGV[2])
+redis.call('HDEL', KEYS[5], ARGV[2])
+redis.call('XADD', KEYS[2], '*', 'id', ARGV[2], 'source', ARGV[3])
+return 1
+",
+    )
+});
+
+/// A token bucket (GCRA, on Redis's clock) that hands out reservations:
+/// every call takes the next token of bucket KEYS[1] (period ARGV[1] µs,
+/// burst ARGV[2]) and returns the microseconds until that token's time,
+/// 0 when it is due now. The caller sleeps that long and goes: one call
+/// per token, however many wait. A pause (KEYS[2], set on `Retry-After`)
+/// moves the next token to its end.
+pub(crate) const GCRA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local period = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local at = tat - (burst - 1) * period
+local pause = redis.call('PTTL', KEYS[2])
+if pause > 0 then
+  local resume = now + pause * 1000
+  if at < resume then at = resume end
+  if tat < resume then tat = resume end
+end
+if at < now then at = now end
+local new_tat = tat + period
+redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000) + 1000)
+return at - now
+";
+
+/// `[[field, value, ...]]` of a stream entry as a map.
+pub(crate) fn fields(v: &Value) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    if let Value::Array(items) = v {
+        for pair in items.chunks(2) {
+            if let [k, v] = pair {
+                if let (Ok(k), Ok(v)) = (
+                    redis::from_redis_value::<String>(k.clone()),
+                    redis::from_redis_value::<String>(v.clone()),
+                ) {
+                    out.insert(k, v);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A stream entry: its message id and fields.
+pub(crate) type Entry = (String, HashMap<String, String>);
+
+/// Stream entries `[[id, [field, value, ...]], ...]`; an entry deleted
+/// since it was delivered (its fields nil) is left out.
+pub(crate) fn entries(v: &Value) -> Vec<Entry> {
+    let mut out = Vec::new();
+    if let Value::Array(items) = v {
+        for e in items {
+            if let Value::Array(parts) = e {
+                if let [id, body @ Value::Array(_)] = parts.as_slice() {
+                    if let Ok(id) = redis::from_redis_value::<String>(id.clone()) {
+                        out.push((id, fields(body)));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The entries of an `XREADGROUP` reply `[[stream, [entries]]]` (or nil).
+pub(crate) fn read_reply(v: &Value) -> Vec<Entry> {
+    match v {
+        Value::Array(streams) => match streams.first() {
+            Some(Value::Array(s)) => s.get(1).map(entries).unwrap_or_default(),
+            _ => Vec::new(),
+        },
+        // RESP3 answers with a map of stream -> entries.
+        Value::Map(m) => m.first().map(|(_, e)| entries(e)).unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
