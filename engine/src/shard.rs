@@ -25,6 +25,17 @@ pub const INDEX_VARIABLES: &[&str] = &[
     "AWS_BATCH_JOB_ARRAY_INDEX",
 ];
 
+/// A shard number as written: plain digits, no sign, no spaces, no leading
+/// zero (`00/3`, `+1/3` and `' 0/3'` are typos more often than intent).
+fn whole_number(what: &str, text: &str) -> Result<u32, String> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (text.len() > 1 && text.starts_with('0')) {
+        return Err(format!("{what} {text:?} is not a whole number written plainly (digits only, no sign, spaces or leading zeros)"));
+    }
+    text.parse()
+        .map_err(|_| format!("{what} {text} is too large (at most {})", u32::MAX))
+}
+
 /// 64-bit FNV-1a: tiny, and fixed forever (unlike `std`'s hasher).
 pub fn stable_hash(id: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -62,19 +73,17 @@ impl Shard {
     ) -> Result<Self, String> {
         for var in INDEX_VARIABLES {
             if let Some(value) = env(var) {
-                let mut index: i64 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("{var}={value:?} is not a whole number"))?;
+                let mut index = whole_number(var, value.trim())?;
                 if *var == "SLURM_ARRAY_TASK_ID" {
-                    if let Some(min) =
-                        env("SLURM_ARRAY_TASK_MIN").and_then(|m| m.trim().parse::<i64>().ok())
-                    {
-                        index -= min;
+                    if let Some(min) = env("SLURM_ARRAY_TASK_MIN") {
+                        let min = whole_number("SLURM_ARRAY_TASK_MIN", min.trim())?;
+                        index = index.checked_sub(min).ok_or_else(|| {
+                            format!(
+                                "SLURM_ARRAY_TASK_ID={index} is below SLURM_ARRAY_TASK_MIN={min}"
+                            )
+                        })?;
                     }
                 }
-                let index =
-                    u32::try_from(index).map_err(|_| format!("{var}={value:?} is negative"))?;
                 return Shard::new(index, count);
             }
         }
@@ -93,17 +102,11 @@ impl FromStr for Shard {
         let (i, n) = s
             .split_once('/')
             .ok_or_else(|| format!("{s:?}: expected INDEX/COUNT, e.g. 3/10 or auto/10"))?;
-        let count: u32 = n
-            .trim()
-            .parse()
-            .map_err(|_| format!("{s:?}: {n:?} is not a whole number"))?;
-        if i.trim() == "auto" {
+        let count = whole_number("the count", n).map_err(|e| format!("{s:?}: {e}"))?;
+        if i == "auto" {
             return Shard::from_environment(count, |k| std::env::var(k).ok());
         }
-        let index: u32 = i
-            .trim()
-            .parse()
-            .map_err(|_| format!("{s:?}: {i:?} is not a whole number"))?;
+        let index = whole_number("the index", i).map_err(|e| format!("{s:?}: {e}"))?;
         Shard::new(index, count)
     }
 }
@@ -138,6 +141,23 @@ mod tests {
         assert!("1/0".parse::<Shard>().is_err());
         assert!("x/3".parse::<Shard>().is_err());
         assert!("3".parse::<Shard>().is_err());
+    }
+
+    #[test]
+    fn shards_are_written_plainly_and_say_what_is_wrong() {
+        for typo in ["+1/3", "00/3", " 0/3", "0/ 3", "1/03", "-1/3"] {
+            let e = typo.parse::<Shard>().unwrap_err();
+            assert!(e.contains("written plainly"), "{typo}: {e}");
+        }
+        let e = "0/99999999999".parse::<Shard>().unwrap_err();
+        assert!(e.contains("too large"), "{e}");
+        let e = Shard::from_environment(4, |k| match k {
+            "SLURM_ARRAY_TASK_ID" => Some("1".into()),
+            "SLURM_ARRAY_TASK_MIN" => Some("2".into()),
+            _ => None,
+        })
+        .unwrap_err();
+        assert_eq!(e, "SLURM_ARRAY_TASK_ID=1 is below SLURM_ARRAY_TASK_MIN=2");
     }
 
     #[test]
