@@ -94,7 +94,10 @@ pub fn app(service: Arc<Service>) -> Router {
 }
 
 async fn create(State(service): State<Arc<Service>>, body: String) -> Response {
+    let id = service.next.fetch_add(1, Ordering::Relaxed);
+    // Problems are headed `job-N`, and a pipeline without a name is `job-N`.
     let pipeline = match Loader::from_toml_str(&body)
+        .named(format!("job-{id}"))
         .with_limits(&service.shared)
         .load(&service.registry)
     {
@@ -107,8 +110,11 @@ async fn create(State(service): State<Arc<Service>>, body: String) -> Response {
                 .into_response()
         }
     };
-    let id = service.next.fetch_add(1, Ordering::Relaxed);
-    let handle = pipeline.spawn(RunOptions::default());
+    // Each job's metrics (if the service exports them) are its own series.
+    let handle = pipeline.spawn(RunOptions {
+        metrics_label: Some(format!("job-{id}")),
+        ..RunOptions::default()
+    });
     let outcome = Arc::new(Mutex::new(None));
     let slot = Arc::clone(&outcome);
     let watch = handle.watch();

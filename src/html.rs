@@ -19,6 +19,26 @@ fn esc(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// Escaped `text` with its Markdown code spans (`` `cpu` ``) as `<code>`
+/// elements, not raw backticks.
+fn code_spans(text: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in text.split('`').enumerate() {
+        // Odd parts are inside a pair of backticks; a lone last backtick
+        // leaves an odd part at the end, shown as it was.
+        let closed = i % 2 == 1 && i < text.matches('`').count();
+        if closed {
+            let _ = write!(out, "<code>{}</code>", esc(part));
+        } else {
+            if i > 0 && i % 2 == 1 {
+                out.push('`');
+            }
+            out.push_str(&esc(part));
+        }
+    }
+    out
+}
+
 /// One line chart: `series` of (name, values at each sample time).
 fn chart(title: &str, unit: &str, times: &[f64], series: &[(String, Vec<f64>)]) -> String {
     let (w, h, left, bottom) = (860.0, 240.0, 50.0, 30.0);
@@ -135,7 +155,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f
         skipped = i.skipped,
         failed = i.failed,
         tp = report.throughput_per_s,
-        diagnosis = esc(&report.diagnosis)
+        diagnosis = code_spans(&report.diagnosis)
     );
     match &report.timeline {
         Some(t) if !t.samples.is_empty() => page.push_str(&charts(t)),
@@ -203,4 +223,19 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f
     }
     page.push_str("</body></html>\n");
     page
+}
+
+#[cfg(test)]
+mod tests {
+    use super::code_spans;
+
+    #[test]
+    fn the_diagnosis_shows_code_not_backticks() {
+        assert_eq!(
+            code_spans("`cpu` was at capacity; raising `cpu` <now 2> may help"),
+            "<code>cpu</code> was at capacity; raising <code>cpu</code> &lt;now 2&gt; may help"
+        );
+        assert_eq!(code_spans("no code"), "no code");
+        assert_eq!(code_spans("a lone ` tick"), "a lone ` tick");
+    }
 }

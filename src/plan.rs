@@ -63,10 +63,12 @@ pub struct Plan {
     pub admission_bound: u64,
     /// The limiters, in acquisition order.
     pub limiters: Vec<PlannedLimiter>,
-    /// GDAL's block cache, in bytes.
-    pub gdal_cache_bytes: u64,
+    /// GDAL's block cache, in bytes; `None` when no stage calls GDAL (no
+    /// `decode`, `reproject` or `write`).
+    pub gdal_cache_bytes: Option<u64>,
     /// The most memory the run should take: every byte budget, GDAL's
-    /// cache, and a fixed 64 MiB for the process itself.
+    /// cache (when a stage calls GDAL), and a fixed 64 MiB for the process
+    /// itself.
     pub estimated_peak_memory_bytes: u64,
 }
 
@@ -94,7 +96,11 @@ impl Plan {
             .filter(|l| l.kind == LimiterKind::Bytes)
             .map(|l| l.capacity)
             .sum();
-        let gdal_cache_bytes = warpline_stages::gdal::cache_max();
+        let gdal_cache_bytes = p
+            .stages()
+            .iter()
+            .any(|s| warpline_stages::GDAL_KINDS.contains(&s.kind.as_str()))
+            .then(warpline_stages::gdal::cache_max);
         Plan {
             pipeline: p.name().to_owned(),
             source: p.source().kind.clone(),
@@ -122,7 +128,7 @@ impl Plan {
             admission_bound: p.admission_bound(),
             limiters,
             gdal_cache_bytes,
-            estimated_peak_memory_bytes: budgets + gdal_cache_bytes + BASE_MEMORY,
+            estimated_peak_memory_bytes: budgets + gdal_cache_bytes.unwrap_or(0) + BASE_MEMORY,
         }
     }
 }
@@ -140,11 +146,12 @@ impl fmt::Display for Plan {
         for s in &self.stages {
             writeln!(
                 f,
-                "    {:<12} {:<9} {:>3} {} workers, mailbox {:>4}, tries {}, limits {:?}{}{}{}",
+                "    {:<12} {:<9} {:>3} {} worker{}, mailbox {:>4}, tries {}, limits {:?}{}{}{}",
                 s.name,
                 s.kind,
                 s.workers,
                 s.workers_are,
+                if s.workers == 1 { "" } else { "s" },
                 s.mailbox,
                 s.attempts,
                 s.limits,
@@ -188,11 +195,54 @@ impl fmt::Display for Plan {
                 )?,
             }
         }
-        writeln!(f, "  GDAL block cache: {}", size(self.gdal_cache_bytes))?;
+        let gdal = match self.gdal_cache_bytes {
+            Some(cache) => {
+                writeln!(f, "  GDAL block cache: {}", size(cache))?;
+                " + GDAL cache"
+            }
+            None => "",
+        };
         writeln!(
             f,
-            "  estimated peak memory: {} (byte budgets + GDAL cache + 64 MiB)",
+            "  estimated peak memory: {} (byte budgets{gdal} + 64 MiB)",
             size(self.estimated_peak_memory_bytes)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(stage: &str) -> Plan {
+        let toml = format!(
+            "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 1\n\
+             [limits.memory]\nbudget = \"8MiB\"\n[stages.a]\n{stage}\nlimits = [\"memory\"]\n"
+        );
+        Plan::of(&Pipeline::from_toml_str(&toml, &crate::registry()).unwrap())
+    }
+
+    #[test]
+    fn a_pipeline_without_gdal_stages_has_no_gdal_cache() {
+        let p = plan("kind = \"hold\"");
+        assert_eq!(p.gdal_cache_bytes, None);
+        assert_eq!(p.estimated_peak_memory_bytes, (8 << 20) + BASE_MEMORY);
+        let text = p.to_string();
+        assert!(!text.contains("GDAL"), "{text}");
+        assert!(text.contains("1 async worker,"), "{text}");
+        assert!(text.contains("estimated peak memory: 72.0 MiB"), "{text}");
+        let json = serde_json::to_value(&p).unwrap();
+        assert!(json["gdal_cache_bytes"].is_null(), "{json}");
+    }
+
+    #[test]
+    fn a_pipeline_with_a_gdal_stage_counts_its_cache() {
+        let p = plan("kind = \"decode\"");
+        let cache = p.gdal_cache_bytes.expect("decode calls GDAL");
+        assert_eq!(
+            p.estimated_peak_memory_bytes,
+            (8 << 20) + cache + BASE_MEMORY
+        );
+        assert!(p.to_string().contains("GDAL block cache"), "{p}");
     }
 }

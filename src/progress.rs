@@ -79,9 +79,17 @@ impl Progress {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {per_sec} ETA {eta} {msg}",
+                    "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {rate} ETA {eta} {msg}",
                 )
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                // Items a second, to one decimal (indicatif's own
+                // `per_sec` shows four).
+                .with_key(
+                    "rate",
+                    |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = write!(w, "{:.1}/s", state.per_sec());
+                    },
+                ),
             );
             *BAR.lock().unwrap_or_else(|p| p.into_inner()) = Some(bar.clone());
             bar

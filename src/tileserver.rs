@@ -233,15 +233,26 @@ impl TileServer {
 
     /// Requests per second between the first request and the last.
     pub fn achieved_rate(&self) -> f64 {
+        self.achieved_rate_after(Duration::ZERO)
+    }
+
+    /// Requests per second between `skip` after the first request and the
+    /// last (a steady state, without the start).
+    pub fn achieved_rate_after(&self, skip: Duration) -> f64 {
         let times = self
             .shared
             .stats
             .times
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        match (times.first(), times.last()) {
-            (Some(a), Some(b)) if times.len() > 1 => {
-                (times.len() - 1) as f64 / b.duration_since(*a).as_secs_f64().max(f64::MIN_POSITIVE)
+        let Some(first) = times.first() else {
+            return 0.0;
+        };
+        let later: Vec<_> = times.iter().filter(|t| **t >= *first + skip).collect();
+        match (later.first(), later.last()) {
+            (Some(a), Some(b)) if later.len() > 1 => {
+                (later.len() - 1) as f64
+                    / b.duration_since(**a).as_secs_f64().max(f64::MIN_POSITIVE)
             }
             _ => 0.0,
         }

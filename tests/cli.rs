@@ -694,12 +694,21 @@ fn metrics_are_served_in_prometheus_text_while_running() {
         .args(["-INT", &child.id().to_string()])
         .status();
     let _ = child.wait();
-    for name in [
-        "warpline_items_total{outcome=\"done\"}",
-        "warpline_stage_queue_depth{stage=\"crunch\"}",
-        "warpline_limiter_in_use{limiter=\"cpu\"}",
-        "warpline_limiter_waiters{limiter=\"cpu\"}",
+    // Every series names its run (the pipeline's name), whatever the
+    // labels' order; every metric has its help text.
+    for (name, label) in [
+        ("warpline_items_total", "outcome=\"done\""),
+        ("warpline_stage_queue_depth", "stage=\"crunch\""),
+        ("warpline_limiter_in_use", "limiter=\"cpu\""),
+        ("warpline_limiter_capacity", "limiter=\"cpu\""),
+        ("warpline_limiter_waiters", "limiter=\"cpu\""),
     ] {
-        assert!(body.contains(name), "{name} missing:\n{body}");
+        let found = body.lines().any(|l| {
+            l.starts_with(&format!("{name}{{"))
+                && l.contains(label)
+                && l.contains("pipeline=\"synthetic\"")
+        });
+        assert!(found, "{name}{{{label}, pipeline}} missing:\n{body}");
+        assert!(body.contains(&format!("# HELP {name} ")), "{name}:\n{body}");
     }
 }

@@ -166,14 +166,6 @@ fn without_retries_each_fault_fails_its_items_with_the_right_reason() {
             |f| f.status == Some(500),
         ),
         (
-            "429",
-            Faults {
-                throttle: Some((every, 1)),
-                ..Faults::default()
-            },
-            |f| f.status == Some(429),
-        ),
-        (
             "reset",
             Faults {
                 resets: Some(every),
@@ -296,5 +288,26 @@ fn a_404_after_a_redirect_names_where_it_was_redirected() {
     assert!(
         f.message.contains("gone.tif") && f.message.contains("redirect"),
         "{f:?}"
+    );
+}
+
+/// A 429 is not a failed try (adaptive per-host limits, on by default): with
+/// one attempt and every tile refused once (`Retry-After: 1`), every item
+/// ends done; the host was paused, not the items' tries spent.
+#[test]
+fn a_429_is_not_a_failed_try() {
+    let work = tempfile::tempdir().unwrap();
+    let faults = Faults {
+        throttle: Some((Fault::all(1), 1)),
+        ..Faults::default()
+    };
+    let o = run_against(faults, 1, work.path());
+    assert_accounted(&o.report);
+    assert_eq!(o.report.items.done, 16, "{}", o.report);
+    let host = &o.report.hosts[0];
+    assert_eq!(host.throttled_429, 16, "{host:?}");
+    assert!(
+        host.adaptive.as_ref().is_some_and(|a| a.decreases >= 1),
+        "{host:?}"
     );
 }

@@ -132,6 +132,7 @@ impl PipelineBuilder {
         let fail = |problems| ConfigErrors {
             origin: "<builder>".to_owned(),
             problems,
+            not_checked: Vec::new(),
         };
         if !self.errors.is_empty() {
             return Err(fail(self.errors.clone()));

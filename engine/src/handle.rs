@@ -2,8 +2,8 @@
 //! [`Pipeline::spawn`] returns a [`RunHandle`] to watch it ([`progress`],
 //! [`events`] as a `Stream`), stop or cancel it, and await its report.
 //!
-//! [`progress`]: RunHandle::progress
-//! [`events`]: RunHandle::events
+//! [`progress`]: RunWatch::progress
+//! [`events`]: RunWatch::events
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -36,6 +36,10 @@ pub struct Progress {
     pub failed: u64,
     /// Whether the run has ended.
     pub finished: bool,
+    /// Once the run has ended: inputs of `total` that were never admitted
+    /// (the report's `items.not_admitted`), so `admitted + not_admitted ==
+    /// total` when the source knows its length.
+    pub not_admitted: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -47,6 +51,37 @@ struct Counts {
     skipped: AtomicU64,
     failed: AtomicU64,
     finished: AtomicBool,
+    /// `not_admitted + 1`, 0 for none.
+    not_admitted: AtomicU64,
+    /// Per stage of the flow, in order: items in its workers.
+    working: Vec<(String, AtomicU64)>,
+    /// When the run started and ended (tokio's clock), for the rate.
+    span: std::sync::Mutex<(Option<tokio::time::Instant>, Option<tokio::time::Instant>)>,
+}
+
+/// One stage's items in its workers right now (see [`RunWatch::stages`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StageProgress {
+    /// The stage's name.
+    pub name: String,
+    /// Items in its workers: from `stage_started` to `stage_finished`.
+    pub working: u64,
+}
+
+impl Counts {
+    fn working(&self, stage: &str) -> Option<&AtomicU64> {
+        self.working
+            .iter()
+            .find(|(name, _)| name == stage)
+            .map(|(_, n)| n)
+    }
+
+    fn span(
+        &self,
+    ) -> std::sync::MutexGuard<'_, (Option<tokio::time::Instant>, Option<tokio::time::Instant>)>
+    {
+        self.span.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// Counts for [`RunHandle::progress`], and the broadcast behind
@@ -61,9 +96,25 @@ impl EventSink for HandleSink {
     fn event(&self, event: &Event) {
         let c = &self.counts;
         match &event.kind {
-            EventKind::RunStarted { total: Some(t), .. } => {
-                c.total.store(*t, Ordering::Relaxed);
-                c.known_total.store(true, Ordering::Relaxed);
+            EventKind::RunStarted { total, .. } => {
+                if let Some(t) = total {
+                    c.total.store(*t, Ordering::Relaxed);
+                    c.known_total.store(true, Ordering::Relaxed);
+                }
+                c.span().0 = Some(tokio::time::Instant::now());
+            }
+            EventKind::StageStarted { stage, .. } => {
+                if let Some(n) = c.working(stage) {
+                    n.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            EventKind::StageFinished { stage, .. } => {
+                if let Some(n) = c.working(stage) {
+                    // Never below 0, whatever the order events come in.
+                    let _ = n.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                        Some(v.saturating_sub(1))
+                    });
+                }
             }
             EventKind::Admitted { .. } => {
                 c.admitted.fetch_add(1, Ordering::Relaxed);
@@ -77,7 +128,17 @@ impl EventSink for HandleSink {
             EventKind::Failed { .. } => {
                 c.failed.fetch_add(1, Ordering::Relaxed);
             }
-            EventKind::RunFinished { .. } => c.finished.store(true, Ordering::Release),
+            EventKind::RunFinished { not_admitted, .. } => {
+                if let Some(n) = not_admitted {
+                    c.not_admitted.store(n.saturating_add(1), Ordering::Relaxed);
+                }
+                // An aborted try may never say it finished.
+                for (_, n) in &c.working {
+                    n.store(0, Ordering::Relaxed);
+                }
+                c.span().1 = Some(tokio::time::Instant::now());
+                c.finished.store(true, Ordering::Release);
+            }
             _ => {}
         }
         // No subscriber is not an error.
@@ -89,7 +150,7 @@ impl EventSink for HandleSink {
 }
 
 /// A pipeline running in the background. Dropping the handle does not stop
-/// the run; [`cancel`](Self::cancel) does.
+/// the run; [`cancel`](RunWatch::cancel) does.
 #[derive(Debug)]
 pub struct RunHandle {
     watch: RunWatch,
@@ -136,7 +197,14 @@ impl Pipeline {
     /// ```
     pub fn spawn(self, options: RunOptions) -> RunHandle {
         let control = RunControl::new();
-        let counts = Arc::new(Counts::default());
+        let counts = Arc::new(Counts {
+            working: self
+                .stages()
+                .iter()
+                .map(|s| (s.name.clone(), AtomicU64::new(0)))
+                .collect(),
+            ..Counts::default()
+        });
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let sink = HandleSink {
             counts: Arc::clone(&counts),
@@ -220,6 +288,40 @@ impl RunWatch {
             skipped: c.skipped.load(Ordering::Relaxed),
             failed: c.failed.load(Ordering::Relaxed),
             finished: c.finished.load(Ordering::Acquire),
+            not_admitted: c.not_admitted.load(Ordering::Relaxed).checked_sub(1),
+        }
+    }
+
+    /// Per stage of the flow, in order: the items in its workers now (0 for
+    /// every stage once the run has ended).
+    pub fn stages(&self) -> Vec<StageProgress> {
+        self.counts
+            .working
+            .iter()
+            .map(|(name, n)| StageProgress {
+                name: name.clone(),
+                working: n.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// Items ended (done, skipped or failed) per second since the run
+    /// started, up to now or to its end; 0 before it started.
+    pub fn rate_per_s(&self) -> f64 {
+        let (started, ended) = *self.counts.span();
+        let Some(started) = started else {
+            return 0.0;
+        };
+        let secs = ended
+            .unwrap_or_else(tokio::time::Instant::now)
+            .saturating_duration_since(started)
+            .as_secs_f64();
+        let p = self.progress();
+        let ended_items = p.done + p.skipped + p.failed;
+        if secs > 0.0 {
+            ended_items as f64 / secs
+        } else {
+            0.0
         }
     }
 

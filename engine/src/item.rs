@@ -43,6 +43,9 @@ pub struct Item {
     tickets: Vec<Ticket>,
     /// The admission number: earlier items are served first by byte budgets.
     pub(crate) seq: u64,
+    /// Tries of the current stage that a throttling host refused (429,
+    /// 503): counted apart from failed tries.
+    pub(crate) throttled: u32,
 }
 
 impl fmt::Debug for Item {
@@ -70,6 +73,7 @@ impl Item {
             payload: None,
             tickets: Vec::new(),
             seq: 0,
+            throttled: 0,
         }
     }
 

@@ -25,7 +25,7 @@
 //! - [`report`]: the [`RunReport`] and its diagnosis;
 //! - [`redact`]: user names, passwords and secret query parameters of
 //!   URLs hidden before anything is shown, for URLs that do not parse too;
-//! - [`observe`]: [`Event`](observe::Event)s and the
+//! - [`observe`]: [`Event`]s and the
 //!   [`Timeline`](observe::Timeline) of a run;
 //! - [`synthetic`]: the `generate` source and the `hold` and `discard` stages,
 //!   for exercising and benchmarking the engine;
@@ -59,6 +59,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_code)]
 
+pub mod adapt;
 pub mod builder;
 pub mod config;
 pub mod handle;
@@ -80,10 +81,10 @@ pub mod units;
 pub use async_trait::async_trait;
 pub use builder::PipelineBuilder;
 pub use config::{ConfigErrors, Loader, Problem, Tier};
-pub use handle::{Progress, RunHandle, RunWatch};
+pub use handle::{Progress, RunHandle, RunWatch, StageProgress};
 pub use item::{ErrorKind, Input, Item, Outcome, StageError};
 pub use limit::{Limiter, LimiterKind, Limits, Ticket};
-pub use observe::{Event, EventKind, EventSink};
+pub use observe::{Event, EventKind, EventSink, TryOutcome};
 pub use pipeline::Pipeline;
 pub use registry::{Registry, Settings};
 pub use report::RunReport;

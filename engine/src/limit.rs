@@ -19,15 +19,18 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 mod budget;
+mod gauge;
 mod ticket;
 
 use budget::Budget;
 pub use budget::Priority;
+use gauge::Gauge;
+pub use gauge::{Window, WindowFigures};
 pub(crate) use ticket::Charged;
 pub use ticket::Ticket;
 
@@ -147,104 +150,6 @@ impl Clock for TokioClock {
 
 type Buckets = RateLimiter<String, HashMapStateStore<String>, TokioClock, NoOpMiddleware<Nanos>>;
 
-/// Live use of a limiter, for the report.
-#[derive(Debug)]
-struct Gauge {
-    in_use: AtomicU64,
-    peak: AtomicU64,
-    /// Total nanoseconds spent waiting to acquire.
-    waited_ns: AtomicU64,
-    /// Acquisitions that did not wait.
-    immediate: AtomicU64,
-    /// Who waits now, and for how long someone has been waiting in all.
-    contention: Mutex<Contention>,
-    /// Waits that did wait, in microseconds.
-    waits_us: Mutex<hdrhistogram::Histogram<u64>>,
-}
-
-#[derive(Debug, Default)]
-struct Contention {
-    waiters: u64,
-    since: Option<tokio::time::Instant>,
-    total: Duration,
-}
-
-impl Default for Gauge {
-    fn default() -> Self {
-        Gauge {
-            in_use: AtomicU64::new(0),
-            peak: AtomicU64::new(0),
-            waited_ns: AtomicU64::new(0),
-            immediate: AtomicU64::new(0),
-            contention: Mutex::new(Contention::default()),
-            // 1 µs .. 1 h at 2 significant digits: valid bounds, cannot fail.
-            waits_us: Mutex::new(
-                hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 2)
-                    .expect("valid histogram bounds"),
-            ),
-        }
-    }
-}
-
-/// Marks a waiting acquisition; dropping it (the wait ended, or was
-/// cancelled) records the wait.
-struct Waiting<'a> {
-    gauge: &'a Gauge,
-    started: tokio::time::Instant,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        let now = tokio::time::Instant::now();
-        let waited = now.saturating_duration_since(self.started);
-        self.gauge.waited(waited);
-        let us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX).max(1);
-        self.gauge
-            .waits_us
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .saturating_record(us);
-        let mut c = self
-            .gauge
-            .contention
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        c.waiters = c.waiters.saturating_sub(1);
-        if c.waiters == 0 {
-            if let Some(since) = c.since.take() {
-                c.total += now.saturating_duration_since(since);
-            }
-        }
-    }
-}
-
-impl Gauge {
-    fn begin_wait(&self) -> Waiting<'_> {
-        let started = tokio::time::Instant::now();
-        let mut c = self.contention.lock().unwrap_or_else(|p| p.into_inner());
-        c.waiters += 1;
-        if c.waiters == 1 {
-            c.since = Some(started);
-        }
-        Waiting {
-            gauge: self,
-            started,
-        }
-    }
-
-    fn add(&self, n: u64) {
-        let now = self.in_use.fetch_add(n, Ordering::AcqRel) + n;
-        self.peak.fetch_max(now, Ordering::AcqRel);
-    }
-    fn sub(&self, n: u64) {
-        self.in_use.fetch_sub(n, Ordering::AcqRel);
-    }
-    fn waited(&self, d: Duration) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.waited_ns.fetch_add(ns, Ordering::Relaxed);
-    }
-}
-
 enum State {
     Count {
         sem: Arc<Semaphore>,
@@ -271,7 +176,7 @@ enum State {
 struct Inner {
     name: String,
     state: State,
-    gauge: Gauge,
+    gauge: Arc<Gauge>,
 }
 
 /// One named limiter. Cloning is cheap and shares the same slots.
@@ -369,7 +274,7 @@ impl Limiter {
             inner: Arc::new(Inner {
                 name: name.into(),
                 state,
-                gauge: Gauge::default(),
+                gauge: Arc::new(Gauge::default()),
             }),
         }
     }
@@ -456,52 +361,31 @@ impl Limiter {
 
     /// Total time spent waiting to acquire this limiter, over all items.
     pub fn total_wait(&self) -> Duration {
-        Duration::from_nanos(self.inner.gauge.waited_ns.load(Ordering::Relaxed))
+        self.inner.gauge.total_wait()
     }
 
     /// How long, in all, at least one item was waiting for this limiter
     /// (it was at capacity), up to now.
     pub fn contended(&self) -> Duration {
-        let c = self
-            .inner
-            .gauge
-            .contention
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let ongoing = c
-            .since
-            .map(|s| tokio::time::Instant::now().saturating_duration_since(s))
-            .unwrap_or_default();
-        c.total + ongoing
+        self.inner.gauge.contended()
     }
 
     /// Items waiting for this limiter right now.
     pub fn waiters(&self) -> u64 {
-        self.inner
-            .gauge
-            .contention
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .waiters
+        self.inner.gauge.waiters()
     }
 
     /// The 95th percentile of the wait over every acquisition (most take
     /// none).
     pub fn p95_wait(&self) -> Duration {
-        let immediate = self.inner.gauge.immediate.load(Ordering::Relaxed);
-        let hist = self
-            .inner
-            .gauge
-            .waits_us
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let waited = hist.len();
-        let total = immediate + waited;
-        if total == 0 || (immediate as f64) >= 0.95 * total as f64 {
-            return Duration::ZERO;
-        }
-        let q = (0.95 * total as f64 - immediate as f64) / waited as f64;
-        Duration::from_micros(hist.value_at_quantile(q.clamp(0.0, 1.0)))
+        self.inner.gauge.p95_wait()
+    }
+
+    /// Starts counting this limiter's figures afresh for one run (or any
+    /// span): the [`Window`]'s figures cover only what happens while it is
+    /// open. A limiter shared by several runs reports each its own.
+    pub fn window(&self) -> Window {
+        self.inner.gauge.open_window()
     }
 
     /// Slots or bytes free right now; equals [`capacity`](Self::capacity) when
@@ -659,6 +543,11 @@ impl Limiter {
     }
 }
 
+/// [`Limits::add`] was given a limiter whose name is taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a limiter named `{0}` exists already")]
+pub struct DuplicateLimiter(pub String);
+
 /// Named limiters in their acquisition order: a pipeline's, or a set that
 /// several pipelines share (see [`Loader::with_limits`](crate::Loader::with_limits)).
 ///
@@ -671,6 +560,17 @@ impl Limiter {
 /// shared.add(Limiter::bytes("memory", 512 << 20, Oversize::Fail)).unwrap();
 /// assert_eq!(shared.position("memory"), Some(1));
 /// assert!(shared.add(Limiter::count("memory", NonZeroU32::MIN)).is_err());
+///
+/// // The error works with `?` in a function returning any boxed error.
+/// fn more(shared: &mut Limits) -> Result<(), Box<dyn std::error::Error>> {
+///     shared.add(Limiter::count("cpu", NonZeroU32::new(4).unwrap()))?;
+///     Ok(())
+/// }
+/// more(&mut shared).unwrap();
+/// assert_eq!(
+///     more(&mut shared).unwrap_err().to_string(),
+///     "a limiter named `cpu` exists already"
+/// );
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Limits {
@@ -683,13 +583,12 @@ impl Limits {
         Limits::default()
     }
 
-    /// Adds a limiter after the others; a name may be used once.
-    pub fn add(&mut self, limiter: Limiter) -> Result<(), String> {
+    /// Adds a limiter after the others; a name may be used once. The error
+    /// is a [`std::error::Error`], so `?` turns it into an `anyhow::Error`
+    /// or a `Box<dyn Error>`.
+    pub fn add(&mut self, limiter: Limiter) -> Result<(), DuplicateLimiter> {
         if self.get(limiter.name()).is_some() {
-            return Err(format!(
-                "a limiter named `{}` exists already",
-                limiter.name()
-            ));
+            return Err(DuplicateLimiter(limiter.name().to_owned()));
         }
         self.by_order.push(limiter);
         Ok(())

@@ -9,6 +9,39 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::item::ErrorKind;
+use crate::report::RunOutcome;
+
+/// How one try of a stage ended ([`EventKind::StageFinished`]); in JSON,
+/// `"ok"`, `"skip"`, or the error kind (`"transient"`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TryOutcome {
+    /// The item goes on to the next stage.
+    Ok,
+    /// The stage skipped the item.
+    Skip,
+    /// The try failed with this kind of error.
+    Failed(ErrorKind),
+}
+
+impl Serialize for TryOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            TryOutcome::Ok => s.serialize_str("ok"),
+            TryOutcome::Skip => s.serialize_str("skip"),
+            TryOutcome::Failed(kind) => kind.serialize(s),
+        }
+    }
+}
+
+impl std::fmt::Display for TryOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TryOutcome::Ok => f.write_str("ok"),
+            TryOutcome::Skip => f.write_str("skip"),
+            TryOutcome::Failed(kind) => kind.fmt(f),
+        }
+    }
+}
 
 /// Something that happened in a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -59,8 +92,8 @@ pub enum EventKind {
         stage: String,
         /// Seconds in the stage's code.
         busy_s: f64,
-        /// `ok`, `skip`, or the error kind.
-        outcome: String,
+        /// How the try ended: `ok`, `skip`, or the error kind.
+        outcome: TryOutcome,
     },
     /// The item passed every stage.
     Done {
@@ -100,7 +133,20 @@ pub enum EventKind {
         /// The byte budget.
         limiter: String,
     },
-    /// Only in [`RunHandle::events`](crate::RunHandle::events): this
+    /// Back-pressure from a host (a 429 or 503, or a slow answer) lowered
+    /// its adaptive limits.
+    HostLimits {
+        /// The host (`scheme://name:port`).
+        host: String,
+        /// The concurrency limit now.
+        concurrency: f64,
+        /// The learnt rate now, requests per second.
+        rate_per_s: Option<f64>,
+        /// `429`, `refused` (a 503 or a 429 without `Retry-After`), or
+        /// `latency`.
+        reason: String,
+    },
+    /// Only in [`RunHandle::events`](crate::RunWatch::events): this
     /// subscriber fell more than
     /// [`EVENT_BUFFER`](crate::handle::EVENT_BUFFER) events behind and
     /// `count` events were dropped for it just before this one. The
@@ -112,7 +158,13 @@ pub enum EventKind {
     /// The run ended.
     RunFinished {
         /// `completed`, `stopped`, `aborted` or `aborted_on_error`.
-        outcome: String,
+        outcome: RunOutcome,
+        /// Inputs admitted (the report's `items.total`).
+        admitted: u64,
+        /// Inputs the source holds that were never admitted (the report's
+        /// `items.not_admitted`): `None` when the source's length is not
+        /// known, or the run takes a shard or a list of ids.
+        not_admitted: Option<u64>,
     },
 }
 
@@ -219,5 +271,113 @@ impl Timeline {
             *interval *= 2;
         }
         self.interval_s = interval.as_secs_f64();
+    }
+}
+
+/// The metrics a run sets, with their help texts, for a Prometheus
+/// exporter's `# HELP` lines. Every one carries the label `pipeline` (the
+/// run's [`RunOptions::metrics_label`](crate::RunOptions::metrics_label),
+/// by default the pipeline's name). Said to the installed recorder at the
+/// start of every run (saying it again is harmless).
+pub const METRICS: &[(&str, MetricKind, &str)] = &[
+    (
+        "warpline_items_total",
+        MetricKind::Counter,
+        "Items ended, by outcome (done, skipped, failed).",
+    ),
+    (
+        "warpline_stage_queue_depth",
+        MetricKind::Gauge,
+        "Items waiting in the stage's mailbox.",
+    ),
+    (
+        "warpline_stage_working",
+        MetricKind::Gauge,
+        "Items in the stage's workers.",
+    ),
+    (
+        "warpline_limiter_in_use",
+        MetricKind::Gauge,
+        "Slots of a count limiter held.",
+    ),
+    (
+        "warpline_limiter_capacity",
+        MetricKind::Gauge,
+        "Slots of a count limiter in all.",
+    ),
+    (
+        "warpline_limiter_in_use_bytes",
+        MetricKind::Gauge,
+        "Bytes of a byte budget held.",
+    ),
+    (
+        "warpline_limiter_capacity_bytes",
+        MetricKind::Gauge,
+        "Bytes of a byte budget in all.",
+    ),
+    (
+        "warpline_limiter_waiters",
+        MetricKind::Gauge,
+        "Items waiting for the limiter.",
+    ),
+    (
+        "warpline_host_concurrency_limit",
+        MetricKind::Gauge,
+        "A host's adaptive concurrency limit, set when back-pressure lowers it.",
+    ),
+    (
+        "warpline_host_rate_limit",
+        MetricKind::Gauge,
+        "A host's learnt rate in requests per second, set when back-pressure lowers it.",
+    ),
+];
+
+/// Whether a metric counts up or goes up and down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Only goes up.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+}
+
+/// Gives the installed `metrics` recorder the help text of every metric in
+/// [`METRICS`].
+pub fn describe_metrics() {
+    for (name, kind, help) in METRICS {
+        match kind {
+            MetricKind::Counter => metrics::describe_counter!(*name, *help),
+            MetricKind::Gauge => metrics::describe_gauge!(*name, *help),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_outcomes_keep_their_json_strings() {
+        let json = |k: &EventKind| serde_json::to_value(k).unwrap();
+        let finished = EventKind::StageFinished {
+            item: "a".into(),
+            stage: "s".into(),
+            busy_s: 0.0,
+            outcome: TryOutcome::Failed(ErrorKind::Transient),
+        };
+        assert_eq!(json(&finished)["outcome"], "transient");
+        for (outcome, text) in [(TryOutcome::Ok, "ok"), (TryOutcome::Skip, "skip")] {
+            assert_eq!(serde_json::to_value(outcome).unwrap(), text);
+            assert_eq!(outcome.to_string(), text);
+        }
+        let ended = EventKind::RunFinished {
+            outcome: RunOutcome::AbortedOnError,
+            admitted: 3,
+            not_admitted: Some(7),
+        };
+        let v = json(&ended);
+        assert_eq!(v["event"], "run_finished");
+        assert_eq!(v["outcome"], "aborted_on_error");
+        assert_eq!(v["not_admitted"], 7);
     }
 }

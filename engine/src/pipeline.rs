@@ -62,6 +62,9 @@ pub struct StagePlan {
     pub release: Vec<String>,
     /// Limiters the stage's own code charges and keeps with the item.
     pub charges: Vec<Limiter>,
+    /// Adaptive per-host concurrency and rate, for a stage whose tries are
+    /// requests to a host.
+    pub adaptive: Option<crate::adapt::Adaptive>,
 }
 
 /// When a stage tries a failed item again: up to `attempts` tries in all,

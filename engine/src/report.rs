@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::item::ErrorKind;
-use crate::limit::LimiterKind;
+use crate::limit::{LimiterKind, Window};
 use crate::observe::Timeline;
 use crate::pipeline::Pipeline;
 use crate::run::{HostStats, Ledger, StageStats};
@@ -58,6 +58,12 @@ pub struct ItemCounts {
     /// deeper in the flow could finish, and went to the start of the flow
     /// again (not an end: the item is counted once, where it ends).
     pub requeued: u64,
+    /// Inputs the source holds that were never admitted because the run was
+    /// stopped or aborted first (0 when every input was admitted), so that
+    /// `total + not_admitted` is what the source holds. `None` (`null`)
+    /// when the source does not know its length, or the run takes only a
+    /// shard or a list of ids.
+    pub not_admitted: Option<u64>,
 }
 
 /// One stage's work.
@@ -87,7 +93,9 @@ pub struct StageReport {
     pub cpu_s: Option<f64>,
 }
 
-/// One limiter's use.
+/// One limiter's use during this run: for a limiter shared with other runs
+/// (see [`Limiter::window`](crate::limit::Limiter::window)), what happened
+/// while this run went on, not what earlier runs did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LimiterReport {
     /// The resource name.
@@ -96,7 +104,8 @@ pub struct LimiterReport {
     pub kind: LimiterKind,
     /// Slots (count), bytes (bytes), or burst (rate).
     pub capacity: u64,
-    /// The most slots or bytes held at once; `null` for a rate limiter.
+    /// The most slots or bytes held at once during the run; `null` for a
+    /// rate limiter.
     pub peak_in_use: Option<u64>,
     /// Tokens per second, for a rate limiter.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -123,6 +132,9 @@ pub struct HostReport {
     pub throttled_429: u64,
     /// Tries that were tried again.
     pub retries: u64,
+    /// Where the host's adaptive limits stood at the end (`null` when the
+    /// stage does not adapt).
+    pub adaptive: Option<crate::adapt::HostLimits>,
 }
 
 /// One failed item.
@@ -144,146 +156,13 @@ pub struct Failure {
     pub status: Option<u16>,
 }
 
-/// [`redact`](crate::redact::redact), kept here for the callers that
+#[cfg(test)]
+mod tests;
+mod text;
+
+/// [`redact`], kept here for the callers that
 /// found it here.
 pub use crate::redact::redact;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{Pipeline, Registry};
-
-    fn report(stages: Vec<StageReport>) -> RunReport {
-        RunReport {
-            pipeline: "p".into(),
-            outcome: RunOutcome::Completed,
-            elapsed_s: 10.0,
-            throughput_per_s: 1.0,
-            bytes_in: 0,
-            bytes_out: 0,
-            diagnosis: String::new(),
-            items: ItemCounts {
-                total: 10,
-                done: 10,
-                skipped: 0,
-                failed: 0,
-                requeued: 0,
-            },
-            stages,
-            limiters: Vec::new(),
-            hosts: Vec::new(),
-            failures: Vec::new(),
-            failures_not_listed: 0,
-            peak_rss_bytes: None,
-            timeline: None,
-            stalls: Vec::new(),
-        }
-    }
-
-    fn stage(name: &str, workers: u32, busy_s: f64, cpu_s: f64) -> StageReport {
-        StageReport {
-            name: name.into(),
-            kind: "hold".into(),
-            workers,
-            mailbox: workers,
-            processed: 10,
-            busy_s,
-            starved_s: 0.0,
-            blocked_s: 0.0,
-            utilisation: busy_s / (f64::from(workers) * 10.0),
-            cpu_s: Some(cpu_s),
-        }
-    }
-
-    #[test]
-    fn busy_stages_on_saturated_cores_are_a_cpu_bound_run_not_a_call_for_workers() {
-        let cores = crate::units::cores();
-        let toml = format!(
-            r#"
-[pipeline]
-flow = ["a", "b"]
-[source]
-kind = "generate"
-count = 10
-[stages.a]
-kind = "hold"
-mode = "spin"
-workers = {cores}
-[stages.b]
-kind = "hold"
-mode = "spin"
-workers = {cores}
-"#
-        );
-        let p = Pipeline::from_toml_str(&toml, &Registry::with_builtins()).unwrap();
-        let c = f64::from(cores);
-        // `b` busy 85% of its workers' time; both stages together used
-        // every core 90% of the run.
-        let saturated = report(vec![
-            stage("a", cores, 0.3 * c * 10.0, 0.3 * c * 10.0),
-            stage("b", cores, 0.85 * c * 10.0, 0.6 * c * 10.0),
-        ]);
-        let d = diagnose(&p, &saturated);
-        assert!(d.starts_with("the CPU is the bottleneck"), "{d}");
-        assert!(d.contains("more workers will not help"), "{d}");
-        // The same busy time spent mostly waiting (for a disk, say): the
-        // cores were not the limit, the stage's workers were.
-        let waiting = report(vec![
-            stage("a", cores, 0.3 * c * 10.0, 0.1 * c * 10.0),
-            stage("b", cores, 0.85 * c * 10.0, 0.2 * c * 10.0),
-        ]);
-        let d = diagnose(&p, &waiting);
-        assert!(d.starts_with("`b` is the bottleneck"), "{d}");
-        assert!(d.contains("more workers"), "{d}");
-    }
-
-    #[test]
-    fn a_run_with_no_input_says_whether_the_source_gave_none_or_it_was_stopped() {
-        let p = Pipeline::from_toml_str(
-            "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 0\n[stages.a]\nkind = \"discard\"\n",
-            &Registry::with_builtins(),
-        )
-        .unwrap();
-        let mut r = report(Vec::new());
-        r.items = ItemCounts::default();
-        assert!(diagnose(&p, &r).starts_with("the source gave no input"));
-        r.outcome = RunOutcome::Stopped;
-        assert!(diagnose(&p, &r).contains("before the run was stopped"));
-    }
-
-    #[test]
-    fn a_bucket_paused_by_429s_is_not_credited_with_the_pace() {
-        let p = Pipeline::from_toml_str(
-            "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 1\n\
-             [limits.api]\nper_second = 20\n[stages.a]\nkind = \"hold\"\nlimits = [\"api\"]\n",
-            &Registry::with_builtins(),
-        )
-        .unwrap();
-        let mut r = report(vec![stage("a", 1, 1.0, 0.0)]);
-        r.limiters.push(LimiterReport {
-            name: "api".into(),
-            kind: LimiterKind::Rate,
-            capacity: 1,
-            peak_in_use: None,
-            per_second: Some(20.0),
-            wait_s: 50.0,
-            p95_wait_s: 1.0,
-            share_at_capacity: 0.9,
-        });
-        r.hosts.push(HostReport {
-            host: "http://127.0.0.1:8931".into(),
-            requests: 100,
-            achieved_per_s: 10.0,
-            throttled_429: 0,
-            retries: 0,
-        });
-        assert!(diagnose(&p, &r).contains("as intended"));
-        r.hosts[0].throttled_429 = 7;
-        let d = diagnose(&p, &r);
-        assert!(d.contains("answered 429 7 times"), "{d}");
-        assert!(!d.contains("as intended"), "{d}");
-    }
-}
 
 /// The report of one run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -441,10 +320,13 @@ pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
         .max_by(|a, b| a.utilisation.total_cmp(&b.utilisation));
     if let Some(s) = stage.filter(|s| s.utilisation >= 0.8) {
         return format!(
-            "`{}` is the bottleneck: its {} worker{} were busy {}% of the run; more workers (and the limits they need) may help",
+            "`{}` is the bottleneck: {} busy {}% of the run; more workers (and the limits they need) may help",
             s.name,
-            s.workers,
-            if s.workers == 1 { "" } else { "s" },
+            if s.workers == 1 {
+                "its 1 worker was".to_owned()
+            } else {
+                format!("its {} workers were", s.workers)
+            },
             (s.utilisation * 100.0).round()
         );
     }
@@ -476,16 +358,84 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// How a run ended, for [`RunReport::build`].
+pub(crate) struct RunEnd<'a> {
+    pub outcome: RunOutcome,
+    pub elapsed: Duration,
+    pub timeline: Option<Timeline>,
+    pub hosts: &'a HashMap<String, HostStats>,
+    /// One window per limiter of the pipeline, in order, opened as the run
+    /// started: the figures are this run's own, even for a shared limiter.
+    pub windows: &'a [Window],
+    /// How many inputs the source holds, when it knows and the run takes
+    /// them all (no shard, no id list).
+    pub length: Option<u64>,
+}
+
+/// Each host's requests, by host.
+fn host_reports(hosts: &HashMap<String, HostStats>) -> Vec<HostReport> {
+    let mut reports: Vec<HostReport> = hosts
+        .iter()
+        .map(|(host, h)| {
+            let span = match (h.first, h.last) {
+                (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
+                _ => 0.0,
+            };
+            HostReport {
+                host: host.clone(),
+                requests: h.requests,
+                achieved_per_s: if span > 0.0 {
+                    (h.requests.saturating_sub(1)) as f64 / span
+                } else {
+                    0.0
+                },
+                throttled_429: h.throttled,
+                retries: h.retries,
+                adaptive: None,
+            }
+        })
+        .collect();
+    reports.sort_by(|a, b| a.host.cmp(&b.host));
+    reports
+}
+
+/// Each limiter's figures over this run's window.
+fn limiter_reports(pipeline: &Pipeline, windows: &[Window], secs: f64) -> Vec<LimiterReport> {
+    pipeline
+        .limits
+        .iter()
+        .zip(windows)
+        .map(|(l, w)| {
+            let fig = w.figures();
+            LimiterReport {
+                name: l.name().to_owned(),
+                kind: l.kind(),
+                capacity: l.capacity(),
+                peak_in_use: (l.kind() != LimiterKind::Rate).then_some(fig.peak_in_use),
+                per_second: l.per_second(),
+                wait_s: fig.total_wait.as_secs_f64(),
+                p95_wait_s: fig.p95_wait.as_secs_f64(),
+                share_at_capacity: (fig.contended.as_secs_f64() / secs).min(1.0),
+            }
+        })
+        .collect()
+}
+
 impl RunReport {
     pub(crate) fn build(
         pipeline: &Pipeline,
         ledger: &Ledger,
         stats: &[StageStats],
-        outcome: RunOutcome,
-        elapsed: Duration,
-        timeline: Option<Timeline>,
-        hosts: &HashMap<String, HostStats>,
+        end: RunEnd<'_>,
     ) -> Self {
+        let RunEnd {
+            outcome,
+            elapsed,
+            timeline,
+            hosts,
+            windows,
+            length,
+        } = end;
         let secs = elapsed.as_secs_f64().max(f64::MIN_POSITIVE);
         let failures = ledger
             .failures
@@ -494,27 +444,14 @@ impl RunReport {
             .clone();
         let failed = ledger.failed.load(Ordering::Acquire);
         let done = ledger.done.load(Ordering::Acquire);
-        let mut hosts: Vec<HostReport> = hosts
-            .iter()
-            .map(|(host, h)| {
-                let span = match (h.first, h.last) {
-                    (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
-                    _ => 0.0,
-                };
-                HostReport {
-                    host: host.clone(),
-                    requests: h.requests,
-                    achieved_per_s: if span > 0.0 {
-                        (h.requests.saturating_sub(1)) as f64 / span
-                    } else {
-                        0.0
-                    },
-                    throttled_429: h.throttled,
-                    retries: h.retries,
-                }
-            })
-            .collect();
-        hosts.sort_by(|a, b| a.host.cmp(&b.host));
+        let not_admitted = length.map(|len| {
+            if ledger.exhausted.load(Ordering::Acquire) {
+                0
+            } else {
+                len.saturating_sub(ledger.read.load(Ordering::Acquire))
+            }
+        });
+        let hosts = host_reports(hosts);
         let mut report = RunReport {
             pipeline: pipeline.name.clone(),
             outcome,
@@ -529,6 +466,7 @@ impl RunReport {
                 skipped: ledger.skipped.load(Ordering::Acquire),
                 failed,
                 requeued: ledger.requeued.load(Ordering::Acquire),
+                not_admitted,
             },
             stages: pipeline
                 .stages
@@ -553,20 +491,7 @@ impl RunReport {
                     }),
                 })
                 .collect(),
-            limiters: pipeline
-                .limits
-                .iter()
-                .map(|l| LimiterReport {
-                    name: l.name().to_owned(),
-                    kind: l.kind(),
-                    capacity: l.capacity(),
-                    peak_in_use: (l.kind() != LimiterKind::Rate).then(|| l.peak_in_use()),
-                    per_second: l.per_second(),
-                    wait_s: l.total_wait().as_secs_f64(),
-                    p95_wait_s: l.p95_wait().as_secs_f64(),
-                    share_at_capacity: (l.contended().as_secs_f64() / secs).min(1.0),
-                })
-                .collect(),
+            limiters: limiter_reports(pipeline, windows, secs),
             hosts,
             failures_not_listed: failed.saturating_sub(failures.len() as u64),
             failures,
@@ -591,115 +516,5 @@ impl RunReport {
     /// Whether every admitted item ended done or skipped.
     pub fn all_ok(&self) -> bool {
         self.items.failed == 0
-    }
-}
-
-impl fmt::Display for RunReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let i = &self.items;
-        let size = |b: u64| bytesize::ByteSize(b).display().iec().to_string();
-        writeln!(
-            f,
-            "pipeline `{}` {} in {:.2}s: {} items, {} done, {} skipped, {} failed",
-            self.pipeline, self.outcome, self.elapsed_s, i.total, i.done, i.skipped, i.failed
-        )?;
-        writeln!(f, "  throughput: {:.1} items/s", self.throughput_per_s)?;
-        if i.requeued > 0 {
-            writeln!(
-                f,
-                "  requeued: {} times an item gave back its share of a byte budget for an item \
-                 deeper in the flow and started again (a larger budget avoids the repeated work)",
-                i.requeued
-            )?;
-        }
-        for stall in &self.stalls {
-            writeln!(
-                f,
-                "  stalled: no item moved for {:.0} s at {:.0} s: {}",
-                stall.quiet_s, stall.at_s, stall.state
-            )?;
-        }
-        if self.bytes_in > 0 || self.bytes_out > 0 {
-            writeln!(
-                f,
-                "  bytes: {} in, {} out",
-                size(self.bytes_in),
-                size(self.bytes_out)
-            )?;
-        }
-        if let Some(rss) = self.peak_rss_bytes {
-            writeln!(f, "  peak memory (RSS): {}", size(rss))?;
-        }
-        writeln!(f, "  stages:")?;
-        for s in &self.stages {
-            write!(
-                f,
-                "    {:<12} {:<9} workers {:>3} mailbox {:>4} processed {:>7} busy {:>7.2}s ({:>3.0}%) starved {:>6.2}s blocked {:>6.2}s",
-                s.name,
-                s.kind,
-                s.workers,
-                s.mailbox,
-                s.processed,
-                s.busy_s,
-                s.utilisation * 100.0,
-                s.starved_s,
-                s.blocked_s
-            )?;
-            match s.cpu_s {
-                Some(cpu) if s.processed > 0 => {
-                    writeln!(f, " cpu {:.2} ms/item", cpu * 1000.0 / s.processed as f64)?
-                }
-                _ => writeln!(f)?,
-            }
-        }
-        if !self.limiters.is_empty() {
-            writeln!(f, "  limiters:")?;
-        }
-        for l in &self.limiters {
-            let use_ = match (l.kind, l.peak_in_use) {
-                (LimiterKind::Rate, _) => format!(
-                    "{}/s burst {}",
-                    l.per_second.unwrap_or_default(),
-                    l.capacity
-                ),
-                (LimiterKind::Bytes, peak) => {
-                    format!(
-                        "peak {} of {}",
-                        size(peak.unwrap_or_default()),
-                        size(l.capacity)
-                    )
-                }
-                (_, peak) => format!("peak {} of {}", peak.unwrap_or_default(), l.capacity),
-            };
-            writeln!(
-                f,
-                "    {:<12} {:<5} {use_:<28} at capacity {:>3.0}%  waited {:.2}s (p95 {:.3}s)",
-                l.name,
-                l.kind.to_string(),
-                l.share_at_capacity * 100.0,
-                l.wait_s,
-                l.p95_wait_s
-            )?;
-        }
-        for h in &self.hosts {
-            writeln!(
-                f,
-                "  host {}: {} requests, {:.1}/s, {} x 429, {} retries",
-                h.host, h.requests, h.achieved_per_s, h.throttled_429, h.retries
-            )?;
-        }
-        writeln!(f, "  diagnosis: {}", self.diagnosis)?;
-        for fail in self.failures.iter().take(10) {
-            writeln!(
-                f,
-                "  failed {} at {} ({}): {}",
-                fail.id, fail.stage, fail.kind, fail.message
-            )?;
-        }
-        let more = self.failures.len().saturating_sub(10) as u64 + self.failures_not_listed;
-        if more > 0 {
-            writeln!(f, "  ... and {more} more failures (see --report FILE)")?;
-        }
-        Ok(())
     }
 }

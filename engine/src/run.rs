@@ -35,13 +35,14 @@ use async_channel::{Receiver, Sender, TrySendError};
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::adapt::Gates;
 use crate::config::OnError;
 use crate::item::{ErrorKind, Item, Outcome, StageError};
 use crate::limit::{Charged, LimitError, Limiter, LimiterKind, Priority, RateKey, Ticket};
-use crate::observe::{Emitter, EventKind, EventSink, Sample, Timeline};
+use crate::observe::{Emitter, EventKind, EventSink, Sample, Timeline, TryOutcome};
 use crate::pipeline::{Pipeline, StagePlan};
 use crate::redact::redact_text;
-use crate::report::{redact, Failure, RunOutcome, RunReport};
+use crate::report::{redact, Failure, RunEnd, RunOutcome, RunReport};
 use crate::stage::{Handler, Source, SourceError};
 use tracing::Instrument;
 
@@ -132,6 +133,11 @@ pub struct RunOptions {
     /// [`Timeline`], and `metrics` gauges (queue depth, limiter use and
     /// waiters) are kept up to date.
     pub sample: Option<Duration>,
+    /// The value of the `pipeline` label on this run's metrics; the
+    /// pipeline's name when `None`. A service that runs the same pipeline
+    /// for several jobs at once gives each its own (a job id), so that
+    /// their series stay apart.
+    pub metrics_label: Option<String>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -142,6 +148,7 @@ impl std::fmt::Debug for RunOptions {
             .field("events", &self.events.is_some())
             .field("sample", &self.sample)
             .field("shard", &self.shard)
+            .field("metrics_label", &self.metrics_label)
             .finish()
     }
 }
@@ -281,6 +288,8 @@ pub(crate) async fn run(
         message,
     })?;
     tracing::info!(pipeline = %pipeline.name, stages = pipeline.stages.len(), "run starting");
+    // This run's figures of each limiter, even one shared with other runs.
+    let windows: Vec<_> = pipeline.limits.iter().map(Limiter::window).collect();
 
     let shared = Arc::new(Shared {
         ledger: Ledger::default(),
@@ -298,10 +307,16 @@ pub(crate) async fn run(
         hosts: Mutex::new(HashMap::new()),
         requeued: Mutex::new(VecDeque::new()),
         moved: tokio::sync::Notify::new(),
+        label: options
+            .metrics_label
+            .clone()
+            .unwrap_or_else(|| pipeline.name.clone()),
     });
+    crate::observe::describe_metrics();
+    let length = source.len_hint();
     shared.events.emit(|| EventKind::RunStarted {
         pipeline: pipeline.name.clone(),
-        total: source.len_hint(),
+        total: length,
     });
     let mailboxes: Vec<(Sender<Item>, Receiver<Item>)> = pipeline
         .stages
@@ -331,6 +346,13 @@ pub(crate) async fn run(
     };
 
     let skip_checks: Arc<[Handler]> = pipeline.stages.iter().map(|s| s.handler.clone()).collect();
+    // One set of adaptive host gates per stage that makes requests, learnt
+    // afresh each run.
+    let gates: Vec<Option<Arc<Gates>>> = pipeline
+        .stages
+        .iter()
+        .map(|s| s.adaptive.map(|a| Arc::new(Gates::new(a))))
+        .collect();
     let mut spawn_error = None;
     'spawn: for (index, plan) in pipeline.stages.iter().enumerate() {
         for n in 0..plan.workers {
@@ -341,6 +363,7 @@ pub(crate) async fn run(
                 rx: mailboxes[index].1.clone(),
                 tx: mailboxes.get(index + 1).map(|(tx, _)| tx.clone()),
                 shared: Arc::clone(&shared),
+                gates: gates[index].clone(),
                 _alive: alive_tx.clone(),
             };
             if plan.handler.is_blocking() {
@@ -441,10 +464,14 @@ pub(crate) async fn run(
         pipeline,
         &shared.ledger,
         &shared.stats,
-        outcome,
-        started.elapsed(),
-        timeline,
-        &hosts,
+        RunEnd {
+            outcome,
+            elapsed: started.elapsed(),
+            timeline,
+            hosts: &hosts,
+            windows: &windows,
+            length: length.filter(|_| options.only_ids.is_none() && options.shard.is_none()),
+        },
     );
     if let Some(first) = stalls.first() {
         report.diagnosis = format!(
@@ -453,11 +480,15 @@ pub(crate) async fn run(
         );
     }
     report.stalls = stalls;
+    for (host, limits) in gates.iter().flatten().flat_map(|g| g.snapshot()) {
+        if let Some(h) = report.hosts.iter_mut().find(|h| h.host == host) {
+            h.adaptive = Some(limits);
+        }
+    }
     shared.events.emit(|| EventKind::RunFinished {
-        outcome: serde_json::to_value(report.outcome)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default(),
+        outcome: report.outcome,
+        admitted: report.items.total,
+        not_admitted: report.items.not_admitted,
     });
     tracing::info!(
         pipeline = %pipeline.name,

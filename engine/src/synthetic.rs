@@ -140,15 +140,15 @@ struct Hold {
 }
 
 impl Hold {
-    fn should_fail(&self, item: &Item) -> Result<(), StageError> {
+    fn should_fail(&self) -> Result<(), StageError> {
         let Some(n) = self.fail_every else {
             return Ok(());
         };
         let seen = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
         if seen % n == 0 {
+            // The log line and the report name the item already.
             Err(StageError::permanent(format!(
-                "{}: synthetic failure (fail_every = {n})",
-                item.id
+                "synthetic failure (fail_every = {n})"
             )))
         } else {
             Ok(())
@@ -191,22 +191,22 @@ fn hold(s: &Settings) -> Result<Handler, Vec<Problem>> {
 
 #[async_trait]
 impl AsyncStage for Hold {
-    async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
+    async fn process(&self, _: &mut Item) -> Result<Outcome, StageError> {
         if !self.duration.is_zero() {
             tokio::time::sleep(self.duration).await;
         }
-        self.should_fail(item)?;
+        self.should_fail()?;
         Ok(Outcome::Continue)
     }
 }
 
 impl BlockingStage for Hold {
-    fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
+    fn process(&self, _: &mut Item) -> Result<Outcome, StageError> {
         let start = Instant::now();
         while start.elapsed() < self.duration {
             std::hint::spin_loop();
         }
-        self.should_fail(item)?;
+        self.should_fail()?;
         Ok(Outcome::Continue)
     }
 }

@@ -118,14 +118,37 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 
 /// Parses a duration such as `"250ms"`, `"30s"`, `"2m"` or `"1h 30m"`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    use humantime::DurationError as E;
     humantime::parse_duration(text.trim()).map_err(|e| {
-        format!("expected a duration such as \"250ms\" or \"30s\", got {text:?} ({e})")
+        // Said in the file's terms, not the parser's (no byte offsets).
+        let why = match e {
+            E::UnknownUnit { unit, .. } => {
+                format!(": unknown unit {unit:?} (use ms, s, m, h or d)")
+            }
+            E::NumberOverflow => ": too large".to_owned(),
+            _ => String::new(),
+        };
+        format!("expected a duration such as \"250ms\" or \"30s\", got {text:?}{why}")
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_duration_is_said_without_parser_internals() {
+        let e = parse_duration("soon").unwrap_err();
+        assert_eq!(
+            e,
+            "expected a duration such as \"250ms\" or \"30s\", got \"soon\""
+        );
+        let e = parse_duration("5 parsecs").unwrap_err();
+        assert!(
+            e.ends_with("unknown unit \"parsecs\" (use ms, s, m, h or d)"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn sizes_parse_with_binary_and_decimal_units() {

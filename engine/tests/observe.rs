@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use warpline_engine::limit::LimiterKind;
+use warpline_engine::report::RunOutcome;
 use warpline_engine::{
     Event, EventKind, Input, Pipeline, Registry, RunControl, RunOptions, RunReport, Source,
     SourceError, SourceSpec,
@@ -149,8 +150,8 @@ fn report_invariants_hold_and_events_agree_with_the_report() {
             EventKind::Done { .. } => "done",
             EventKind::Skipped { .. } => "skipped",
             EventKind::Failed { .. } => "failed",
-            EventKind::RunFinished { outcome } => {
-                assert_eq!(outcome, "completed");
+            EventKind::RunFinished { outcome, .. } => {
+                assert_eq!(*outcome, RunOutcome::Completed);
                 "run_finished"
             }
             _ => "other",

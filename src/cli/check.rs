@@ -16,6 +16,14 @@ fn tier_name(t: Tier) -> &'static str {
     }
 }
 
+/// One file's result.
+struct Checked {
+    path: PathBuf,
+    problems: Vec<Problem>,
+    not_checked: Vec<String>,
+    bound: Option<u64>,
+}
+
 pub(super) fn validate(paths: &[PathBuf], sets: &[String], format: Format) -> u8 {
     let registry = warpline::registry();
     let mut files = Vec::new();
@@ -27,24 +35,39 @@ pub(super) fn validate(paths: &[PathBuf], sets: &[String], format: Format) -> u8
             }
             // A `scope = "global"` rate is checked like any other; its
             // coordinator is reached only when the pipeline runs.
-            Ok(l) => l.with_global_rates(not_connected()).load(&registry),
+            // Every tier in one pass: this machine is checked for every
+            // stage that compiles, whatever else is wrong.
+            Ok(l) => l
+                .with_global_rates(not_connected())
+                .with_environment_checks()
+                .load(&registry),
         };
-        let (problems, bound): (Vec<Problem>, Option<u64>) = match loaded {
-            Ok(p) => (p.check_environment(), Some(p.admission_bound())),
-            Err(e) => (e.problems, None),
-        };
-        files.push((path.clone(), problems, bound));
+        files.push(match loaded {
+            Ok(p) => Checked {
+                path: path.clone(),
+                problems: Vec::new(),
+                not_checked: Vec::new(),
+                bound: Some(p.admission_bound()),
+            },
+            Err(e) => Checked {
+                path: path.clone(),
+                problems: e.problems,
+                not_checked: e.not_checked,
+                bound: None,
+            },
+        });
     }
-    let all_valid = files.iter().all(|(_, p, _)| p.is_empty());
+    let all_valid = files.iter().all(|f| f.problems.is_empty());
     match format {
         Format::Json => {
             let json = serde_json::json!({
                 "valid": all_valid,
-                "files": files.iter().map(|(path, problems, bound)| serde_json::json!({
-                    "path": path.display().to_string(),
-                    "valid": problems.is_empty(),
-                    "admission_bound": bound,
-                    "problems": problems,
+                "files": files.iter().map(|f| serde_json::json!({
+                    "path": f.path.display().to_string(),
+                    "valid": f.problems.is_empty(),
+                    "admission_bound": f.bound,
+                    "problems": f.problems,
+                    "not_checked": f.not_checked,
                 })).collect::<Vec<_>>(),
             });
             say!(
@@ -53,25 +76,28 @@ pub(super) fn validate(paths: &[PathBuf], sets: &[String], format: Format) -> u8
             );
         }
         Format::Text => {
-            for (path, problems, bound) in &files {
-                if problems.is_empty() {
+            for f in &files {
+                if f.problems.is_empty() {
                     say!(
                         "{}: valid (admission bound {} items)",
-                        path.display(),
-                        bound.unwrap_or_default()
+                        f.path.display(),
+                        f.bound.unwrap_or_default()
                     );
                     continue;
                 }
-                let n = problems.len();
+                let n = f.problems.len();
                 say!(
                     "{}: {n} problem{}",
-                    path.display(),
+                    f.path.display(),
                     if n == 1 { "" } else { "s" }
                 );
-                let mut sorted: Vec<&Problem> = problems.iter().collect();
+                let mut sorted: Vec<&Problem> = f.problems.iter().collect();
                 sorted.sort_by_key(|p| p.tier);
                 for p in sorted {
                     say!("  - [{}] {}: {}", tier_name(p.tier), p.path, p.message);
+                }
+                for n in &f.not_checked {
+                    say!("  (not checked: {n})");
                 }
             }
         }

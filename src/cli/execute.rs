@@ -122,6 +122,7 @@ pub(super) async fn execute(
         events: (!sinks.is_empty()).then(|| Arc::new(Fanout(sinks)) as Arc<dyn EventSink>),
         sample,
         shard: args.shard,
+        metrics_label: None,
     };
 
     let control = RunControl::new();

@@ -8,7 +8,7 @@
 //! - [`decode`]: bytes to pixels with GDAL, from a `/vsimem/` buffer the
 //!   engine owns, size checked before any pixel is read (blocking);
 //! - [`reproject`]: `GDALWarp` with gdalwarp's options (blocking);
-//! - [`write`]: GeoTIFF or COG, written to a temporary name, synced and
+//! - [`write`](mod@write): GeoTIFF or COG, written to a temporary name, synced and
 //!   renamed into place (blocking); [`temps`]: the temporary names, and
 //!   the removal of those a killed process left;
 //! - [`gdal`]: the one place that calls GDAL's C API;
@@ -31,6 +31,9 @@ pub mod temps;
 pub mod write;
 
 use warpline_engine::Registry;
+
+/// The stage kinds that call GDAL (and so use its block cache).
+pub const GDAL_KINDS: &[&str] = &["decode", "reproject", "write"];
 
 /// A registry with every kind warpline ships: the engine's synthetic kinds
 /// and the raster kinds (sources `list`, `inline`, `glob`; stages `fetch`,

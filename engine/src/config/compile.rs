@@ -7,17 +7,25 @@ use std::sync::Arc;
 
 use config::{Map, Value};
 
+use super::carried::{check_carried, Flowing};
 use super::file::{
     LimitSection, OnError, PipelineSection, RetrySection, SourceCommon, StageCommon, SOURCE_KEYS,
     STAGE_KEYS,
 };
 use super::{join, known, problem_from, Problem};
+use crate::adapt::{Adaptive, AdaptiveSection, AdaptiveValue};
 use crate::item::ErrorKind;
 use crate::limit::{Limiter, LimiterKind, Limits, Oversize, RateBackendFactory, RateKey};
 use crate::pipeline::RetryPolicy;
 use crate::pipeline::{Pipeline, SourcePlan, StagePlan};
 use crate::registry::{Registry, Settings};
+use crate::stage::Handler;
 use crate::units::{parse_duration, CountValue};
+
+mod limiters;
+mod stage;
+use limiters::{build_limiter, resolve_limits, take_shared, Declared};
+use stage::build_stage;
 
 const SECTIONS: &[&str] = &["pipeline", "source", "limits", "stages"];
 
@@ -105,8 +113,10 @@ pub(super) fn compile(
     default_name: &str,
     shared: Option<&Limits>,
     global: Option<&RateBackendFactory>,
-) -> Result<Pipeline, Vec<Problem>> {
+    environment: bool,
+) -> Result<Pipeline, Failed> {
     let mut problems = Vec::new();
+    let mut not_checked = Vec::new();
     for key in root.keys() {
         if !SECTIONS.contains(&key.as_str()) {
             let guess = match super::nearest(key, SECTIONS.iter().copied()) {
@@ -226,6 +236,8 @@ pub(super) fn compile(
 
     // [stages.NAME]
     let mut declared: Vec<(String, StagePlan)> = Vec::new();
+    // What is known of each stage's limits, compiled or not.
+    let mut flowing: HashMap<String, Flowing> = HashMap::new();
     let mut stage_names: Vec<String> = Vec::new();
     if let Some(v) = root.shift_remove("stages") {
         for (name, value) in table("stages", v, &mut problems).unwrap_or_default() {
@@ -237,9 +249,20 @@ pub(super) fn compile(
             let Some(t) = table(&path, value, &mut problems) else {
                 continue;
             };
-            if let Some(plan) = build_stage(&path, &name, t, registry, &known_limits, &mut problems)
-            {
+            let (plan, known) =
+                build_stage(&path, &name, t, registry, &known_limits, &mut problems);
+            if let Some(plan) = plan {
+                // Checks of this machine (an output directory is writable)
+                // for every stage that compiled, in the same pass.
+                if environment {
+                    for m in plan.handler.check_environment() {
+                        problems.push(Problem::environment(path.clone(), m));
+                    }
+                }
+                flowing.insert(name.clone(), Flowing::of(&plan));
                 declared.push((name, plan));
+            } else if let Some(known) = known {
+                flowing.insert(name, known);
             }
         }
     }
@@ -325,16 +348,15 @@ pub(super) fn compile(
         }
     }
 
-    // What items carry is checked only along a whole flow: a stage that
-    // failed to compile (reported already) would make the stages after it
-    // look wrong (a `release` of something it charged).
-    let whole_flow = section
-        .flow
-        .as_ref()
-        .is_some_and(|f| f.len() == stages.len());
-    if let (Some(source), true) = (&source, whole_flow) {
-        check_carried(source, &stages, &limits, &mut problems);
-    }
+    // What items carry is checked along the whole flow, on what is known of
+    // the stages that did not compile (see `carried`).
+    not_checked.extend(check_along_flow(
+        section.flow.as_deref(),
+        &flowing,
+        source.as_ref(),
+        &limits,
+        &mut problems,
+    ));
     if let Some(source) = &source {
         if let Some(taken) = &taken {
             check_used(source, taken, &limits, implicit.as_ref(), &mut problems);
@@ -357,8 +379,51 @@ pub(super) fn compile(
             stages,
             limits,
         }),
-        _ => Err(problems),
+        _ => Err(Failed {
+            problems,
+            not_checked,
+        }),
     }
+}
+
+/// [`check_carried`] along the flow, when the flow and every stage's
+/// limits could be read; else what was not checked, and why.
+fn check_along_flow(
+    flow: Option<&[String]>,
+    flowing: &HashMap<String, Flowing>,
+    source: Option<&SourcePlan>,
+    limits: &Limits,
+    problems: &mut Vec<Problem>,
+) -> Option<String> {
+    let along: Vec<Flowing> = flow
+        .into_iter()
+        .flatten()
+        .filter_map(|name| flowing.get(name).cloned())
+        .collect();
+    let whole_flow = flow.is_some_and(|f| {
+        f.len() == along.len() && f.iter().collect::<BTreeSet<_>>().len() == f.len()
+    });
+    match (source, whole_flow) {
+        (Some(source), true) => check_carried(source, &along, limits, problems),
+        (None, _) => Some(
+            "what items carry from stage to stage, and whether every limiter is taken: \
+             [source] did not compile"
+                .to_owned(),
+        ),
+        (Some(_), false) => Some(
+            "what items carry from stage to stage: pipeline.flow, or a stage's `limits`, \
+             `carry` or `release`, could not be read"
+                .to_owned(),
+        ),
+    }
+}
+
+/// Why a pipeline did not compile: every problem, and the checks that could
+/// not be made because of them.
+#[derive(Debug)]
+pub(super) struct Failed {
+    pub problems: Vec<Problem>,
+    pub not_checked: Vec<String>,
 }
 
 /// A declared limiter that no stage and not the source takes limits
@@ -389,327 +454,6 @@ fn check_used(
             ));
         }
     }
-}
-
-/// `[limits.NAME] shared = true`: the limiter of that name that the
-/// embedding process shares between pipelines.
-fn take_shared(
-    path: &str,
-    name: &str,
-    s: &LimitSection,
-    shared: Option<&Limits>,
-    problems: &mut Vec<Problem>,
-) -> Option<Limiter> {
-    if s.permits.is_some()
-        || s.budget.is_some()
-        || s.per_second.is_some()
-        || s.oversize.is_some()
-        || s.burst.is_some()
-        || s.per.is_some()
-    {
-        problems.push(Problem::new(
-            path,
-            "a shared limiter is sized by the process that shares it: give only `shared = true`",
-        ));
-        return None;
-    }
-    let found = shared.and_then(|l| l.get(name)).cloned();
-    if found.is_none() {
-        let offered = shared
-            .map(|l| known(l.iter().map(|x| x.name())))
-            .unwrap_or_else(|| {
-                "none (this pipeline is not run by a process that shares limiters)".to_owned()
-            });
-        problems.push(Problem::graph(
-            path,
-            format!("no shared limiter `{name}`; shared limiters: {offered}"),
-        ));
-    }
-    found
-}
-
-fn build_limiter(
-    path: &str,
-    name: &str,
-    s: &LimitSection,
-    global: Option<&RateBackendFactory>,
-    problems: &mut Vec<Problem>,
-) -> Option<Limiter> {
-    let given = [
-        s.permits.is_some(),
-        s.budget.is_some(),
-        s.per_second.is_some(),
-    ]
-    .iter()
-    .filter(|x| **x)
-    .count();
-    if given != 1 {
-        problems.push(Problem::new(
-            path,
-            "give exactly one of `permits` (a count), `budget` (bytes) or `per_second` (a rate)",
-        ));
-        return None;
-    }
-    let misplaced = |key: &str, set: bool, problems: &mut Vec<Problem>| {
-        if set {
-            problems.push(Problem::new(
-                join(path, key),
-                format!("`{key}` does not apply to this kind of limiter"),
-            ));
-        }
-    };
-    if let Some(p) = &s.permits {
-        misplaced("oversize", s.oversize.is_some(), problems);
-        misplaced("burst", s.burst.is_some(), problems);
-        misplaced("per", s.per.is_some(), problems);
-        let n = p
-            .resolve()
-            .map_err(|m| problems.push(Problem::new(join(path, "permits"), m)))
-            .ok()?;
-        return Some(Limiter::count(name, NonZeroU32::new(n)?));
-    }
-    if let Some(b) = &s.budget {
-        misplaced("burst", s.burst.is_some(), problems);
-        misplaced("per", s.per.is_some(), problems);
-        let oversize = match s.oversize.as_deref() {
-            None | Some("fail") => Oversize::Fail,
-            Some("alone") => Oversize::Alone,
-            Some(other) => {
-                problems.push(Problem::new(
-                    join(path, "oversize"),
-                    format!("expected \"fail\" or \"alone\", got {other:?}"),
-                ));
-                Oversize::Fail
-            }
-        };
-        let bytes = match b.bytes() {
-            Ok(0) => {
-                problems.push(Problem::new(
-                    join(path, "budget"),
-                    "must be more than 0 bytes",
-                ));
-                return None;
-            }
-            Ok(n) => n,
-            Err(m) => {
-                problems.push(Problem::new(join(path, "budget"), m));
-                return None;
-            }
-        };
-        return Some(Limiter::bytes(name, bytes, oversize));
-    }
-    let rate = s.per_second.unwrap_or_default();
-    misplaced("oversize", s.oversize.is_some(), problems);
-    let key = match s.per.as_deref() {
-        None | Some("all") => RateKey::Global,
-        Some("host") => RateKey::Host,
-        Some(other) => {
-            problems.push(Problem::new(
-                join(path, "per"),
-                format!("expected \"host\" (one bucket per remote host) or \"all\", got {other:?}"),
-            ));
-            RateKey::Global
-        }
-    };
-    let burst = count(&join(path, "burst"), &s.burst, 1, problems);
-    if !(rate.is_finite() && rate > 0.0) {
-        problems.push(Problem::new(
-            join(path, "per_second"),
-            format!("must be a positive number of tokens per second, got {rate}"),
-        ));
-        return None;
-    }
-    let limiter = match s.scope.as_deref() {
-        None | Some("local") => Limiter::rate(name, rate, NonZeroU32::new(burst)?, key),
-        Some("global") => match global {
-            Some(factory) => {
-                let backend = factory(name, rate, burst);
-                Limiter::rate_shared_by(name, rate, NonZeroU32::new(burst)?, key, backend)
-            }
-            None => {
-                problems.push(Problem::environment(
-                    join(path, "scope"),
-                    "a global rate is kept by the coordinator: run with --coordinator redis://...",
-                ));
-                return None;
-            }
-        },
-        Some(other) => {
-            problems.push(Problem::new(
-                join(path, "scope"),
-                format!("expected \"local\" or \"global\", got {other:?}"),
-            ));
-            return None;
-        }
-    };
-    if limiter.is_none() {
-        problems.push(Problem::new(
-            join(path, "per_second"),
-            format!("{rate} per second is too small to schedule"),
-        ));
-    }
-    limiter
-}
-
-/// The limiters declared in the file: those that compiled, and the names of
-/// those that did not.
-struct Declared<'a> {
-    limits: &'a Limits,
-    broken: &'a BTreeSet<String>,
-}
-
-/// Resolves a list of limiter names against the declared limiters.
-fn resolve_limits(
-    path: &str,
-    names: &[String],
-    declared: &Declared<'_>,
-    problems: &mut Vec<Problem>,
-) -> Vec<Limiter> {
-    let limits = declared.limits;
-    let mut out: Vec<Limiter> = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        let p = format!("{path}[{i}]");
-        match limits.get(name) {
-            None if declared.broken.contains(name) => {}
-            None => problems.push(Problem::graph(
-                p,
-                format!(
-                    "unknown limiter `{name}`; declared limiters: {}",
-                    known(limits.iter().map(|l| l.name()))
-                ),
-            )),
-            Some(_) if out.iter().any(|l| l.name() == name) => {
-                problems.push(Problem::graph(p, format!("duplicate limiter `{name}`")))
-            }
-            Some(l) => out.push(l.clone()),
-        }
-    }
-    // One global order, whatever order the stage listed them in.
-    out.sort_by_key(|l| limits.position(l.name()));
-    out
-}
-
-fn build_stage(
-    path: &str,
-    name: &str,
-    table: Map<String, Value>,
-    registry: &Registry,
-    declared: &Declared<'_>,
-    problems: &mut Vec<Problem>,
-) -> Option<StagePlan> {
-    let (common, own) = split(table, STAGE_KEYS);
-    let common: StageCommon = parse(path, Value::from(common), problems)?;
-    let workers = count(&join(path, "workers"), &common.workers, 1, problems);
-    let mailbox = count(&join(path, "mailbox"), &common.mailbox, workers, problems);
-    let acquire = resolve_limits(&join(path, "limits"), &common.limits, declared, problems);
-    for (i, name) in common.carry.iter().enumerate() {
-        match acquire.iter().find(|l| l.name() == name) {
-            None => problems.push(Problem::graph(
-                format!("{path}.carry[{i}]"),
-                format!("`{name}` is not in this stage's `limits`; a stage can only carry what it holds"),
-            )),
-            Some(l) if l.kind() == LimiterKind::Rate => problems.push(Problem::graph(
-                format!("{path}.carry[{i}]"),
-                format!("`{name}` is a rate limiter: a token is spent, not held, so it cannot be carried"),
-            )),
-            Some(_) => {}
-        }
-    }
-    let Some(kind) = common.kind else {
-        problems.push(Problem::graph(
-            join(path, "kind"),
-            format!(
-                "missing; known stage kinds: {}",
-                known(registry.stage_kinds().iter())
-            ),
-        ));
-        return None;
-    };
-    let Some(factory) = registry.stage(&kind) else {
-        problems.push(Problem::graph(
-            join(path, "kind"),
-            format!(
-                "unknown stage kind {kind:?}; known stage kinds: {}",
-                known(registry.stage_kinds().iter())
-            ),
-        ));
-        return None;
-    };
-    let settings = Settings::new(
-        path.to_owned(),
-        own,
-        declared.limits.clone(),
-        acquire.clone(),
-        STAGE_KEYS,
-    );
-    let handler = match factory(&settings) {
-        Ok(h) => h,
-        Err(mut p) => {
-            problems.append(&mut p);
-            return None;
-        }
-    };
-    let retry = retry_policy(
-        path,
-        common.retry.as_ref(),
-        handler.retry_default(),
-        problems,
-    );
-    Some(StagePlan {
-        name: name.to_owned(),
-        kind,
-        workers,
-        mailbox,
-        retry,
-        handler,
-        limits: acquire,
-        carry: common.carry,
-        release: common.release,
-        charges: settings.charged(),
-    })
-}
-
-fn retry_policy(
-    path: &str,
-    section: Option<&RetrySection>,
-    default: RetryPolicy,
-    problems: &mut Vec<Problem>,
-) -> RetryPolicy {
-    let Some(r) = section else {
-        return default;
-    };
-    let path = join(path, "retry");
-    let mut policy = default;
-    policy.attempts = count(
-        &join(&path, "attempts"),
-        &r.attempts,
-        policy.attempts,
-        problems,
-    );
-    for (key, value, slot) in [
-        ("base_delay", &r.base_delay, &mut policy.base_delay),
-        ("max_delay", &r.max_delay, &mut policy.max_delay),
-    ] {
-        if let Some(text) = value {
-            match parse_duration(text) {
-                Ok(d) => *slot = d,
-                Err(m) => problems.push(Problem::new(join(&path, key), m)),
-            }
-        }
-    }
-    if let Some(on) = &r.on {
-        policy.on.clear();
-        for (i, kind) in on.iter().enumerate() {
-            match ErrorKind::from_name(kind) {
-                Some(k) => policy.on.push(k),
-                None => problems.push(Problem::new(
-                    format!("{path}.on[{i}]"),
-                    format!("unknown error kind {kind:?}; expected \"transient\", \"permanent\", \"panicked\" or \"over_budget\""),
-                )),
-            }
-        }
-    }
-    policy
 }
 
 fn build_source(
@@ -769,77 +513,6 @@ fn build_source(
         Err(mut p) => {
             problems.append(&mut p);
             None
-        }
-    }
-}
-
-/// Checks what items carry from stage to stage: a release must name something
-/// carried, and no stage may wait for a limiter ordered before one its items
-/// already hold (that wait could close a cycle: a deadlock).
-fn check_carried(
-    source: &SourcePlan,
-    stages: &[StagePlan],
-    limits: &Limits,
-    problems: &mut Vec<Problem>,
-) {
-    let pos = |l: &Limiter| limits.position(l.name()).unwrap_or(usize::MAX);
-    // limiter name -> (order, kind, who carries it)
-    let mut carried: Vec<(Limiter, String)> = source
-        .limits
-        .iter()
-        .map(|l| (l.clone(), "source".to_owned()))
-        .collect();
-    for stage in stages {
-        let path = join("stages", &stage.name);
-        for (i, name) in stage.release.iter().enumerate() {
-            if !carried.iter().any(|(l, _)| l.name() == name) {
-                problems.push(Problem::graph(
-                    format!("{path}.release[{i}]"),
-                    format!("items reaching this stage carry no `{name}`: only a limiter carried by the source or an earlier stage can be released"),
-                ));
-            }
-        }
-        // Released on entry, before the stage waits for anything; except a
-        // byte budget the stage charges again, whose share the item keeps
-        // (resized) while the stage waits for its other limiters.
-        let recharged = |l: &Limiter| {
-            l.kind() == LimiterKind::Bytes && stage.limits.iter().any(|w| w.name() == l.name())
-        };
-        carried.retain(|(l, _)| !stage.release.iter().any(|r| r == l.name()) || recharged(l));
-        for want in &stage.limits {
-            for (held, from) in &carried {
-                if held.name() == want.name() && want.kind() == LimiterKind::Bytes {
-                    // A byte budget the item holds is resized: the stage
-                    // waits only for the difference (see `limit`).
-                } else if held.name() == want.name() {
-                    problems.push(Problem::graph(
-                        join(&path, "limits"),
-                        format!(
-                            "items arrive holding `{}` (carried from {from}); waiting for more of it while \
-                             holding some can deadlock: add \"{}\" to this stage's `release`",
-                            want.name(),
-                            want.name()
-                        ),
-                    ));
-                } else if want.kind() != LimiterKind::Rate && pos(held) > pos(want) {
-                    problems.push(Problem::graph(
-                        join(&path, "limits"),
-                        format!(
-                            "waits for `{}` while items hold `{}` (carried from {from}), but `{}` is declared after `{}`; \
-                             declare [limits.{}] before [limits.{}] so every acquisition follows one order",
-                            want.name(), held.name(), held.name(), want.name(), held.name(), want.name()
-                        ),
-                    ));
-                }
-            }
-        }
-        for name in &stage.carry {
-            if let Some(l) = stage.limits.iter().find(|l| l.name() == name) {
-                carried.push((l.clone(), format!("stage `{}`", stage.name)));
-            }
-        }
-        for l in &stage.charges {
-            carried.push((l.clone(), format!("stage `{}`", stage.name)));
         }
     }
 }

@@ -59,6 +59,7 @@ pub(crate) struct StageCommon {
     #[serde(default)]
     pub release: Vec<String>,
     pub retry: Option<RetrySection>,
+    pub adaptive: Option<crate::adapt::AdaptiveValue>,
 }
 
 /// `[stages.NAME.retry]`: how often, and after how long, a failed item is
@@ -74,7 +75,7 @@ pub(crate) struct RetrySection {
 
 /// The keys of a `[stages.NAME]` table the engine reads itself.
 pub(crate) const STAGE_KEYS: &[&str] = &[
-    "kind", "workers", "mailbox", "limits", "carry", "release", "retry",
+    "kind", "workers", "mailbox", "limits", "carry", "release", "retry", "adaptive",
 ];
 
 /// `[limits.NAME]`: exactly one of `permits`, `budget` or `per_second`.

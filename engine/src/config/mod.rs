@@ -1,8 +1,9 @@
 //! Loading a pipeline file: TOML read with the `config` crate (the file, then
 //! `WARPLINE__...` environment overrides when asked for, then `--set
-//! key=value` overrides), then one compile step ([`compile`]) that checks
+//! key=value` overrides), then one compile step (`compile`) that checks
 //! everything and returns every problem at once, each naming its key path.
 
+mod carried;
 mod compile;
 mod file;
 
@@ -80,6 +81,10 @@ pub struct ConfigErrors {
     pub origin: String,
     /// The problems, in the order they were found.
     pub problems: Vec<Problem>,
+    /// Checks that were not made because they depend on something that
+    /// did not compile (each says what and why): a problem they would find
+    /// could follow only from one of `problems`.
+    pub not_checked: Vec<String>,
 }
 
 impl fmt::Display for ConfigErrors {
@@ -93,6 +98,9 @@ impl fmt::Display for ConfigErrors {
         )?;
         for p in &self.problems {
             write!(f, "\n  - {p}")?;
+        }
+        for n in &self.not_checked {
+            write!(f, "\n  (not checked: {n})")?;
         }
         Ok(())
     }
@@ -211,6 +219,9 @@ pub struct Loader {
     sets: Vec<(String, String)>,
     shared: Option<crate::limit::Limits>,
     global: Option<crate::limit::RateBackendFactory>,
+    environment: bool,
+    /// The name of a pipeline given as text.
+    name: Option<String>,
 }
 
 impl fmt::Debug for Loader {
@@ -262,6 +273,8 @@ impl Loader {
             sets: Vec::new(),
             shared: None,
             global: None,
+            environment: false,
+            name: None,
         }
     }
 
@@ -273,6 +286,8 @@ impl Loader {
             sets: Vec::new(),
             shared: None,
             global: None,
+            environment: false,
+            name: None,
         }
     }
 
@@ -288,6 +303,15 @@ impl Loader {
     /// the shared `NAME` instead of a limiter of its own.
     pub fn with_limits(mut self, shared: &crate::limit::Limits) -> Self {
         self.shared = Some(shared.clone());
+        self
+    }
+
+    /// Also checks this machine for every stage that compiles (an output
+    /// directory is writable, ...), in the same pass as the file: the
+    /// environment tier of `warpline validate`, whose problems then come
+    /// with the others (see [`Pipeline::check_environment`](crate::Pipeline::check_environment)).
+    pub fn with_environment_checks(mut self) -> Self {
+        self.environment = true;
         self
     }
 
@@ -309,10 +333,20 @@ impl Loader {
     }
 
     fn origin(&self) -> String {
-        match &self.text {
-            Text::Path(p) => p.display().to_string(),
-            Text::Inline(_) => "<string>".to_owned(),
+        match (&self.text, &self.name) {
+            (Text::Path(p), _) => p.display().to_string(),
+            (Text::Inline(_), Some(name)) => name.clone(),
+            (Text::Inline(_), None) => "<string>".to_owned(),
         }
+    }
+
+    /// Names a pipeline given as text (a job posted to a service, say):
+    /// its problems are headed with `name` instead of `<string>`, and the
+    /// pipeline is called `name` when its `[pipeline]` table gives none
+    /// (instead of `pipeline`). No effect on a pipeline read from a file.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
     }
 
     /// Reads, overrides and compiles, returning every problem at once.
@@ -321,6 +355,7 @@ impl Loader {
         let fail = |problems: Vec<Problem>| ConfigErrors {
             origin: origin.clone(),
             problems,
+            not_checked: Vec::new(),
         };
         let mut builder = config::Config::builder();
         let default_name = match &self.text {
@@ -344,7 +379,7 @@ impl Loader {
             }
             Text::Inline(t) => {
                 builder = builder.add_source(config::File::from_str(t, config::FileFormat::Toml));
-                "pipeline".to_owned()
+                self.name.clone().unwrap_or_else(|| "pipeline".to_owned())
             }
         };
         if self.env {
@@ -375,7 +410,12 @@ impl Loader {
             &default_name,
             self.shared.as_ref(),
             self.global.as_ref(),
+            self.environment,
         )
-        .map_err(fail)
+        .map_err(|f| ConfigErrors {
+            origin: origin.clone(),
+            problems: f.problems,
+            not_checked: f.not_checked,
+        })
     }
 }

@@ -77,6 +77,9 @@ pub(super) async fn drive_source(
                     }
                 },
             };
+            if next.is_some() {
+                shared.ledger.read.fetch_add(1, Ordering::AcqRel);
+            }
             let id = match &next {
                 None => None,
                 Some(Ok(input)) => Some(input.id.as_str()),
@@ -96,6 +99,7 @@ pub(super) async fn drive_source(
         let input = match next {
             None => {
                 shared.ledger.total.fetch_sub(1, Ordering::AcqRel);
+                shared.ledger.exhausted.store(true, Ordering::Release);
                 break;
             }
             Some(Err(SourceError { id, message })) => {

@@ -46,6 +46,11 @@ pub(crate) struct Ledger {
     pub bytes_out: AtomicU64,
     /// Items sent back to the start of the flow by a byte budget.
     pub requeued: AtomicU64,
+    /// Inputs taken from the source (admitted or passed over by a shard or
+    /// an id list).
+    pub read: AtomicU64,
+    /// Whether the source said it had no more inputs.
+    pub exhausted: AtomicBool,
 }
 
 impl Ledger {
@@ -75,6 +80,8 @@ pub(super) struct Shared {
     pub(super) requeued: Mutex<VecDeque<Item>>,
     /// Told whenever an item ends or is sent back.
     pub(super) moved: tokio::sync::Notify,
+    /// The `pipeline` label of the run's metrics.
+    pub(super) label: String,
 }
 
 impl Shared {
@@ -95,7 +102,8 @@ impl Shared {
         self.bytes(item);
         self.ledger.done.fetch_add(1, Ordering::AcqRel);
         self.moved.notify_waiters();
-        metrics::counter!("warpline_items_total", "outcome" => "done").increment(1);
+        metrics::counter!("warpline_items_total", "pipeline" => self.label.clone(), "outcome" => "done")
+            .increment(1);
         self.events.emit(|| EventKind::Done {
             item: item.id.clone(),
         });
@@ -106,7 +114,8 @@ impl Shared {
         self.bytes(item);
         self.ledger.skipped.fetch_add(1, Ordering::AcqRel);
         self.moved.notify_waiters();
-        metrics::counter!("warpline_items_total", "outcome" => "skipped").increment(1);
+        metrics::counter!("warpline_items_total", "pipeline" => self.label.clone(), "outcome" => "skipped")
+            .increment(1);
         self.events.emit(|| EventKind::Skipped {
             item: item.id.clone(),
             stage: stage.to_owned(),
@@ -127,17 +136,28 @@ impl Shared {
         let mut error = error;
         error.message = redact_text(&error.message);
         let stops_run = error.stops_run.then(|| error.message.clone());
-        metrics::counter!("warpline_items_total", "outcome" => "failed").increment(1);
+        metrics::counter!("warpline_items_total", "pipeline" => self.label.clone(), "outcome" => "failed")
+            .increment(1);
         self.events.emit(|| EventKind::Failed {
             item: id.to_owned(),
             stage: stage.to_owned(),
             kind: error.kind,
             message: error.message.clone(),
         });
-        if error.kind == ErrorKind::Interrupted {
-            tracing::debug!(item = %id, stage, "interrupted: {}", error.message);
-        } else {
-            tracing::warn!(item = %id, source, stage, kind = %error.kind, "failed: {}", error.message);
+        // Inside a worker, the `item` span names the item and the stage:
+        // the line says them once.
+        let in_item_span = tracing::Span::current()
+            .metadata()
+            .is_some_and(|m| m.name() == "item");
+        match (error.kind == ErrorKind::Interrupted, in_item_span) {
+            (true, true) => tracing::debug!("interrupted: {}", error.message),
+            (true, false) => tracing::debug!(item = %id, stage, "interrupted: {}", error.message),
+            (false, true) => {
+                tracing::warn!(source, kind = %error.kind, "failed: {}", error.message)
+            }
+            (false, false) => tracing::warn!(
+                item = %id, source, stage, kind = %error.kind, "failed: {}", error.message
+            ),
         }
         self.ledger.failed.fetch_add(1, Ordering::AcqRel);
         self.moved.notify_waiters();
@@ -207,6 +227,26 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .push_back(item);
         self.moved.notify_waiters();
+    }
+
+    /// Says that back-pressure from `host` lowered its adaptive limits.
+    pub(super) fn host_limits_lowered(&self, host: &str, limits: &crate::adapt::HostLimits) {
+        let reason = limits.last_decrease.clone().unwrap_or_default();
+        tracing::info!(
+            host, concurrency = limits.concurrency, rate_per_s = ?limits.rate_per_s,
+            "the host pushed back ({reason}): its adaptive limits were lowered"
+        );
+        let labels = [("pipeline", self.label.clone()), ("host", host.to_owned())];
+        metrics::gauge!("warpline_host_concurrency_limit", &labels).set(limits.concurrency);
+        if let Some(rate) = limits.rate_per_s {
+            metrics::gauge!("warpline_host_rate_limit", &labels).set(rate);
+        }
+        self.events.emit(|| EventKind::HostLimits {
+            host: host.to_owned(),
+            concurrency: limits.concurrency,
+            rate_per_s: limits.rate_per_s,
+            reason,
+        });
     }
 
     pub(super) fn take_requeued(&self) -> Option<Item> {

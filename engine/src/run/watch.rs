@@ -60,6 +60,42 @@ pub(super) fn watch_stalls(
     crate::stall::Watchdog::start(pipeline.stall_warning, moved, describe)
 }
 
+/// Sets the run's gauges (see `observe::METRICS`): per stage, items queued
+/// and working; per limiter, what is held and its capacity (in bytes for a
+/// byte budget, slots for a count; none for a rate) and the waiters.
+fn set_gauges(
+    run: &str,
+    stages: &[String],
+    queued: &[u64],
+    working: &[u64],
+    limiters: &[crate::limit::Limiter],
+) {
+    for ((name, queued), working) in stages.iter().zip(queued).zip(working) {
+        let labels = [("pipeline", run.to_owned()), ("stage", name.clone())];
+        metrics::gauge!("warpline_stage_queue_depth", &labels).set(*queued as f64);
+        metrics::gauge!("warpline_stage_working", &labels).set(*working as f64);
+    }
+    for l in limiters {
+        let labels = [
+            ("pipeline", run.to_owned()),
+            ("limiter", l.name().to_owned()),
+        ];
+        let (in_use, capacity) = match l.kind() {
+            LimiterKind::Count => ("warpline_limiter_in_use", "warpline_limiter_capacity"),
+            LimiterKind::Bytes => (
+                "warpline_limiter_in_use_bytes",
+                "warpline_limiter_capacity_bytes",
+            ),
+            LimiterKind::Rate => ("", ""),
+        };
+        if !in_use.is_empty() {
+            metrics::gauge!(in_use, &labels).set(l.in_use() as f64);
+            metrics::gauge!(capacity, &labels).set(l.capacity() as f64);
+        }
+        metrics::gauge!("warpline_limiter_waiters", &labels).set(l.waiters() as f64);
+    }
+}
+
 /// Samples the pipeline every so often (see [`RunOptions::sample`]).
 pub(super) struct Sampler {
     stop: CancellationToken,
@@ -100,19 +136,7 @@ impl Sampler {
                         .map(|s| s.working.load(Ordering::Relaxed))
                         .collect();
                     let queued: Vec<u64> = receivers.iter().map(|r| r.len() as u64).collect();
-                    for (i, name) in names.iter().enumerate() {
-                        metrics::gauge!("warpline_stage_queue_depth", "stage" => name.clone())
-                            .set(queued[i] as f64);
-                        metrics::gauge!("warpline_stage_working", "stage" => name.clone())
-                            .set(working[i] as f64);
-                    }
-                    for l in &limiters {
-                        let name = l.name().to_owned();
-                        metrics::gauge!("warpline_limiter_in_use", "limiter" => name.clone())
-                            .set(l.in_use() as f64);
-                        metrics::gauge!("warpline_limiter_waiters", "limiter" => name)
-                            .set(l.waiters() as f64);
-                    }
+                    set_gauges(&shared.label, &names, &queued, &working, &limiters);
                     let in_use = limiters
                         .iter()
                         .filter(|l| l.kind() != LimiterKind::Rate)

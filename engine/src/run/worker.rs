@@ -3,6 +3,7 @@
 //! stage's code, retries, and hands the item on.
 
 use super::*;
+use crate::adapt::{Answer, Gates};
 
 /// What acquiring a stage's limiters came to.
 enum Acquired {
@@ -24,6 +25,8 @@ pub(super) struct Worker {
     pub(super) rx: Receiver<Item>,
     pub(super) tx: Option<Sender<Item>>,
     pub(super) shared: Arc<Shared>,
+    /// The stage's adaptive per-host limits (a stage that makes requests).
+    pub(super) gates: Option<Arc<Gates>>,
     pub(super) _alive: tokio::sync::mpsc::Sender<()>,
 }
 
@@ -64,7 +67,7 @@ impl Worker {
         }
     }
 
-    async fn handle(&self, mut item: Item, abort: &CancellationToken) {
+    async fn handle(&self, item: Item, abort: &CancellationToken) {
         let stage = self.plan.name.as_str();
         let shared = &self.shared;
         if let Some(checks) = &self.skip_checks {
@@ -81,49 +84,8 @@ impl Worker {
                 }
             }
         }
-        item.attempts = 0;
-        let requests = self.plan.handler.counts_requests();
-        let (result, held) = loop {
-            item.attempts += 1;
-            let (result, held) = match self.acquire(&mut item, abort).await {
-                Ok(Acquired::Gone) => return, // failed or interrupted, and counted
-                Ok(Acquired::Evicted(limiter)) => {
-                    shared.requeue(item, stage, &limiter);
-                    return;
-                }
-                Ok(Acquired::Held(held)) => (self.call(&mut item, abort).await, held),
-                Err(error) => (Err(error), Vec::new()),
-            };
-            let retrying = matches!(&result, Err(e) if self.plan.retry.retries(e, item.attempts));
-            if requests {
-                self.count_request(&item, &result, retrying);
-            }
-            match result {
-                Err(error) if retrying => {
-                    drop(held); // nothing is held while waiting
-                    let key = self.rate_key(&item);
-                    if let Some(delay) = error.retry_after {
-                        for l in &self.plan.limits {
-                            l.pause_key(key.as_deref(), delay);
-                        }
-                    }
-                    let delay = self
-                        .plan
-                        .retry
-                        .backoff(item.attempts)
-                        .max(error.retry_after.unwrap_or_default());
-                    tracing::debug!(item = %item.id, stage, attempt = item.attempts, ?delay, "retrying: {}", redact_text(&error.message));
-                    tokio::select! {
-                        biased;
-                        _ = abort.cancelled() => {
-                            shared.interrupted(item, stage, "while waiting to retry");
-                            return;
-                        }
-                        _ = tokio::time::sleep(delay) => continue,
-                    }
-                }
-                result => break (result, held),
-            }
+        let Some((mut item, result, held)) = self.try_until_done(item, abort).await else {
+            return; // failed, interrupted or sent back, and counted
         };
 
         // Tickets this stage carries travel on; the rest are given back now.
@@ -145,6 +107,109 @@ impl Worker {
             Ok(Outcome::Skip(reason)) => shared.skipped(&item, stage, &reason),
             Err(error) => {
                 shared.failed(&item.id, &item.source, stage, item.attempts, error);
+            }
+        }
+    }
+
+    /// Tries the item until the stage succeeds, fails it for good, or it is
+    /// gone (`None`: failed, interrupted or sent back, and counted). A
+    /// refusal from a throttling host (429, 503) is not a failed try: the
+    /// host's gate pauses every try to it, and the item tries again, up to
+    /// `max_throttled` refusals.
+    async fn try_until_done(
+        &self,
+        mut item: Item,
+        abort: &CancellationToken,
+    ) -> Option<(Item, Result<Outcome, StageError>, Vec<Ticket>)> {
+        let (stage, shared) = (self.plan.name.as_str(), &self.shared);
+        let requests = self.plan.handler.counts_requests();
+        let host = host_of(&item.source);
+        let gate = self
+            .gates
+            .as_ref()
+            .zip(host.as_deref())
+            .map(|(g, h)| g.host(h));
+        (item.attempts, item.throttled) = (0, 0);
+        loop {
+            item.attempts += 1;
+            let entered = match &gate {
+                None => None,
+                Some(g) => tokio::select! {
+                    biased;
+                    _ = abort.cancelled() => {
+                        shared.interrupted(item, stage, "while waiting for its host");
+                        return None;
+                    }
+                    t = g.enter() => Some(t),
+                },
+            };
+            let (mut result, held) = match self.acquire(&mut item, abort).await {
+                Ok(Acquired::Gone) => return None,
+                Ok(Acquired::Evicted(limiter)) => {
+                    shared.requeue(item, stage, &limiter);
+                    return None;
+                }
+                Ok(Acquired::Held(held)) => (self.call(&mut item, abort).await, held),
+                Err(error) => (Err(error), Vec::new()),
+            };
+            let refused = matches!(&result, Err(e) if matches!(e.status, Some(429 | 503)));
+            if let (Some(t), Some(host)) = (entered, &host) {
+                let answer = match &result {
+                    Ok(_) => Answer::Ok,
+                    Err(e) if refused => Answer::Refused(e.retry_after),
+                    Err(_) => Answer::Other,
+                };
+                if let Some(limits) = t.finish(answer) {
+                    shared.host_limits_lowered(host, &limits);
+                }
+            }
+            let max_throttled = self
+                .gates
+                .as_ref()
+                .map_or(0, |g| g.settings().max_throttled);
+            let throttled = refused && gate.is_some() && item.throttled < max_throttled;
+            if let (true, Err(e)) = (refused && gate.is_some() && !throttled, &mut result) {
+                e.message.push_str(&format!(
+                    " (the host refused this item {} times: adaptive `max_throttled`)",
+                    item.throttled + 1
+                ));
+            }
+            let retrying =
+                throttled || matches!(&result, Err(e) if self.plan.retry.retries(e, item.attempts));
+            if requests {
+                self.count_request(&item, &result, retrying);
+            }
+            let error = match result {
+                Err(error) if retrying => error,
+                result => return Some((item, result, held)),
+            };
+            drop(held); // nothing is held while waiting
+            let key = self.rate_key(&item);
+            if let Some(delay) = error.retry_after {
+                for l in &self.plan.limits {
+                    l.pause_key(key.as_deref(), delay);
+                }
+            }
+            let delay = if throttled {
+                // Not a failed try; the host's gate holds the next one
+                // until its pause is over.
+                item.attempts -= 1;
+                item.throttled += 1;
+                Duration::ZERO
+            } else {
+                self.plan
+                    .retry
+                    .backoff(item.attempts)
+                    .max(error.retry_after.unwrap_or_default())
+            };
+            tracing::debug!(item = %item.id, stage, attempt = item.attempts, ?delay, "retrying: {}", redact_text(&error.message));
+            tokio::select! {
+                biased;
+                _ = abort.cancelled() => {
+                    shared.interrupted(item, stage, "while waiting to retry");
+                    return None;
+                }
+                _ = tokio::time::sleep(delay) => {}
             }
         }
     }
@@ -348,9 +413,9 @@ impl Worker {
             stage: self.plan.name.clone(),
             busy_s: busy.as_secs_f64(),
             outcome: match &result {
-                Ok(Outcome::Continue) => "ok".to_owned(),
-                Ok(Outcome::Skip(_)) => "skip".to_owned(),
-                Err(e) => e.kind.to_string(),
+                Ok(Outcome::Continue) => TryOutcome::Ok,
+                Ok(Outcome::Skip(_)) => TryOutcome::Skip,
+                Err(e) => TryOutcome::Failed(e.kind),
             },
         });
         result

@@ -1,0 +1,464 @@
+//! Adaptive per-host concurrency and rate, for stages whose tries are
+//! requests to a remote host (a fetch): additive increase, multiplicative
+//! decrease, as TCP and Vector's Adaptive Request Concurrency do.
+//!
+//! A user rarely knows a server's limit, and it changes. So for each host
+//! (`scheme://name:port`) the stage's workers pass a `HostGate` before each
+//! try, which keeps:
+//!
+//! - a **concurrency limit**: tries in flight to the host at once. It starts
+//!   at `initial`, grows by one per window of successes (`+1/limit` each),
+//!   and is multiplied by `decrease` on back-pressure: a 429 or 503 answer,
+//!   or a response time above `latency` times its moving average;
+//! - a **rate**, learnt at the first 429 or 503 from the rate of successes
+//!   just before it (times 0.9), then raised by 0.5 request/s each second
+//!   and lowered 10% at each later refusal: a sawtooth just under the
+//!   server's limit;
+//! - a **pause**: a 429 or 503 stops every try to the host for its
+//!   `Retry-After` (capped at an hour), or for 1 s doubling while refusals
+//!   follow each other (at most 30 s): not only the refused item waits.
+//!
+//! Back-pressure within one second of the last decrease does not decrease
+//! again (the answers of one burst are one signal). A refused try is
+//! counted apart from failed ones (see `max_throttled`): while a host is
+//! throttling, an item's tries are not used up. Configured limiters
+//! (`connections`, a rate bucket) stay hard ceilings: the gate is passed
+//! first, then the stage's limiters are acquired.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// `adaptive` in a stage's table: `true`, `false`, or the settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum AdaptiveValue {
+    /// On with the defaults, or off.
+    Switch(bool),
+    /// On with these settings.
+    Settings(AdaptiveSection),
+}
+
+/// `adaptive = { ... }`: every key optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveSection {
+    /// The concurrency limit per host to start from.
+    pub initial: Option<u32>,
+    /// The lowest the concurrency limit goes.
+    pub min: Option<u32>,
+    /// The highest (never above the stage's workers).
+    pub max: Option<u32>,
+    /// What back-pressure multiplies the concurrency limit by (0 < x < 1).
+    pub decrease: Option<f64>,
+    /// A response time this many times its moving average is back-pressure.
+    pub latency: Option<f64>,
+    /// Refused tries (429, 503) an item may have before it fails.
+    pub max_throttled: Option<u32>,
+}
+
+/// The settings of a stage's adaptive limits, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Adaptive {
+    /// The concurrency limit per host to start from.
+    pub initial: u32,
+    /// The lowest it goes.
+    pub min: u32,
+    /// The highest it goes.
+    pub max: u32,
+    /// Multiplies the limit on back-pressure.
+    pub decrease: f64,
+    /// Response time over this many times its average is back-pressure.
+    pub latency: f64,
+    /// Refused tries an item may have before it fails.
+    pub max_throttled: u32,
+}
+
+impl Adaptive {
+    /// The settings for a stage with `workers` workers, or the problems
+    /// (key, message) in them.
+    pub fn resolve(section: &AdaptiveSection, workers: u32) -> Result<Self, Vec<(String, String)>> {
+        let mut problems = Vec::new();
+        let max = section.max.unwrap_or(workers).clamp(1, workers.max(1));
+        let min = section.min.unwrap_or(1).max(1);
+        if min > max {
+            problems.push(("min".to_owned(), format!("{min} is above `max` ({max})")));
+        }
+        let decrease = section.decrease.unwrap_or(0.5);
+        if !(decrease > 0.0 && decrease < 1.0) {
+            problems.push((
+                "decrease".to_owned(),
+                format!("must be between 0 and 1, got {decrease}"),
+            ));
+        }
+        let latency = section.latency.unwrap_or(3.0);
+        if !(latency.is_finite() && latency > 1.0) {
+            problems.push((
+                "latency".to_owned(),
+                format!("must be above 1, got {latency}"),
+            ));
+        }
+        let settings = Adaptive {
+            initial: section.initial.unwrap_or(8).clamp(min, max.max(min)),
+            min,
+            max,
+            decrease,
+            latency,
+            max_throttled: section.max_throttled.unwrap_or(50),
+        };
+        problems.is_empty().then_some(settings).ok_or(problems)
+    }
+}
+
+/// How a try to a host ended, as the gate learns from it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Answer {
+    /// Answered.
+    Ok,
+    /// Refused (429, 503), with the server's `Retry-After` if it gave one.
+    Refused(Option<Duration>),
+    /// Failed otherwise (a timeout, a reset, a 404): no signal.
+    Other,
+}
+
+/// What a host's gate ended the run at, for the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostLimits {
+    /// The concurrency limit.
+    pub concurrency: f64,
+    /// The learnt rate, requests per second (`null`: never refused).
+    pub rate_per_s: Option<f64>,
+    /// Times back-pressure lowered the limits.
+    pub decreases: u64,
+    /// Why they were last lowered (`429`, `503`, `latency`).
+    pub last_decrease: Option<String>,
+}
+
+const WINDOW: Duration = Duration::from_secs(1);
+/// After this long without back-pressure, probe for a higher rate again.
+const PROBE_AFTER: Duration = Duration::from_secs(20);
+/// How fast a learnt rate creeps up, in requests per second each second.
+const CREEP: f64 = 0.1;
+const MAX_PAUSE: Duration = Duration::from_secs(3600);
+const MAX_DEFAULT_PAUSE: Duration = Duration::from_secs(30);
+
+#[derive(Debug)]
+struct State {
+    limit: f64,
+    in_flight: u32,
+    paused_until: Option<Instant>,
+    /// Refusals in a row, for the default pause's doubling.
+    refused_in_a_row: u32,
+    rate: Option<f64>,
+    /// Whether the rate is still being raised fast to find the limit.
+    probing: bool,
+    next_at: Option<Instant>,
+    /// Moving average of the response time, seconds, and how many fed it.
+    rtt: (f64, u64),
+    last_decrease: Option<Instant>,
+    successes: VecDeque<Instant>,
+    report: HostLimits,
+}
+
+/// One host's adaptive limits, shared by a stage's workers.
+#[derive(Debug)]
+pub(crate) struct HostGate {
+    settings: Adaptive,
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+/// A try in flight to a host: end it with [`InFlight::finish`]; dropped
+/// unfinished (the run was aborted), it ends as [`Answer::Other`].
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    gate: Arc<HostGate>,
+    started: Instant,
+    finished: bool,
+}
+
+impl InFlight {
+    /// Ends the try, the gate learning from its answer; the limits when
+    /// this lowered them.
+    pub(crate) fn finish(mut self, answer: Answer) -> Option<HostLimits> {
+        self.finished = true;
+        self.gate.leave(self.started, answer)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.gate.leave(self.started, Answer::Other);
+        }
+    }
+}
+
+impl HostGate {
+    fn new(settings: Adaptive) -> Self {
+        HostGate {
+            settings,
+            state: Mutex::new(State {
+                limit: f64::from(settings.initial),
+                in_flight: 0,
+                paused_until: None,
+                refused_in_a_row: 0,
+                rate: None,
+                probing: false,
+                next_at: None,
+                rtt: (0.0, 0),
+                last_decrease: None,
+                successes: VecDeque::new(),
+                report: HostLimits {
+                    concurrency: f64::from(settings.initial),
+                    rate_per_s: None,
+                    decreases: 0,
+                    last_decrease: None,
+                },
+            }),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every update leaves the state whole: a poisoned lock's data is fine.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until a try may start: the host is not paused, fewer tries than
+    /// the limit are in flight, and the learnt rate allows one now.
+    pub(crate) async fn enter(self: &Arc<Self>) -> InFlight {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let until = {
+                let mut s = self.lock();
+                let now = Instant::now();
+                match s.paused_until.filter(|p| *p > now) {
+                    Some(p) => Some(p),
+                    None if f64::from(s.in_flight) >= s.limit.floor().max(1.0) => None,
+                    None => match (s.rate, s.next_at.filter(|at| *at > now)) {
+                        (Some(_), Some(at)) => Some(at),
+                        (rate, _) => {
+                            if let Some(r) = rate {
+                                s.next_at = Some(now + Duration::from_secs_f64(1.0 / r));
+                            }
+                            s.in_flight += 1;
+                            return InFlight {
+                                gate: Arc::clone(self),
+                                started: now,
+                                finished: false,
+                            };
+                        }
+                    },
+                }
+            };
+            match until {
+                Some(at) => tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = &mut notified => {}
+                },
+                None => notified.await,
+            }
+        }
+    }
+
+    fn leave(&self, started: Instant, answer: Answer) -> Option<HostLimits> {
+        let lowered = {
+            let mut s = self.lock();
+            let now = Instant::now();
+            s.in_flight = s.in_flight.saturating_sub(1);
+            let before = s.report.decreases;
+            match answer {
+                Answer::Ok => self.succeeded(&mut s, now, now - started),
+                Answer::Refused(retry_after) => self.refused(&mut s, now, retry_after),
+                Answer::Other => {}
+            }
+            s.report.concurrency = s.limit;
+            s.report.rate_per_s = s.rate;
+            (s.report.decreases > before).then(|| s.report.clone())
+        };
+        self.changed.notify_waiters();
+        lowered
+    }
+
+    fn succeeded(&self, s: &mut State, now: Instant, rtt: Duration) {
+        s.refused_in_a_row = 0;
+        s.successes.push_back(now);
+        while s.successes.front().is_some_and(|t| now - *t > WINDOW) {
+            s.successes.pop_front();
+        }
+        let secs = rtt.as_secs_f64();
+        let (avg, n) = s.rtt;
+        if n >= 20 && secs > avg * self.settings.latency {
+            self.decrease(s, now, "latency");
+        } else {
+            s.limit = (s.limit + 1.0 / s.limit.max(1.0)).min(f64::from(self.settings.max));
+            if let Some(r) = s.rate {
+                // Probing (right after the first refusal, or after a long
+                // quiet spell: the limit may have risen) doubles the rate
+                // each second; otherwise it creeps up slowly, so refusals,
+                // each of which pauses the host, stay rare.
+                let quiet = s.last_decrease.is_none_or(|t| now - t >= PROBE_AFTER);
+                let step = if s.probing || quiet {
+                    1.0
+                } else {
+                    CREEP / r.max(0.5)
+                };
+                s.rate = Some(r + step);
+            }
+        }
+        let alpha = if n < 20 { 1.0 / (n as f64 + 1.0) } else { 0.05 };
+        s.rtt = (avg + alpha * (secs - avg), n + 1);
+    }
+
+    fn refused(&self, s: &mut State, now: Instant, retry_after: Option<Duration>) {
+        s.refused_in_a_row += 1;
+        let pause = retry_after.map(|d| d.min(MAX_PAUSE)).unwrap_or_else(|| {
+            let doubled = 1u32 << (s.refused_in_a_row - 1).min(5);
+            (WINDOW * doubled).min(MAX_DEFAULT_PAUSE)
+        });
+        let until = now + pause;
+        s.paused_until = Some(s.paused_until.map_or(until, |p| p.max(until)));
+        let observed = s.successes.iter().filter(|t| now - **t <= WINDOW).count() as f64;
+        let why = if retry_after.is_some() {
+            "429"
+        } else {
+            "refused"
+        };
+        if self.decrease(s, now, why) {
+            // The first refusal starts probing up from what got through;
+            // a later one ends it, at what got through in the last second.
+            s.probing = s.rate.is_none();
+            let base = match s.rate {
+                Some(r) if observed >= 2.0 => r.min(observed),
+                Some(r) => r,
+                None => observed.max(1.0),
+            };
+            s.rate = Some((base * 0.9).max(0.1));
+        }
+    }
+
+    /// Lowers the limits unless they were lowered less than a window ago;
+    /// whether it did.
+    fn decrease(&self, s: &mut State, now: Instant, why: &str) -> bool {
+        if s.last_decrease.is_some_and(|t| now - t < WINDOW) {
+            return false;
+        }
+        s.last_decrease = Some(now);
+        s.limit = (s.limit * self.settings.decrease).max(f64::from(self.settings.min));
+        s.report.decreases += 1;
+        s.report.last_decrease = Some(why.to_owned());
+        tracing::debug!(limit = s.limit, why, "a host's adaptive limits lowered");
+        true
+    }
+
+    /// What the gate stands at.
+    pub(crate) fn limits(&self) -> HostLimits {
+        self.lock().report.clone()
+    }
+}
+
+/// The gates of one stage, one per host, made as hosts are met.
+#[derive(Debug)]
+pub(crate) struct Gates {
+    settings: Adaptive,
+    by_host: Mutex<HashMap<String, Arc<HostGate>>>,
+}
+
+impl Gates {
+    pub(crate) fn new(settings: Adaptive) -> Self {
+        Gates {
+            settings,
+            by_host: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The settings.
+    pub(crate) fn settings(&self) -> &Adaptive {
+        &self.settings
+    }
+
+    /// The gate of `host`.
+    pub(crate) fn host(&self, host: &str) -> Arc<HostGate> {
+        let mut map = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(
+            map.entry(host.to_owned())
+                .or_insert_with(|| Arc::new(HostGate::new(self.settings))),
+        )
+    }
+
+    /// Every host's limits.
+    pub(crate) fn snapshot(&self) -> Vec<(String, HostLimits)> {
+        let map = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter().map(|(h, g)| (h.clone(), g.limits())).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Adaptive {
+        Adaptive::resolve(&AdaptiveSection::default(), 32).expect("defaults are valid")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_pauses_the_host_and_lowers_its_limits() {
+        let gate = Arc::new(HostGate::new(settings()));
+        for _ in 0..10 {
+            let t = gate.enter().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            t.finish(Answer::Ok);
+        }
+        let before = gate.limits().concurrency;
+        let t = gate.enter().await;
+        t.finish(Answer::Refused(Some(Duration::from_secs(2))));
+        let after = gate.limits();
+        assert!(after.concurrency < before, "{after:?}");
+        assert_eq!(after.decreases, 1);
+        assert!(after.rate_per_s.is_some());
+        // No try starts before the Retry-After has passed.
+        let asked = Instant::now();
+        let t = gate.enter().await;
+        assert!(asked.elapsed() >= Duration::from_secs(2));
+        t.finish(Answer::Ok);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refusals_of_one_burst_lower_the_limits_once_and_successes_raise_them() {
+        let gate = Arc::new(HostGate::new(settings()));
+        let tries: Vec<InFlight> = vec![gate.enter().await, gate.enter().await];
+        for t in tries {
+            t.finish(Answer::Refused(None));
+        }
+        assert_eq!(gate.limits().decreases, 1);
+        let low = gate.limits();
+        for _ in 0..200 {
+            let t = gate.enter().await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            t.finish(Answer::Ok);
+        }
+        let high = gate.limits();
+        assert!(high.concurrency > low.concurrency, "{low:?} -> {high:?}");
+        assert!(high.rate_per_s > low.rate_per_s, "{low:?} -> {high:?}");
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let bad = AdaptiveSection {
+            min: Some(10),
+            max: Some(4),
+            decrease: Some(1.5),
+            ..AdaptiveSection::default()
+        };
+        let problems = Adaptive::resolve(&bad, 8).unwrap_err();
+        let keys: Vec<&str> = problems.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["min", "decrease"]);
+    }
+}

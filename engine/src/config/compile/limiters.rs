@@ -1,0 +1,202 @@
+//! `[limits.NAME]`: each limiter built from its table (or taken from those
+//! the process shares), and lists of limiter names resolved against them.
+
+use super::*;
+
+/// `[limits.NAME] shared = true`: the limiter of that name that the
+/// embedding process shares between pipelines.
+pub(super) fn take_shared(
+    path: &str,
+    name: &str,
+    s: &LimitSection,
+    shared: Option<&Limits>,
+    problems: &mut Vec<Problem>,
+) -> Option<Limiter> {
+    if s.permits.is_some()
+        || s.budget.is_some()
+        || s.per_second.is_some()
+        || s.oversize.is_some()
+        || s.burst.is_some()
+        || s.per.is_some()
+    {
+        problems.push(Problem::new(
+            path,
+            "a shared limiter is sized by the process that shares it: give only `shared = true`",
+        ));
+        return None;
+    }
+    let found = shared.and_then(|l| l.get(name)).cloned();
+    if found.is_none() {
+        let offered = shared
+            .map(|l| known(l.iter().map(|x| x.name())))
+            .unwrap_or_else(|| {
+                "none (this pipeline is not run by a process that shares limiters)".to_owned()
+            });
+        problems.push(Problem::graph(
+            path,
+            format!("no shared limiter `{name}`; shared limiters: {offered}"),
+        ));
+    }
+    found
+}
+
+pub(super) fn build_limiter(
+    path: &str,
+    name: &str,
+    s: &LimitSection,
+    global: Option<&RateBackendFactory>,
+    problems: &mut Vec<Problem>,
+) -> Option<Limiter> {
+    let given = [
+        s.permits.is_some(),
+        s.budget.is_some(),
+        s.per_second.is_some(),
+    ]
+    .iter()
+    .filter(|x| **x)
+    .count();
+    if given != 1 {
+        problems.push(Problem::new(
+            path,
+            "give exactly one of `permits` (a count), `budget` (bytes) or `per_second` (a rate)",
+        ));
+        return None;
+    }
+    let misplaced = |key: &str, set: bool, problems: &mut Vec<Problem>| {
+        if set {
+            problems.push(Problem::new(
+                join(path, key),
+                format!("`{key}` does not apply to this kind of limiter"),
+            ));
+        }
+    };
+    if let Some(p) = &s.permits {
+        misplaced("oversize", s.oversize.is_some(), problems);
+        misplaced("burst", s.burst.is_some(), problems);
+        misplaced("per", s.per.is_some(), problems);
+        let n = p
+            .resolve()
+            .map_err(|m| problems.push(Problem::new(join(path, "permits"), m)))
+            .ok()?;
+        return Some(Limiter::count(name, NonZeroU32::new(n)?));
+    }
+    if let Some(b) = &s.budget {
+        misplaced("burst", s.burst.is_some(), problems);
+        misplaced("per", s.per.is_some(), problems);
+        let oversize = match s.oversize.as_deref() {
+            None | Some("fail") => Oversize::Fail,
+            Some("alone") => Oversize::Alone,
+            Some(other) => {
+                problems.push(Problem::new(
+                    join(path, "oversize"),
+                    format!("expected \"fail\" or \"alone\", got {other:?}"),
+                ));
+                Oversize::Fail
+            }
+        };
+        let bytes = match b.bytes() {
+            Ok(0) => {
+                problems.push(Problem::new(
+                    join(path, "budget"),
+                    "must be more than 0 bytes",
+                ));
+                return None;
+            }
+            Ok(n) => n,
+            Err(m) => {
+                problems.push(Problem::new(join(path, "budget"), m));
+                return None;
+            }
+        };
+        return Some(Limiter::bytes(name, bytes, oversize));
+    }
+    let rate = s.per_second.unwrap_or_default();
+    misplaced("oversize", s.oversize.is_some(), problems);
+    let key = match s.per.as_deref() {
+        None | Some("all") => RateKey::Global,
+        Some("host") => RateKey::Host,
+        Some(other) => {
+            problems.push(Problem::new(
+                join(path, "per"),
+                format!("expected \"host\" (one bucket per remote host) or \"all\", got {other:?}"),
+            ));
+            RateKey::Global
+        }
+    };
+    let burst = count(&join(path, "burst"), &s.burst, 1, problems);
+    if !(rate.is_finite() && rate > 0.0) {
+        problems.push(Problem::new(
+            join(path, "per_second"),
+            format!("must be a positive number of tokens per second, got {rate}"),
+        ));
+        return None;
+    }
+    let limiter = match s.scope.as_deref() {
+        None | Some("local") => Limiter::rate(name, rate, NonZeroU32::new(burst)?, key),
+        Some("global") => match global {
+            Some(factory) => {
+                let backend = factory(name, rate, burst);
+                Limiter::rate_shared_by(name, rate, NonZeroU32::new(burst)?, key, backend)
+            }
+            None => {
+                problems.push(Problem::environment(
+                    join(path, "scope"),
+                    "a global rate is kept by the coordinator: run with --coordinator redis://...",
+                ));
+                return None;
+            }
+        },
+        Some(other) => {
+            problems.push(Problem::new(
+                join(path, "scope"),
+                format!("expected \"local\" or \"global\", got {other:?}"),
+            ));
+            return None;
+        }
+    };
+    if limiter.is_none() {
+        problems.push(Problem::new(
+            join(path, "per_second"),
+            format!("{rate} per second is too small to schedule"),
+        ));
+    }
+    limiter
+}
+
+/// The limiters declared in the file: those that compiled, and the names of
+/// those that did not.
+pub(super) struct Declared<'a> {
+    pub(super) limits: &'a Limits,
+    pub(super) broken: &'a BTreeSet<String>,
+}
+
+/// Resolves a list of limiter names against the declared limiters.
+pub(super) fn resolve_limits(
+    path: &str,
+    names: &[String],
+    declared: &Declared<'_>,
+    problems: &mut Vec<Problem>,
+) -> Vec<Limiter> {
+    let limits = declared.limits;
+    let mut out: Vec<Limiter> = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        match limits.get(name) {
+            None if declared.broken.contains(name) => {}
+            None => problems.push(Problem::graph(
+                p,
+                format!(
+                    "unknown limiter `{name}`; declared limiters: {}",
+                    known(limits.iter().map(|l| l.name()))
+                ),
+            )),
+            Some(_) if out.iter().any(|l| l.name() == name) => {
+                problems.push(Problem::graph(p, format!("duplicate limiter `{name}`")))
+            }
+            Some(l) => out.push(l.clone()),
+        }
+    }
+    // One global order, whatever order the stage listed them in.
+    out.sort_by_key(|l| limits.position(l.name()));
+    out
+}

@@ -1,0 +1,123 @@
+//! The report as text, printed at the end of a run.
+
+use std::fmt;
+
+use super::RunReport;
+use crate::limit::LimiterKind;
+
+impl fmt::Display for RunReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.items;
+        let size = |b: u64| bytesize::ByteSize(b).display().iec().to_string();
+        writeln!(
+            f,
+            "pipeline `{}` {} in {:.2}s: {} items, {} done, {} skipped, {} failed",
+            self.pipeline, self.outcome, self.elapsed_s, i.total, i.done, i.skipped, i.failed
+        )?;
+        if let Some(n) = i.not_admitted.filter(|n| *n > 0) {
+            writeln!(
+                f,
+                "  not admitted: {n} of the source's {} inputs (the run ended before them)",
+                i.total + n
+            )?;
+        }
+        writeln!(f, "  throughput: {:.1} items/s", self.throughput_per_s)?;
+        if i.requeued > 0 {
+            writeln!(
+                f,
+                "  requeued: {} times an item gave back its share of a byte budget for an item \
+                 deeper in the flow and started again (a larger budget avoids the repeated work)",
+                i.requeued
+            )?;
+        }
+        for stall in &self.stalls {
+            writeln!(
+                f,
+                "  stalled: no item moved for {:.0} s at {:.0} s: {}",
+                stall.quiet_s, stall.at_s, stall.state
+            )?;
+        }
+        if self.bytes_in > 0 || self.bytes_out > 0 {
+            writeln!(
+                f,
+                "  bytes: {} in, {} out",
+                size(self.bytes_in),
+                size(self.bytes_out)
+            )?;
+        }
+        if let Some(rss) = self.peak_rss_bytes {
+            writeln!(f, "  peak memory (RSS): {}", size(rss))?;
+        }
+        writeln!(f, "  stages:")?;
+        for s in &self.stages {
+            write!(
+                f,
+                "    {:<12} {:<9} workers {:>3} mailbox {:>4} processed {:>7} busy {:>7.2}s ({:>3.0}%) starved {:>6.2}s blocked {:>6.2}s",
+                s.name,
+                s.kind,
+                s.workers,
+                s.mailbox,
+                s.processed,
+                s.busy_s,
+                s.utilisation * 100.0,
+                s.starved_s,
+                s.blocked_s
+            )?;
+            match s.cpu_s {
+                Some(cpu) if s.processed > 0 => {
+                    writeln!(f, " cpu {:.2} ms/item", cpu * 1000.0 / s.processed as f64)?
+                }
+                _ => writeln!(f)?,
+            }
+        }
+        if !self.limiters.is_empty() {
+            writeln!(f, "  limiters:")?;
+        }
+        for l in &self.limiters {
+            let use_ = match (l.kind, l.peak_in_use) {
+                (LimiterKind::Rate, _) => format!(
+                    "{}/s burst {}",
+                    l.per_second.unwrap_or_default(),
+                    l.capacity
+                ),
+                (LimiterKind::Bytes, peak) => {
+                    format!(
+                        "peak {} of {}",
+                        size(peak.unwrap_or_default()),
+                        size(l.capacity)
+                    )
+                }
+                (_, peak) => format!("peak {} of {}", peak.unwrap_or_default(), l.capacity),
+            };
+            writeln!(
+                f,
+                "    {:<12} {:<5} {use_:<28} at capacity {:>3.0}%  waited {:.2}s (p95 {:.3}s)",
+                l.name,
+                l.kind.to_string(),
+                l.share_at_capacity * 100.0,
+                l.wait_s,
+                l.p95_wait_s
+            )?;
+        }
+        for h in &self.hosts {
+            writeln!(
+                f,
+                "  host {}: {} requests, {:.1}/s, {} x 429, {} retries",
+                h.host, h.requests, h.achieved_per_s, h.throttled_429, h.retries
+            )?;
+        }
+        writeln!(f, "  diagnosis: {}", self.diagnosis)?;
+        for fail in self.failures.iter().take(10) {
+            writeln!(
+                f,
+                "  failed {} at {} ({}): {}",
+                fail.id, fail.stage, fail.kind, fail.message
+            )?;
+        }
+        let more = self.failures.len().saturating_sub(10) as u64 + self.failures_not_listed;
+        if more > 0 {
+            writeln!(f, "  ... and {more} more failures (see --report FILE)")?;
+        }
+        Ok(())
+    }
+}

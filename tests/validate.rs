@@ -1,0 +1,122 @@
+//! `warpline validate` in one pass: every independent problem of a file
+//! at once (schema, graph and this machine), and none that follows only from
+//! another.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Four independent mistakes: a bad value in fetch, a wait against the
+/// declaration order in decode (it holds the `memory` fetch charges while
+/// waiting for `cpu`, declared before it), no workers in write, and an
+/// output directory that cannot be made. Write's `release` is right.
+const FOUR: &str = r#"
+[pipeline]
+flow = ["fetch", "decode", "write"]
+[source]
+kind = "generate"
+count = 3
+[limits.cpu]
+permits = 2
+[limits.memory]
+budget = "64MiB"
+[stages.fetch]
+kind = "fetch"
+memory = "memory"
+timeout = "soon"
+[stages.decode]
+kind = "decode"
+limits = ["cpu"]
+[stages.write]
+kind = "write"
+release = ["memory"]
+dir = "/proc/warpline-no-such-dir/out"
+workers = 0
+"#;
+
+fn file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn validate(path: &Path) -> (Option<i32>, serde_json::Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_warpline"))
+        .args(["validate", "--format", "json"])
+        .arg(path)
+        .env_remove("WARPLINE_LOG")
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code(), json)
+}
+
+fn paths(json: &serde_json::Value) -> Vec<(String, String)> {
+    json["files"][0]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["path"].as_str().unwrap().to_owned(),
+                p["tier"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_independent_problem_is_reported_in_one_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, json) = validate(&file(dir.path(), "four.toml", FOUR));
+    assert_eq!(code, Some(2), "{json:#}");
+    let found = paths(&json);
+    let at: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+    for want in [
+        "stages.fetch.timeout",
+        "stages.decode.limits",
+        "stages.write.workers",
+        "stages.write",
+    ] {
+        assert!(at.contains(&want), "{want} missing: {json:#}");
+    }
+    assert!(
+        found
+            .iter()
+            .any(|(p, tier)| p == "stages.write" && tier == "environment"),
+        "{json:#}"
+    );
+    // Write's release is right: fetch charges `memory`, and a bad timeout
+    // does not change that.
+    assert!(!at.iter().any(|p| p.contains("release")), "{json:#}");
+    assert_eq!(found.len(), 4, "{json:#}");
+}
+
+#[test]
+fn a_stage_that_cannot_be_read_hides_no_problem_and_makes_up_none() {
+    let dir = tempfile::tempdir().unwrap();
+    // fetch's table cannot be read (a misspelt key): what it charges is not
+    // known, so write's `release = ["memory"]` is not called wrong, and the
+    // report says what was not checked.
+    let text = FOUR.replace("timeout = \"soon\"", "timout = \"30s\"");
+    let (code, json) = validate(&file(dir.path(), "misspelt.toml", &text));
+    assert_eq!(code, Some(2), "{json:#}");
+    let found = paths(&json);
+    let at: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+    assert!(at.contains(&"stages.fetch"), "{json:#}");
+    assert!(at.contains(&"stages.write.workers"), "{json:#}");
+    assert!(at.contains(&"stages.write"), "{json:#}");
+    assert!(!at.iter().any(|p| p.contains("release")), "{json:#}");
+    let not_checked = json["files"][0]["not_checked"].as_array().unwrap();
+    assert!(
+        not_checked
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("after stage `fetch`")),
+        "{json:#}"
+    );
+}
