@@ -218,6 +218,10 @@ pub struct StageError {
     /// engine then stops admitting and aborts the run as `on_error =
     /// "abort"` does, whatever `on_error` says.
     pub stops_run: bool,
+    /// Whether the host could not be reached at all (a refused connection,
+    /// no route): with adaptive per-host limits, every try to the host then
+    /// pauses, as after a 503, instead of each item burning its tries.
+    pub host_down: bool,
 }
 
 impl StageError {
@@ -239,7 +243,15 @@ impl StageError {
             status: None,
             retry_after: None,
             stops_run: false,
+            host_down: false,
         }
+    }
+
+    /// Marks the error as the host's being unreachable (see
+    /// [`host_down`](Self::host_down)).
+    pub fn host_is_down(mut self) -> Self {
+        self.host_down = true;
+        self
     }
 
     /// Marks the error as one that stops the run (see

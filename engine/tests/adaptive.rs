@@ -187,3 +187,52 @@ fn adaptive_is_only_for_stages_that_make_requests() {
         "{e}"
     );
 }
+
+/// A host that cannot be reached for five seconds, then answers: its items
+/// wait at the host's gate instead of each spending its tries, so the
+/// outage takes few tries in all and costs no item.
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_host_is_paused_not_hammered() {
+    #[derive(Clone)]
+    struct Down {
+        until: Instant,
+        tries_while_down: Arc<AtomicU64>,
+    }
+    #[async_trait]
+    impl AsyncStage for Down {
+        async fn process(&self, _item: &mut Item) -> Result<Outcome, StageError> {
+            if Instant::now() < self.until {
+                self.tries_while_down.fetch_add(1, Ordering::SeqCst);
+                return Err(StageError::transient("connection refused").host_is_down());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Ok(Outcome::Continue)
+        }
+        fn counts_requests(&self) -> bool {
+            true
+        }
+    }
+    let down = Down {
+        until: Instant::now() + Duration::from_secs(5),
+        tries_while_down: Arc::new(AtomicU64::new(0)),
+    };
+    let mut r = Registry::with_builtins();
+    let d = down.clone();
+    r.register_stage("down", move |_| Ok(Handler::from_async(d.clone())));
+    r.register_source("urls", |_| Ok(Arc::new(Urls(16)) as Arc<dyn SourceSpec>));
+    let p = PipelineBuilder::new("down")
+        .source("urls", json!({}))
+        .stage(
+            "fetch",
+            "down",
+            json!({ "workers": 8, "retry": { "attempts": 6 } }),
+        )
+        .build(&r)
+        .unwrap();
+    let report = p.run().await.unwrap();
+    assert_eq!(report.items.done, 16, "{report}");
+    // Without the pause: 8 workers x about 4 tries each within 5 s of
+    // backoff (over 30). With it: the first 8, then a few per pause.
+    let tries = down.tries_while_down.load(Ordering::SeqCst);
+    assert!(tries <= 16, "{tries} tries while the host was down");
+}

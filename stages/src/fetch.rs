@@ -318,6 +318,10 @@ fn request_error(shown: &str, e: reqwest::Error) -> StageError {
     let detail = error_chain(&e);
     if e.is_builder() || e.is_redirect() {
         StageError::permanent(format!("{shown}: {detail}"))
+    } else if e.is_connect() {
+        // Refused, unreachable, or no answer to the connection: the host is
+        // down, not this item; adaptive limits pause every try to it.
+        StageError::transient(format!("{shown}: cannot connect: {detail}")).host_is_down()
     } else if e.is_timeout() {
         StageError::transient(format!("{shown}: timed out: {detail}"))
     } else {

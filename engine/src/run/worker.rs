@@ -153,10 +153,13 @@ impl Worker {
                 Err(error) => (Err(error), Vec::new()),
             };
             let refused = matches!(&result, Err(e) if matches!(e.status, Some(429 | 503)));
+            let down = matches!(&result, Err(e) if e.host_down);
             if let (Some(t), Some(host)) = (entered, &host) {
                 let answer = match &result {
                     Ok(_) => Answer::Ok,
-                    Err(e) if refused => Answer::Refused(e.retry_after),
+                    // An unreachable host pauses like a 503, but each try
+                    // still counts: a host that stays down fails its items.
+                    Err(e) if refused || down => Answer::Refused(e.retry_after),
                     Err(_) => Answer::Other,
                 };
                 if let Some(limits) = t.finish(answer) {
