@@ -430,11 +430,16 @@ fn a_permanent_failure_is_dead_lettered_at_once_a_transient_one_after_the_maximu
         "off",
     ])
     .args(co)
-    .stdout(Stdio::null())
     .stderr(Stdio::null())
-    .status()
+    .output()
     .unwrap();
-    assert_eq!(status_code.code(), Some(3), "two items failed");
+    assert_eq!(status_code.status.code(), Some(3), "two items failed");
+    // The refused item's failed deliveries went back to the queue: said.
+    let said = String::from_utf8_lossy(&status_code.stdout);
+    assert!(
+        said.contains("were left in the queue for another delivery"),
+        "{said}"
+    );
     let s = status(&url, &run);
     assert_eq!(
         (

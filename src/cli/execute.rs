@@ -103,7 +103,7 @@ pub(super) async fn execute(
     only_ids: Option<std::collections::HashSet<String>>,
     acker: Option<Arc<warpline::coordinator::Acker>>,
 ) -> anyhow::Result<u8> {
-    let mut outputs = Outputs::open(args, acker)?;
+    let mut outputs = Outputs::open(args, acker.clone())?;
     if let Some(addr) = args.metrics {
         metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
@@ -160,6 +160,15 @@ pub(super) async fn execute(
         }
     };
     outputs.finish(&report)?;
+    // A coordinated worker's transient failures went back to the queue:
+    // say so, as the report counts each delivery that failed.
+    let redelivered = acker.map_or(0, |a| a.left_for_redelivery());
+    if redelivered > 0 {
+        say!(
+            "  of the failed, {redelivered} were left in the queue for another delivery \
+             (`warpline status` and `warpline dead` say how they end)"
+        );
+    }
     Ok(exit_code(&report, signalled))
 }
 

@@ -20,6 +20,9 @@ enum Ended {
 /// reach the ends wait, in order, and are written once it is back.
 pub struct Acker {
     tx: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Ended>>>,
+    /// Items this worker failed in a way another delivery may mend (all
+    /// but permanent failures): left in the queue, not ended.
+    redelivered: std::sync::atomic::AtomicU64,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     heartbeat: tokio::task::JoinHandle<()>,
 }
@@ -43,6 +46,10 @@ impl EventSink for Acker {
             } => Ended::Failed(item.clone(), *kind, message.clone()),
             _ => return,
         };
+        if matches!(&ended, Ended::Failed(_, kind, _) if *kind != ErrorKind::Permanent) {
+            self.redelivered
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         if let Some(tx) = &*self.tx.lock().unwrap_or_else(|p| p.into_inner()) {
             let _ = tx.send(ended);
         }
@@ -50,11 +57,19 @@ impl EventSink for Acker {
 }
 
 impl Acker {
+    /// How many of this worker's failed items were left in the queue for
+    /// another delivery (so they have not ended: `warpline status` and
+    /// `warpline dead` say how they end).
+    pub fn left_for_redelivery(&self) -> u64 {
+        self.redelivered.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Starts acknowledging the ends of `inflight`'s items for `c`.
     pub(crate) fn start(c: Coordinator, inflight: Inflight) -> Self {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         Acker {
             tx: Mutex::new(Some(tx)),
+            redelivered: std::sync::atomic::AtomicU64::new(0),
             task: Mutex::new(Some(tokio::spawn(ack_loop(
                 c.clone(),
                 Arc::clone(&inflight),
