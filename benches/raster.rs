@@ -17,6 +17,10 @@
 //!   RSS;
 //! - `skewed-1000`: 1% of the tiles 20-100x larger, a 512 MiB memory
 //!   budget: peak RSS against budget + 64 MiB;
+//! - `skew10-256`, `skew10-512` (only when named; `scripts/fault-matrix.sh`
+//!   runs them 5 rounds each): 10% of the tiles 40-100x larger, at that
+//!   budget in MiB: completed or stalled, items done / failed / requeued,
+//!   peak RSS and the budget's own peak, then a table of every round;
 //! - `rate`: a server that allows 20 requests/s (50 ms latency, 429 beyond),
 //!   a bucket configured to 20/s: achieved rate / limit, 429s;
 //! - `fetch-1000`: the fetch stage alone, 1,000 tiles: what HTTP over
@@ -32,18 +36,20 @@
 //! this process's share). `WARPLINE_BENCH_REPORT=1` prints the whole run
 //! report too.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gdal::raster::Buffer;
-use gdal::DriverManager;
-use warpline::tileserver::{Faults, TileServer};
+use warpline::tileserver::Faults;
 
-const TILE: usize = 512;
-const DISTINCT: usize = 48;
+#[path = "raster/corpus.rs"]
+mod corpus;
+#[path = "raster/matrix.rs"]
+mod matrix;
+
+use corpus::{corpus, make_tile, serve, shape, Corpus, Skew, DISTINCT, TILE};
 
 /// CPU time of this process (user + system).
 fn process_cpu() -> Duration {
@@ -78,51 +84,22 @@ fn peak_rss_mib() -> f64 {
     warpline::engine::report::peak_rss_bytes().unwrap_or(0) as f64 / (1 << 20) as f64
 }
 
-/// A 3-band Byte GeoTIFF in UTM 18N, `size` px, with texture; DEFLATE when
-/// `compress` (the skewed corpus keeps its large tiles small on the wire).
-fn make_tile(seed: usize, size: usize, compress: bool, dir: &Path) -> Vec<u8> {
-    let path = dir.join(format!("t{seed}-{size}.tif"));
-    let mem = DriverManager::get_driver_by_name("MEM").unwrap();
-    let mut ds = mem
-        .create_with_band_type::<u8, _>("", size, size, 3)
-        .unwrap();
-    let x0 = 583_000.0 + (seed % 8) as f64 * size as f64 * 30.0;
-    let y0 = 4_507_000.0 - (seed / 8) as f64 * size as f64 * 30.0;
-    ds.set_geo_transform(&[x0, 30.0, 0.0, y0, 0.0, -30.0])
-        .unwrap();
-    ds.set_spatial_ref(&gdal::spatial_ref::SpatialRef::from_epsg(32618).unwrap())
-        .unwrap();
-    for b in 0..3 {
-        let data: Vec<u8> = (0..size * size)
-            .map(|p| {
-                let (x, y) = (p % size, p / size);
-                ((x * (b + 1) + y * 3 + seed * 17 + (x * y) % 7) % 251) as u8
-            })
-            .collect();
-        ds.rasterband(b + 1)
-            .unwrap()
-            .write((0, 0), (size, size), &mut Buffer::new((size, size), data))
-            .unwrap();
-    }
-    let opts: Vec<&str> = if compress {
-        vec!["COMPRESS=DEFLATE", "TILED=YES"]
-    } else {
-        vec![]
-    };
-    let gtiff = DriverManager::get_driver_by_name("GTiff").unwrap();
-    ds.create_copy(&gtiff, &path, &gdal::cpl::CslStringList::from_iter(opts))
-        .unwrap();
-    drop(ds);
-    let bytes = std::fs::read(&path).unwrap();
-    let _ = std::fs::remove_file(&path);
-    bytes
+fn pipeline_toml(list: &Path, out: &Path, extra_limits: &str, fetch_limits: &str) -> String {
+    pipeline_with_budget(list, out, extra_limits, fetch_limits, 512)
 }
 
-fn pipeline_toml(list: &Path, out: &Path, extra_limits: &str, fetch_limits: &str) -> String {
+fn pipeline_with_budget(
+    list: &Path,
+    out: &Path,
+    extra_limits: &str,
+    fetch_limits: &str,
+    budget_mib: u64,
+) -> String {
     format!(
         r#"
 [pipeline]
 flow = ["fetch", "decode", "reproject", "write"]
+stall_warning = "60s"
 [source]
 kind = "list"
 path = {list:?}
@@ -130,7 +107,7 @@ path = {list:?}
 permits = 8
 {extra_limits}
 [limits.memory]
-budget = "512MiB"
+budget = "{budget_mib}MiB"
 [limits.cpu]
 permits = "cores+1"
 [stages.fetch]
@@ -259,47 +236,34 @@ fn floor(work: &Path) -> f64 {
     mean
 }
 
-struct Served {
-    list: std::path::PathBuf,
-    _server: TileServer,
+/// The pipeline of a scenario that is not a matrix one.
+fn scenario_toml(name: &str, list: &Path, out: &Path) -> String {
+    match name {
+        "fetch-1000" => fetch_only_toml(list),
+        "rate" => pipeline_toml(
+            list,
+            out,
+            "[limits.per_host]\nper_second = 20\nburst = 2\nper = \"host\"\n",
+            "\"connections\", \"per_host\"",
+        ),
+        _ => pipeline_toml(list, out, "", "\"connections\""),
+    }
 }
 
-async fn serve(n: usize, skewed: bool, faults: Faults, work: &Path) -> Served {
-    // Every name serves one of a few distinct tiles, shared, not copied.
-    let distinct: Vec<Arc<Vec<u8>>> = (0..DISTINCT)
-        .map(|i| Arc::new(make_tile(i, TILE, skewed, work)))
-        .collect();
-    let mut big = Vec::new();
-    if skewed {
-        // 20x .. 100x the pixels of a normal tile.
-        for (i, factor) in [20.0f64, 35.0, 50.0, 70.0, 100.0].iter().enumerate() {
-            big.push(Arc::new(make_tile(
-                100 + i,
-                (TILE as f64 * factor.sqrt()) as usize,
-                true,
-                work,
-            )));
-        }
-    }
-    let tiles: Vec<(String, Arc<Vec<u8>>)> = (0..n)
-        .map(|i| {
-            let bytes = if skewed && i % 100 == 50 {
-                &big[(i / 100) % big.len()]
-            } else {
-                &distinct[i % DISTINCT]
-            };
-            (format!("tile-{i:05}.tif"), Arc::clone(bytes))
+/// The pipeline's CPU per stage, on stderr (and the whole report with
+/// `WARPLINE_BENCH_REPORT`).
+fn print_stage_cpu(report: &warpline::RunReport) {
+    let stage_cpu: Vec<String> = report
+        .stages
+        .iter()
+        .filter_map(|s| {
+            s.cpu_s
+                .map(|c| format!("{}:{:.2}", s.name, c * 1000.0 / s.processed.max(1) as f64))
         })
         .collect();
-    let server = TileServer::start_with(tiles.iter().cloned(), faults)
-        .await
-        .unwrap();
-    let list = work.join("tiles.txt");
-    let urls: Vec<String> = tiles.iter().map(|(n, _)| server.url(n)).collect();
-    std::fs::write(&list, urls.join("\n")).unwrap();
-    Served {
-        list,
-        _server: server,
+    eprintln!("pipeline per stage (mean ms): {}", stage_cpu.join(" "));
+    if std::env::var_os("WARPLINE_BENCH_REPORT").is_some() {
+        eprintln!("{report}");
     }
 }
 
@@ -310,24 +274,16 @@ fn scenario(name: &str) {
     match name {
         "floor" => println!("floor_ms_per_tile={:.2}", floor(work.path())),
         _ => {
-            let (n, skewed, rate) = match name {
-                "cpu-1000" | "fetch-1000" => (1000, false, false),
-                "cpu-10000" => (10000, false, false),
-                "skewed-1000" => (1000, true, false),
-                "rate" => (200, false, true),
-                other => panic!("unknown scenario {other}"),
-            };
+            let (n, skew) = shape(name);
+            let skewed = skew != Skew::None;
             // The server lives in the parent: this child only runs warpline.
             let list = std::env::var("WARPLINE_BENCH_LIST").expect("list from the parent");
             let out = work.path().join("out");
-            let (extra, fetch) = if rate {
-                (
-                    "[limits.per_host]\nper_second = 20\nburst = 2\nper = \"host\"\n",
-                    "\"connections\", \"per_host\"",
-                )
-            } else {
-                ("", "\"connections\"")
-            };
+            if let Some(budget) = matrix::budget_mib(name) {
+                let toml =
+                    pipeline_with_budget(Path::new(&list), &out, "", "\"connections\"", budget);
+                return matrix::child(&toml);
+            }
             // The floor again, in this process, just before and just after
             // the run: the machine's speed drifts (this shared machine's
             // floor moved 20-27 ms between runs of one afternoon), so the
@@ -337,12 +293,7 @@ fn scenario(name: &str) {
             // The floor is the reference of the CPU-bound scenarios only.
             let skipfloor = !name.starts_with("cpu-");
             let floor_before = if skipfloor { 0.0 } else { floor(work.path()) };
-            let toml = pipeline_toml(Path::new(&list), &out, extra, fetch);
-            let toml = if name == "fetch-1000" {
-                fetch_only_toml(Path::new(&list))
-            } else {
-                toml
-            };
+            let toml = scenario_toml(name, Path::new(&list), &out);
             let pipeline = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -369,19 +320,7 @@ fn scenario(name: &str) {
             let floor_ms = (floor_before + floor_after) / 2.0;
             assert_eq!(report.items.done, n as u64, "{report}");
             let h = report.hosts.first();
-            let stage_cpu: Vec<String> = report
-                .stages
-                .iter()
-                .filter_map(|s| {
-                    s.cpu_s.map(|c| {
-                        format!("{}:{:.2}", s.name, c * 1000.0 / s.processed.max(1) as f64)
-                    })
-                })
-                .collect();
-            eprintln!("pipeline per stage (mean ms): {}", stage_cpu.join(" "));
-            if std::env::var_os("WARPLINE_BENCH_REPORT").is_some() {
-                eprintln!("{report}");
-            }
+            print_stage_cpu(&report);
             println!(
                 "tiles={n} skewed={skewed} floor_ms={floor_ms:.2} floor_before_ms={floor_before:.2} floor_after_ms={floor_after:.2} wall_s={wall:.2} tiles_per_s={:.1} cpu_ms_per_tile={:.2} peak_rss_mib={:.0} requests={} throttled_429={} achieved_per_s={:.2} cores={cores} diagnosis={:?}",
                 n as f64 / wall,
@@ -420,18 +359,24 @@ fn main() {
         "rate",
         "cpu-10000",
     ];
-    let chosen: Vec<&str> = all
-        .iter()
-        .copied()
-        .filter(|s| wanted.is_empty() || wanted.iter().any(|w| w == s))
-        .collect();
-    let exe = std::env::current_exe().unwrap();
+    // Every scenario of the default set, or those named (a matrix one,
+    // `skew10-<budget MiB>`, only when named).
+    let chosen: Vec<&str> = if wanted.is_empty() {
+        all.to_vec()
+    } else {
+        wanted.iter().map(String::as_str).collect()
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
     let work = tempfile::tempdir().unwrap();
+    let mut parent = Parent {
+        rt,
+        work: work.path().to_owned(),
+        corpora: HashMap::new(),
+    };
     let mut floor_ms = None;
     let cores = warpline::engine::units::cores() as f64;
     // WARPLINE_BENCH_REPEAT=N runs the chosen scenarios N rounds and ends
@@ -444,54 +389,14 @@ fn main() {
         .max(1);
     let mut ratios: Vec<(&str, Vec<(f64, f64)>)> =
         chosen.iter().map(|n| (*n, Vec::new())).collect();
-    for name in (0..rounds).flat_map(|_| chosen.iter().copied()) {
-        let mut cmd = Command::new(&exe);
-        cmd.env("WARPLINE_BENCH_SCENARIO", name)
-            .stdout(Stdio::piped());
-        let mut tiles = 0;
-        let served = match name {
-            "floor" => None,
-            _ => {
-                let (n, skewed, faults) = match name {
-                    "cpu-1000" | "fetch-1000" => (1000, false, Faults::default()),
-                    "cpu-10000" => (10000, false, Faults::default()),
-                    "skewed-1000" => (1000, true, Faults::default()),
-                    _ => (
-                        200,
-                        false,
-                        Faults {
-                            latency: Some(Duration::from_millis(50)),
-                            rate_limit: Some(20.0),
-                            ..Faults::default()
-                        },
-                    ),
-                };
-                tiles = n;
-                let s = rt.block_on(serve(n, skewed, faults, work.path()));
-                cmd.env("WARPLINE_BENCH_LIST", &s.list);
-                Some(s)
-            }
-        };
-        let parent_cpu = process_cpu();
-        let mut child = cmd.spawn().expect("bench child");
-        let line = BufReader::new(child.stdout.take().unwrap())
-            .lines()
-            .map_while(Result::ok)
-            .last()
-            .unwrap_or_default();
-        assert!(child.wait().unwrap().success(), "scenario {name} failed");
-        // This process only served tiles while the child ran.
-        let server_cpu = (process_cpu() - parent_cpu).as_secs_f64();
-        drop(served);
+    let mut rows = Vec::new();
+    for (round, name) in (0..rounds).flat_map(|r| chosen.iter().map(move |n| (r, *n))) {
+        let (line, mut extra) = parent.run(name);
         if name == "floor" {
             floor_ms = field(&line, "floor_ms_per_tile");
         }
-        let mut extra = String::new();
-        if tiles > 0 {
-            extra = format!(
-                " server_cpu_ms_per_tile={:.2}",
-                server_cpu * 1000.0 / tiles as f64
-            );
+        if let Some(budget) = matrix::budget_mib(name) {
+            rows.push(matrix::Row::new(budget, round, &line));
         }
         let floor_ms = field(&line, "floor_ms").filter(|f| *f > 0.0).or(floor_ms);
         if let (Some(f), Some(tps), false) = (
@@ -517,6 +422,79 @@ fn main() {
         }
         println!("{name}: {line}{extra}");
     }
+    print_spreads(ratios);
+    if !rows.is_empty() {
+        let (table, ok) = matrix::table(&rows);
+        println!("\n{table}");
+        if !ok {
+            println!("FAILED: a run did not complete, or its peak RSS was over budget + 64 MiB");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// The parent's side: the tile server and its corpora.
+struct Parent {
+    rt: tokio::runtime::Runtime,
+    work: std::path::PathBuf,
+    corpora: HashMap<Skew, Corpus>,
+}
+
+impl Parent {
+    /// Runs one scenario in a child process: its line, and the server's
+    /// CPU per tile.
+    fn run(&mut self, name: &str) -> (String, String) {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.env("WARPLINE_BENCH_SCENARIO", name)
+            .stdout(Stdio::piped());
+        let mut tiles = 0;
+        let served = match name {
+            "floor" => None,
+            _ => {
+                let (n, skew) = shape(name);
+                let faults = match name {
+                    "rate" => Faults {
+                        latency: Some(Duration::from_millis(50)),
+                        rate_limit: Some(20.0),
+                        ..Faults::default()
+                    },
+                    _ => Faults::default(),
+                };
+                tiles = n;
+                let work = &self.work;
+                let corpus = self
+                    .corpora
+                    .entry(skew)
+                    .or_insert_with(|| corpus(skew, work));
+                let s = self.rt.block_on(serve(n, skew, corpus, faults, work));
+                cmd.env("WARPLINE_BENCH_LIST", &s.list);
+                Some(s)
+            }
+        };
+        let parent_cpu = process_cpu();
+        let mut child = cmd.spawn().expect("bench child");
+        let line = BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .map_while(Result::ok)
+            .last()
+            .unwrap_or_default();
+        assert!(child.wait().unwrap().success(), "scenario {name} failed");
+        // This process only served tiles while the child ran.
+        let server_cpu = (process_cpu() - parent_cpu).as_secs_f64();
+        drop(served);
+        let mut extra = String::new();
+        if tiles > 0 {
+            extra = format!(
+                " server_cpu_ms_per_tile={:.2}",
+                server_cpu * 1000.0 / tiles as f64
+            );
+        }
+        (line, extra)
+    }
+}
+
+/// With several rounds: each scenario's spread of the ratio and the cost.
+fn print_spreads(ratios: Vec<(&str, Vec<(f64, f64)>)>) {
     for (name, v) in ratios {
         if v.len() > 1 {
             let spread = |mut x: Vec<f64>| {

@@ -10,6 +10,8 @@
 //! are allocated fallibly. A missing geotransform is an error; a missing
 //! CRS is an error unless `assume_crs` is set.
 
+use std::ptr;
+
 use gdal::spatial_ref::SpatialRef;
 use gdal::{Dataset, DatasetOptions, GdalOpenFlags};
 use gdal_sys as sys;
@@ -100,9 +102,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         .iter()
         .find(|l| l.kind() == LimiterKind::Bytes)
     {
-        // GDAL's block cache holds a second copy of what it decodes: size
-        // it from the budget (an eighth, within 16 MiB .. 512 MiB).
-        crate::gdal::request_cache((m.capacity() / 8).clamp(16 << 20, 512 << 20));
+        crate::gdal::request_cache(crate::gdal::cache_for_budget(m.capacity()));
     }
     if !problems.is_empty() {
         return Err(problems);
@@ -132,6 +132,57 @@ struct Header {
     height: usize,
     types: Vec<sys::GDALDataType::Type>,
     decoded_bytes: u64,
+    window: Window,
+}
+
+/// At most this many bytes of pixels (all bands) are decoded at a time,
+/// unless one block is larger.
+const WINDOW_BYTES: u64 = 4 << 20;
+
+/// How the pixels are decoded: a window of whole blocks at a time, every
+/// band, then the blocks are dropped from GDAL's block cache.
+///
+/// GDAL decodes through its block cache, which keeps every block it read
+/// until the dataset closes or the cache is full. Read band after band,
+/// a raster filled the whole cache (64 MiB at a 512 MiB budget) with small
+/// blocks on the heap, which glibc then kept as free memory in every
+/// arena; with pixel-interleaved tiles each tile was also decompressed again
+/// for every band once the cache overflowed. Reading every band of a window
+/// of whole blocks, then flushing them, decompresses each block once and
+/// keeps at most one window's blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Window {
+    /// Columns and rows per window: whole blocks (the last window of a row
+    /// or column may be cut by the raster's edge).
+    cols: usize,
+    rows: usize,
+    /// Bytes one window's blocks take in the cache.
+    cache_bytes: u64,
+}
+
+impl Window {
+    /// `width` and `height` are at least 1 (an empty raster is refused
+    /// before this).
+    fn new(width: usize, height: usize, pixel_bytes: u64, block: (usize, usize)) -> Self {
+        let (bw, bh) = (block.0.clamp(1, width), block.1.clamp(1, height));
+        let block_bytes = (bw as u64 * bh as u64).saturating_mul(pixel_bytes).max(1);
+        let fit = usize::try_from(WINDOW_BYTES / block_bytes)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let across = width.div_ceil(bw);
+        // A whole row of blocks if it fits, then as many rows as fit; else
+        // as many blocks of one row as fit.
+        let (bx, by) = if fit >= across {
+            (across, (fit / across).min(height.div_ceil(bh)))
+        } else {
+            (fit, 1)
+        };
+        Window {
+            cols: (bx * bw).min(width),
+            rows: (by * bh).min(height),
+            cache_bytes: (bx * by) as u64 * block_bytes,
+        }
+    }
 }
 
 impl Decode {
@@ -182,10 +233,12 @@ impl Decode {
             types.push(band.band_type() as sys::GDALDataType::Type);
         }
         let pixels = (width as u64).saturating_mul(height as u64);
-        let decoded_bytes = types
-            .iter()
-            .map(|t| pixels.saturating_mul(u64::from(dtype_size(*t))))
-            .fold(0u64, u64::saturating_add);
+        let pixel_bytes: u64 = types.iter().map(|t| u64::from(dtype_size(*t))).sum();
+        let decoded_bytes = pixels.saturating_mul(pixel_bytes);
+        let block = ds
+            .rasterband(1)
+            .map(|b| b.block_size())
+            .unwrap_or((width, 1));
         if pixels > self.max_pixels {
             return Err(StageError::permanent(format!(
                 "{id}: declares {width} x {height} = {pixels} pixels, over max_pixels ({})",
@@ -204,6 +257,7 @@ impl Decode {
             height,
             types,
             decoded_bytes,
+            window: Window::new(width, height, pixel_bytes, block),
         })
     }
 
@@ -232,37 +286,7 @@ impl Decode {
             buf.resize(len, 0);
             buffers.push(buf);
         }
-        for (i, (buf, t)) in buffers.iter_mut().zip(&h.types).enumerate() {
-            let band = src
-                .rasterband(i + 1)
-                .map_err(|e| StageError::permanent(format!("{id}: band {}: {e}", i + 1)))?;
-            reset_error();
-            // SAFETY: `buf` holds exactly width x height pixels of type `t`
-            // (allocated above), and the window is the whole band.
-            let err = unsafe {
-                sys::GDALRasterIO(
-                    band.c_rasterband(),
-                    sys::GDALRWFlag::GF_Read,
-                    0,
-                    0,
-                    h.width as i32,
-                    h.height as i32,
-                    buf.as_mut_ptr().cast(),
-                    h.width as i32,
-                    h.height as i32,
-                    *t,
-                    0,
-                    0,
-                )
-            };
-            if err != sys::CPLErr::CE_None {
-                return Err(StageError::permanent(format!(
-                    "{id}: corrupt or truncated pixel data in band {}: {}",
-                    i + 1,
-                    named(&last_error("read failed"), file, id)
-                )));
-            }
-        }
+        self.read_windows(file, src, h, &mut buffers, id)?;
         let specs: Vec<BandSpec> = buffers
             .iter_mut()
             .zip(&h.types)
@@ -294,6 +318,80 @@ impl Decode {
             drop(table);
         }
         Ok(Raster { ds, buffers })
+    }
+}
+
+impl Decode {
+    /// Reads every band into `buffers`, one window of whole blocks at a
+    /// time (see [`Window`]), dropping each window's blocks from GDAL's
+    /// cache before the next.
+    fn read_windows(
+        &self,
+        file: &MemFile,
+        src: &Dataset,
+        h: &Header,
+        buffers: &mut [Vec<u8>],
+        id: &str,
+    ) -> Result<(), StageError> {
+        let bands = (1..=h.types.len())
+            .map(|i| src.rasterband(i))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StageError::permanent(format!("{id}: {e}")))?;
+        let w = h.window;
+        for y in (0..h.height).step_by(w.rows) {
+            let rows = w.rows.min(h.height - y);
+            for x in (0..h.width).step_by(w.cols) {
+                let cols = w.cols.min(h.width - x);
+                for (i, ((band, buf), t)) in bands
+                    .iter()
+                    .zip(buffers.iter_mut())
+                    .zip(&h.types)
+                    .enumerate()
+                {
+                    let size = dtype_size(*t) as usize;
+                    // The window's first pixel to just after its last: in
+                    // the buffer, as y + rows <= height and x + cols <= width.
+                    let span =
+                        (y * h.width + x) * size..((y + rows - 1) * h.width + x + cols) * size;
+                    let out = &mut buf[span];
+                    reset_error();
+                    // SAFETY: `out` spans the window's rows in the band's
+                    // buffer (width x height pixels of type `t`): `rows`
+                    // lines of `cols` pixels, `width` pixels apart, and the
+                    // window lies inside the band.
+                    let err = unsafe {
+                        sys::GDALRasterIOEx(
+                            band.c_rasterband(),
+                            sys::GDALRWFlag::GF_Read,
+                            x as i32,
+                            y as i32,
+                            cols as i32,
+                            rows as i32,
+                            out.as_mut_ptr().cast(),
+                            cols as i32,
+                            rows as i32,
+                            *t,
+                            size as sys::GSpacing,
+                            (h.width * size) as sys::GSpacing,
+                            ptr::null_mut(),
+                        )
+                    };
+                    if err != sys::CPLErr::CE_None {
+                        return Err(StageError::permanent(format!(
+                            "{id}: corrupt or truncated pixel data in band {}: {}",
+                            i + 1,
+                            named(&last_error("read failed"), file, id)
+                        )));
+                    }
+                }
+                for band in &bands {
+                    // SAFETY: a valid band of an open, read-only dataset:
+                    // its blocks are dropped from the cache (none is dirty).
+                    unsafe { sys::GDALFlushRasterCache(band.c_rasterband()) };
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -350,10 +448,10 @@ impl Decode {
 impl BlockingStage for Decode {
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         let opened = self.open_header(item)?;
-        // The compressed bytes, the decoded pixels, and the second copy of
-        // those GDAL's block cache keeps while reading (at most the cache).
-        let decoded = opened.header.decoded_bytes;
-        let bytes = opened.file.len() + decoded + decoded.min(crate::gdal::cache_max());
+        // The compressed bytes, the decoded pixels, and the blocks of one
+        // window in GDAL's block cache.
+        let h = &opened.header;
+        let bytes = opened.file.len() + h.decoded_bytes + h.window.cache_bytes;
         item.set_payload(opened);
         Ok(bytes)
     }
@@ -371,8 +469,102 @@ impl BlockingStage for Decode {
             opened.gt,
             &item.id,
         )?;
+        let decoded = opened.header.decoded_bytes;
         drop(opened);
+        crate::gdal::trim_heap_after(decoded);
         item.set_payload(raster);
         Ok(Outcome::Continue)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warpline_engine::Input;
+
+    #[test]
+    fn windows_are_whole_blocks_within_the_window_bytes() {
+        // A normal tile, in strips of 5 rows: one window, the whole tile.
+        let w = Window::new(512, 512, 3, (512, 5));
+        assert_eq!((w.cols, w.rows), (512, 512));
+        // 5120 px tiled by 256: one row of blocks (3.75 MiB) at a time.
+        let w = Window::new(5120, 5120, 3, (256, 256));
+        assert_eq!(
+            (w.cols, w.rows, w.cache_bytes),
+            (5120, 256, 20 * 256 * 256 * 3)
+        );
+        // Wider than the window bytes allow: part of a row of blocks.
+        let w = Window::new(20000, 300, 3, (256, 256));
+        assert_eq!((w.cols, w.rows), (21 * 256, 256));
+        assert!(w.cache_bytes <= WINDOW_BYTES);
+        // One block larger than the window bytes: that block.
+        let w = Window::new(5120, 5120, 3, (5120, 5120));
+        assert_eq!(
+            (w.cols, w.rows, w.cache_bytes),
+            (5120, 5120, 5120 * 5120 * 3)
+        );
+    }
+
+    /// A 3-band Byte GeoTIFF, tiled and compressed, `w` x `h`, with every
+    /// pixel distinct enough to catch a window in the wrong place.
+    fn tiled(w: usize, h: usize) -> Vec<u8> {
+        init();
+        let mem = gdal::DriverManager::get_driver_by_name("MEM").unwrap();
+        let mut ds = mem.create_with_band_type::<u8, _>("", w, h, 3).unwrap();
+        ds.set_geo_transform(&[500_000.0, 30.0, 0.0, 4_500_000.0, 0.0, -30.0])
+            .unwrap();
+        ds.set_projection(&crs_to_wkt("EPSG:32618").unwrap())
+            .unwrap();
+        for b in 1..=3 {
+            let data: Vec<u8> = (0..w * h)
+                .map(|p| ((p % w) * 7 + (p / w) * 13 + b * 101) as u8)
+                .collect();
+            let mut buf = gdal::raster::Buffer::new((w, h), data);
+            ds.rasterband(b)
+                .unwrap()
+                .write((0, 0), (w, h), &mut buf)
+                .unwrap();
+        }
+        let path = format!("/vsimem/decode-test-{w}x{h}.tif");
+        let gtiff = gdal::DriverManager::get_driver_by_name("GTiff").unwrap();
+        let opts = gdal::cpl::CslStringList::from_iter(["TILED=YES", "COMPRESS=DEFLATE"]);
+        ds.create_copy(&gtiff, &path, &opts).unwrap();
+        gdal::vsi::get_vsi_mem_file_bytes_owned(&path).unwrap()
+    }
+
+    #[test]
+    fn a_raster_read_by_windows_has_every_pixel_where_gdal_puts_it() {
+        // 6000 px wide: 24 blocks across, more than one window holds, so the
+        // windows split rows and columns; 700 rows: three block rows.
+        let (w, h) = (6000, 700);
+        let bytes = tiled(w, h);
+        let decode = Decode {
+            drivers: vec!["GTiff".to_owned()],
+            assume_crs: None,
+            max_pixels: DEFAULT_MAX_PIXELS,
+            max_decoded_bytes: DEFAULT_MAX_DECODED,
+        };
+        let mut item = Item::new(Input {
+            id: "t".to_owned(),
+            source: "test".to_owned(),
+            size_hint: None,
+        });
+        item.set_payload(Fetched {
+            bytes: bytes.clone(),
+        });
+        let charged = decode.demand(&mut item).unwrap();
+        assert!(charged < bytes.len() as u64 + (w * h * 3) as u64 + WINDOW_BYTES + 1);
+        decode.process(&mut item).unwrap();
+        let raster = item.take_payload::<Raster>().unwrap();
+        let file = MemFile::new(bytes).unwrap();
+        let src = Dataset::open(file.path()).unwrap();
+        for b in 1..=3 {
+            let want = src
+                .rasterband(b)
+                .unwrap()
+                .read_as::<u8>((0, 0), (w, h), (w, h), None)
+                .unwrap();
+            assert!(want.data() == &raster.buffers[b - 1][..], "band {b}");
+        }
     }
 }

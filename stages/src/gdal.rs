@@ -83,6 +83,60 @@ pub fn cache_max() -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
+/// Bytes GDAL's block cache holds right now (every dataset's blocks).
+pub fn cache_used() -> u64 {
+    // SAFETY: a plain getter of a process-wide counter.
+    let v = unsafe { sys::GDALGetCacheUsed64() };
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// The block cache a memory budget of `capacity` bytes asks for: a 32nd
+/// of it, within 8 MiB .. 64 MiB.
+///
+/// Since decode reads a window of blocks at a time and drops them (see
+/// `decode.rs`), the cache mostly holds what `write` has not yet flushed.
+/// Every block is a small allocation on the C heap, and glibc keeps what a
+/// full cache freed as free heap in each arena: with an eighth of the
+/// budget (64 MiB at 512 MiB) the skewed matrix's peak RSS was 649 MiB,
+/// with a 32nd (16 MiB) 552 MiB (400 tiles, one run each; README).
+pub fn cache_for_budget(capacity: u64) -> u64 {
+    (capacity / 32).clamp(8 << 20, DEFAULT_CACHE)
+}
+
+/// Items whose pixels take at least this many bytes give the C heap's free
+/// pages back to the system when decode or reproject is done with them
+/// ([`trim_heap_after`]): glibc's own trim threshold (8 MiB, set by
+/// `warpline::tune_allocator`), ten times a normal tile (a 512 px RGB tile
+/// is 768 KiB).
+pub const TRIM_AFTER: u64 = 8 << 20;
+
+/// Gives the free pages inside glibc's heaps (every arena) back to the
+/// system after an item of `bytes` pixels, if it is at least
+/// [`TRIM_AFTER`].
+///
+/// GDAL's blocks, libtiff's strips and the warp's row buffers come from
+/// the heap of whichever arena the thread uses, and glibc gives a heap back
+/// only from its top: after a large raster, tens of MiB stay resident as
+/// free heap, outside any budget. `malloc_trim` walks the free lists and
+/// `madvise`s whole free pages away: cheap beside a large item's work, but
+/// not after every tile, whose next buffers would fault those pages in
+/// again (why `tune_allocator` raised the trim threshold). No effect off
+/// glibc.
+pub fn trim_heap_after(bytes: u64) {
+    if bytes < TRIM_AFTER {
+        return;
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> std::os::raw::c_int;
+        }
+        // SAFETY: glibc's malloc_trim takes each arena's lock and only
+        // gives free pages back; it touches no memory in use.
+        unsafe { malloc_trim(0) };
+    }
+}
+
 /// The last error GDAL recorded on this thread, or a fallback.
 pub(crate) fn last_error(fallback: &str) -> String {
     // SAFETY: CPLGetLastErrorMsg returns a pointer to a thread-local

@@ -590,7 +590,9 @@ impl BlockingStage for Reproject {
             }
         }
         drop(view);
+        let input = raster.pixel_bytes();
         drop(raster);
+        crate::gdal::trim_heap_after(input);
         item.set_payload(Raster {
             ds: out,
             buffers: Vec::new(),
@@ -600,54 +602,4 @@ impl BlockingStage for Reproject {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn to(crs: &str) -> Reproject {
-        Reproject {
-            args: Vec::new(),
-            target_wkt: crs_to_wkt(crs).unwrap(),
-            resolution: None,
-            size: None,
-            extent: None,
-            dtype: None,
-            bands: None,
-            max_pixels: 1 << 28,
-            warp_memory: DEFAULT_WARP_MEMORY,
-            same_datum: Default::default(),
-        }
-    }
-
-    fn tile_in(crs: &str) -> Dataset {
-        init();
-        let mem = gdal::DriverManager::get_driver_by_name("MEM").unwrap();
-        let mut ds = mem.create("", 1, 1, 1).unwrap();
-        ds.set_projection(&crs_to_wkt(crs).unwrap()).unwrap();
-        ds
-    }
-
-    #[test]
-    fn tiles_share_one_area_of_interest_only_when_no_datum_shift_is_involved() {
-        let web = to("EPSG:3857");
-        // WGS 84 on both sides: UTM 18N, geographic, a PROJ string.
-        for same in ["EPSG:32618", "EPSG:4326", "+proj=robin +datum=WGS84"] {
-            let tile = tile_in(same);
-            assert_eq!(web.area_of_interest(&tile), Some(WHOLE_WORLD), "{same}");
-            // The answer is kept per source CRS, and stays the same.
-            assert_eq!(web.area_of_interest(&tile), Some(WHOLE_WORLD), "{same}");
-        }
-        // ETRS89 and NAD27 to WGS 84: PROJ picks the datum shift by area.
-        for other in ["EPSG:3035", "EPSG:26718", "EPSG:4267"] {
-            assert_eq!(web.area_of_interest(&tile_in(other)), None, "{other}");
-        }
-        // NAD27 to NAD27: no shift again.
-        let nad27 = to("EPSG:4267");
-        assert_eq!(
-            nad27.area_of_interest(&tile_in("EPSG:26718")),
-            Some(WHOLE_WORLD)
-        );
-        // Heights involved (a compound CRS): never.
-        assert_eq!(web.area_of_interest(&tile_in("EPSG:4326+5773")), None);
-        assert_eq!(web.same_datum.lock().unwrap().len(), 7);
-    }
-}
+mod tests;
