@@ -355,3 +355,30 @@ pub(crate) unsafe fn mem_dataset_over(
     }
     Ok(ds)
 }
+
+/// `GDALWarpAppOptions`, freed on drop.
+pub(crate) struct WarpOptions(pub(crate) *mut sys::GDALWarpAppOptions);
+
+impl WarpOptions {
+    /// Options from `gdalwarp` arguments, warping to a MEM dataset.
+    pub(crate) fn new(args: &[String]) -> Result<Self, String> {
+        let mut argv: Vec<String> = args.to_vec();
+        argv.extend(["-of".to_owned(), "MEM".to_owned()]);
+        let mut list = CStringList::new(&argv)?;
+        reset_error();
+        // SAFETY: `list` is a NULL-terminated argument list alive for the
+        // call; GDAL copies what it needs.
+        let options = unsafe { sys::GDALWarpAppOptionsNew(list.as_ptr(), ptr::null_mut()) };
+        if options.is_null() {
+            return Err(last_error("invalid warp options"));
+        }
+        Ok(WarpOptions(options))
+    }
+}
+
+impl Drop for WarpOptions {
+    fn drop(&mut self) {
+        // SAFETY: created by GDALWarpAppOptionsNew, freed once.
+        unsafe { sys::GDALWarpAppOptionsFree(self.0) };
+    }
+}

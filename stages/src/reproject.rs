@@ -26,7 +26,7 @@ use warpline_engine::{BlockingStage, Handler, Item, Outcome, Problem, Settings, 
 use crate::decode::crs_to_wkt;
 use crate::gdal::{
     dtype_by_name, dtype_size, init, last_error, mem_dataset_over, reset_error, BandSpec,
-    CStringList, Raster,
+    CStringList, Raster, WarpOptions,
 };
 
 /// The resampling methods, by gdalwarp's names.
@@ -287,32 +287,6 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         warp_memory: wm,
         same_datum: Default::default(),
     }))
-}
-
-/// `GDALWarpAppOptions`, freed on drop.
-struct WarpOptions(*mut sys::GDALWarpAppOptions);
-
-impl WarpOptions {
-    fn new(args: &[String]) -> Result<Self, String> {
-        let mut argv: Vec<String> = args.to_vec();
-        argv.extend(["-of".to_owned(), "MEM".to_owned()]);
-        let mut list = CStringList::new(&argv)?;
-        reset_error();
-        // SAFETY: `list` is a NULL-terminated argument list alive for the
-        // call; GDAL copies what it needs.
-        let options = unsafe { sys::GDALWarpAppOptionsNew(list.as_ptr(), ptr::null_mut()) };
-        if options.is_null() {
-            return Err(last_error("invalid warp options"));
-        }
-        Ok(WarpOptions(options))
-    }
-}
-
-impl Drop for WarpOptions {
-    fn drop(&mut self) {
-        // SAFETY: created by GDALWarpAppOptionsNew, freed once.
-        unsafe { sys::GDALWarpAppOptionsFree(self.0) };
-    }
 }
 
 impl Reproject {

@@ -1,0 +1,130 @@
+//! The tile server's own tests: its corpus packing and its faults.
+
+use super::*;
+
+/// Reads one answer: the status line and the body (by Content-Length).
+async fn read_answer(stream: &mut TcpStream) -> (String, Vec<u8>) {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    let end = loop {
+        if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = stream.read(&mut buf).await.expect("read the head");
+        assert!(n > 0, "the connection closed before an answer");
+        data.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&data[..end]).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a Content-Length");
+    let mut body = data[end..].to_vec();
+    while body.len() < length {
+        let n = stream.read(&mut buf).await.expect("read the body");
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&buf[..n]);
+    }
+    (head.lines().next().unwrap_or_default().to_owned(), body)
+}
+
+/// A server with one tile, `a.tif`, misbehaving as `faults` says, and a
+/// connection to it that has asked for the tile.
+async fn asked(tile: Vec<u8>, faults: Faults) -> (TileServer, TcpStream) {
+    let server = TileServer::start_with([("a.tif".to_owned(), tile)], faults)
+        .await
+        .unwrap();
+    let mut stream = TcpStream::connect(server.addr()).await.unwrap();
+    stream
+        .write_all(b"GET /tiles/a.tif HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    (server, stream)
+}
+
+async fn closed(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 16];
+    matches!(stream.read(&mut buf).await, Ok(0) | Err(_))
+}
+
+#[test]
+fn names_that_share_a_tile_share_one_copy_and_each_name_gets_its_bytes() {
+    let a = Arc::new(vec![1u8; 3000]);
+    let b = Arc::new((0..5000u32).map(|i| i as u8).collect::<Vec<_>>());
+    let corpus = Corpus::pack([
+        ("a1".to_owned(), Arc::clone(&a)),
+        ("b".to_owned(), Arc::clone(&b)),
+        ("a2".to_owned(), Arc::clone(&a)),
+        ("empty".to_owned(), Arc::new(Vec::new())),
+    ])
+    .unwrap();
+    assert_eq!(corpus.bytes.len(), 8000, "one copy of `a`");
+    assert_eq!(corpus.get("a1"), Some(&a[..]));
+    assert_eq!(corpus.get("a2"), Some(&a[..]));
+    assert_eq!(corpus.get("b"), Some(&b[..]));
+    assert_eq!(corpus.get("empty"), Some(&[][..]));
+    assert_eq!(corpus.get("none"), None);
+    assert!(Corpus::pack(Vec::<(String, Vec<u8>)>::new()).is_ok());
+}
+
+#[tokio::test]
+async fn a_connection_serves_many_requests_until_a_bad_one() {
+    let tile = vec![7u8; 100_000];
+    let server = TileServer::start([("a.tif".to_owned(), tile.clone())])
+        .await
+        .unwrap();
+    let mut stream = TcpStream::connect(server.addr()).await.unwrap();
+    for _ in 0..2 {
+        stream
+            .write_all(b"GET /tiles/a.tif HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let (status, body) = read_answer(&mut stream).await;
+        assert_eq!(status, "HTTP/1.1 200 OK");
+        assert_eq!(body, tile);
+    }
+    stream
+        .write_all(b"GET /tiles/none.tif HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(read_answer(&mut stream).await.0, "HTTP/1.1 404 Not Found");
+    assert_eq!((server.requests(), server.served()), (3, 2));
+    stream.write_all(b"POST / HTTP/1.1\r\n\r\n").await.unwrap();
+    assert_eq!(read_answer(&mut stream).await.0, "HTTP/1.1 400 Bad Request");
+    assert!(
+        closed(&mut stream).await,
+        "a bad request closes the connection"
+    );
+}
+
+#[tokio::test]
+async fn a_body_cut_short_closes_its_connection() {
+    let faults = Faults {
+        truncated: Some(Fault::all(1)),
+        ..Faults::default()
+    };
+    let (_server, mut stream) = asked(vec![7u8; 100_000], faults).await;
+    let (status, body) = read_answer(&mut stream).await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(body.len(), 50_000, "half the body, then the end");
+    assert!(closed(&mut stream).await);
+}
+
+#[tokio::test]
+async fn a_reset_sends_no_answer_and_no_orderly_close() {
+    let faults = Faults {
+        resets: Some(Fault::all(1)),
+        ..Faults::default()
+    };
+    let (_server, mut stream) = asked(vec![7u8; 10], faults).await;
+    let mut buf = [0u8; 16];
+    let read = stream.read(&mut buf).await;
+    assert_eq!(
+        read.map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::ConnectionReset),
+        "an RST, not an answer or a FIN"
+    );
+}
