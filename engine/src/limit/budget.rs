@@ -218,7 +218,8 @@ impl Budget {
     }
 
     /// Items told to give their bytes back so far.
-    pub(crate) fn evictions(&self) -> u64 {
+    #[cfg(test)]
+    fn evictions(&self) -> u64 {
         self.lock().evictions
     }
 

@@ -210,13 +210,4 @@ impl Limiter {
             Charged::Evicted => Err(LimitError::GaveBack(self.inner.name.clone())),
         }
     }
-
-    /// Items told to give their share of this byte budget back so far (0
-    /// for other kinds).
-    pub fn evictions(&self) -> u64 {
-        match &self.inner.state {
-            State::Bytes { budget, .. } => budget.evictions(),
-            _ => 0,
-        }
-    }
 }

@@ -123,18 +123,17 @@ impl Worker {
     ) -> Option<(Item, Result<Outcome, StageError>, Vec<Ticket>)> {
         let (stage, shared) = (self.plan.name.as_str(), &self.shared);
         let requests = self.plan.handler.counts_requests();
-        let host = host_of(&item.source);
+        // Only a stage that adapts parses the item's host, once per stage.
         let gate = self
             .gates
             .as_ref()
-            .zip(host.as_deref())
-            .map(|(g, h)| g.host(h));
+            .and_then(|g| host_of(&item.source).map(|h| (g.host(&h), h)));
         (item.attempts, item.throttled) = (0, 0);
         loop {
             item.attempts += 1;
             let entered = match &gate {
                 None => None,
-                Some(g) => tokio::select! {
+                Some((g, _)) => tokio::select! {
                     biased;
                     _ = abort.cancelled() => {
                         shared.interrupted(item, stage, "while waiting for its host");
@@ -154,7 +153,7 @@ impl Worker {
             };
             let refused = matches!(&result, Err(e) if matches!(e.status, Some(429 | 503)));
             let down = matches!(&result, Err(e) if e.host_down);
-            if let (Some(t), Some(host)) = (entered, &host) {
+            if let (Some(t), Some((_, host))) = (entered, &gate) {
                 let answer = match &result {
                     Ok(_) => Answer::Ok,
                     // An unreachable host pauses like a 503, but each try
