@@ -188,9 +188,7 @@ fn floor(work: &Path) -> f64 {
             source: "bench".into(),
             size_hint: None,
         });
-        item.set_payload(warpline::stages::fetch::Fetched {
-            bytes: bytes.to_vec(),
-        });
+        item.set_payload(warpline::stages::fetch::Fetched::new(bytes.to_vec()));
         let cpu = warpline::engine::report::thread_cpu;
         let start = cpu();
         for (k, s) in stages.iter().enumerate() {

@@ -109,7 +109,7 @@ fn each_bad_input_fails_alone_with_a_clear_error() {
             "json.tif",
             br#"{"message": "Internal error"}"#.to_vec(),
             // GDAL's own reason, with the input's name.
-            "not a readable raster for the allowed drivers (GTiff): `json' not recognized",
+            "not a readable raster for the allowed drivers (GTiff): `json.tif' not recognized",
         ),
         (
             "html.tif",
@@ -161,7 +161,13 @@ fn each_bad_input_fails_alone_with_a_clear_error() {
             "{name}: GDAL's name for the bytes is not the user's: {}",
             f.message
         );
-        assert_eq!(f.stage, "decode", "{name}: {f:?}");
+        // The header is read by decode; the pixels by the warp, which
+        // reads only what it needs.
+        let stage = match *name {
+            "truncated.tif" | "lying.tif" | "corrupt.tif" => "reproject",
+            _ => "decode",
+        };
+        assert_eq!(f.stage, stage, "{name}: {f:?}");
     }
 }
 

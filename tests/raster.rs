@@ -305,7 +305,7 @@ fn the_memory_charged_for_a_warp_matches_the_output_it_makes() {
         for file in &files {
             let crs = target(file);
             // warp_memory is larger than any of these tiles, so the charge
-            // is 2 x (input + output).
+            // is the input's bytes + its decoded pixels + 2 x the output.
             let toml = raster_pipeline(
                 &[file.display().to_string()],
                 &format!("crs = {crs:?}\nwarp_memory = \"64MiB\""),
@@ -324,20 +324,18 @@ fn the_memory_charged_for_a_warp_matches_the_output_it_makes() {
                 source: file.display().to_string(),
                 size_hint: None,
             });
-            item.set_payload(warpline::stages::fetch::Fetched {
-                bytes: std::fs::read(file).unwrap(),
-            });
+            item.set_payload(warpline::stages::fetch::Fetched::new(
+                std::fs::read(file).unwrap(),
+            ));
             decode.process(&mut item).unwrap();
-            let input = item
-                .payload::<warpline::stages::gdal::Raster>()
-                .unwrap()
-                .pixel_bytes();
+            let decoded = item.payload::<warpline::stages::gdal::Raster>().unwrap();
+            let (input, files) = (decoded.pixel_bytes(), decoded.file_bytes());
             let charged = reproject.demand(&mut item).unwrap();
             reproject.process(&mut item).unwrap();
             let out = item.payload::<warpline::stages::gdal::Raster>().unwrap();
             let (w, h) = out.dataset().raster_size();
             let actual = out.pixel_bytes();
-            let estimated = charged / 2 - input;
+            let estimated = (charged - files - input) / 2;
             assert_eq!(
                 estimated, actual,
                 "{} -> {crs}: charged for {estimated} output bytes, the warp made {actual} ({w} x {h})",

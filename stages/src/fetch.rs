@@ -27,10 +27,50 @@ use warpline_engine::{
     AsyncStage, ErrorKind, Handler, Item, Limiter, Outcome, Problem, Settings, StageError, Ticket,
 };
 
-/// What fetch hands on: the input's bytes.
-#[derive(Debug)]
+/// What fetch hands on: the input's bytes, and for a local file the
+/// siblings GDAL would read beside it.
+#[derive(Debug, Default)]
 pub struct Fetched {
     /// The body or file contents.
+    pub bytes: Vec<u8>,
+    /// Files beside a local input that GDAL reads with it (external mask,
+    /// overviews, `.aux.xml`, world file, `.prj`): see [`Sibling`].
+    pub siblings: Vec<Sibling>,
+}
+
+impl Fetched {
+    /// Bytes with no siblings.
+    pub fn new(bytes: Vec<u8>) -> Self {
+        Fetched {
+            bytes,
+            siblings: Vec::new(),
+        }
+    }
+
+    /// Bytes held, siblings included.
+    pub fn len(&self) -> u64 {
+        self.bytes.len() as u64
+            + self
+                .siblings
+                .iter()
+                .map(|s| s.bytes.len() as u64)
+                .sum::<u64>()
+    }
+
+    /// Whether there are no bytes at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A file beside a local input, by what follows the input's name (an
+/// appended `.msk`, `.ovr`, `.aux.xml`) or its stem (`.tfw`, `.wld`,
+/// `.prj`): see [`crate::names::sibling_candidates`].
+#[derive(Debug)]
+pub struct Sibling {
+    /// `.msk`, `.ovr`, `.aux.xml`, `.tfw`, `.prj`, ... as found on disk.
+    pub suffix: String,
+    /// The file's contents.
     pub bytes: Vec<u8>,
 }
 
@@ -181,11 +221,11 @@ impl Fetch {
         }
     }
 
-    async fn http(&self, item: &mut Item) -> Result<Vec<u8>, StageError> {
-        let shown = redact(&item.source);
+    async fn http(&self, item: &mut Item, url: &str) -> Result<Vec<u8>, StageError> {
+        let shown = redact(url);
         let mut response = self
             .client
-            .get(&item.source)
+            .get(url)
             .send()
             .await
             .map_err(|e| request_error(&shown, e))?;
@@ -193,7 +233,7 @@ impl Fetch {
         if !status.is_success() {
             let code = status.as_u16();
             let mut message = format!("{shown}: HTTP {status}");
-            if response.url().as_str() != item.source {
+            if response.url().as_str() != url {
                 // The answer came from where a redirect led: say where.
                 let at = redact(response.url().as_str());
                 message.push_str(&format!(" (from {at}, after a redirect)"));
@@ -274,30 +314,32 @@ impl Fetch {
         Ok(body)
     }
 
-    async fn file(&self, item: &mut Item) -> Result<Vec<u8>, StageError> {
-        let path = match item.source.strip_prefix("file://") {
-            Some(rest) => rest.to_owned(),
-            None => item.source.clone(),
-        };
+    async fn file(&self, item: &mut Item, source: &str) -> Result<Fetched, StageError> {
+        let path = std::path::PathBuf::from(source.strip_prefix("file://").unwrap_or(source));
+        let shown = path.display().to_string();
         let meta = tokio::fs::metadata(&path)
             .await
-            .map_err(|e| StageError::permanent(format!("{path}: {e}")))?;
+            .map_err(|e| StageError::permanent(format!("{shown}: {e}")))?;
         if !meta.is_file() {
-            return Err(StageError::permanent(format!("{path}: not a file")));
+            return Err(StageError::permanent(format!("{shown}: not a file")));
         }
         if meta.len() > self.max_bytes {
             return Err(StageError::permanent(format!(
-                "{path}: {} bytes is over max_bytes ({} bytes)",
+                "{shown}: {} bytes is over max_bytes ({} bytes)",
                 meta.len(),
                 self.max_bytes
             )));
         }
-        if let Some(ticket) = self.charge(&item.id, None, meta.len()).await? {
+        let found = crate::siblings::find(&path, self.max_bytes).await;
+        let total = meta.len() + found.iter().map(|f| f.len()).sum::<u64>();
+        if let Some(ticket) = self.charge(&item.id, None, total).await? {
             item.keep(ticket);
         }
-        tokio::fs::read(&path)
+        let bytes = tokio::fs::read(&path)
             .await
-            .map_err(|e| StageError::permanent(format!("{path}: {e}")))
+            .map_err(|e| StageError::permanent(format!("{shown}: {e}")))?;
+        let siblings = crate::siblings::read(&path, found).await;
+        Ok(Fetched { bytes, siblings })
     }
 }
 
@@ -336,13 +378,15 @@ impl AsyncStage for Fetch {
         if let Some(m) = &self.memory {
             item.release(m.name());
         }
-        let bytes = if item.source.starts_with("http://") || item.source.starts_with("https://") {
-            self.http(item).await?
+        // An archive's member is read by decode: fetch gets the archive.
+        let source = crate::names::split_member(&item.source).0.to_owned();
+        let fetched = if source.starts_with("http://") || source.starts_with("https://") {
+            Fetched::new(self.http(item, &source).await?)
         } else {
-            self.file(item).await?
+            self.file(item, &source).await?
         };
-        item.bytes_in += bytes.len() as u64;
-        item.set_payload(Fetched { bytes });
+        item.bytes_in += fetched.len();
+        item.set_payload(fetched);
         Ok(Outcome::Continue)
     }
 

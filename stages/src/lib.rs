@@ -24,8 +24,10 @@
 pub mod decode;
 pub mod fetch;
 pub mod gdal;
+pub mod names;
 pub mod reproject;
 pub mod samples;
+mod siblings;
 pub mod source;
 pub mod temps;
 pub mod write;

@@ -14,91 +14,28 @@
 //! as gdalwarp's per-tile area, without PROJ searching its database for
 //! each tile).
 
-use std::collections::BTreeMap;
 use std::ptr;
 
 use gdal::Dataset;
 use gdal_sys as sys;
-use serde::Deserialize;
-use warpline_engine::units::SizeValue;
 use warpline_engine::{BlockingStage, Handler, Item, Outcome, Problem, Settings, StageError};
 
-use crate::decode::crs_to_wkt;
 use crate::gdal::{
-    dtype_by_name, dtype_size, init, last_error, mem_dataset_over, reset_error, BandSpec,
-    CStringList, Raster, WarpOptions,
+    dtype_size, init, last_error, pixel_bytes, reset_error, vrt_view, CStringList, Raster,
+    WarpOptions,
 };
 
-/// The resampling methods, by gdalwarp's names.
-pub const RESAMPLING: &[&str] = &[
-    "near",
-    "bilinear",
-    "cubic",
-    "cubicspline",
-    "lanczos",
-    "average",
-    "rms",
-    "mode",
-    "max",
-    "min",
-    "med",
-    "q1",
-    "q3",
-    "sum",
-];
+mod args;
 
-/// A number or a pair of numbers.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged, expecting = "expected one number or [x, y]")]
-enum OneOrTwo {
-    One(f64),
-    Two(Vec<f64>),
-}
-
-/// A nodata value: a number, or a word such as "nan" or "None".
-#[derive(Debug, Clone, Deserialize)]
-#[serde(
-    untagged,
-    expecting = "expected a number, or a word such as \"nan\" or \"None\""
-)]
-enum NoData {
-    Number(f64),
-    Text(String),
-}
-
-impl NoData {
-    fn arg(&self) -> String {
-        match self {
-            NoData::Number(n) => format!("{n}"),
-            NoData::Text(t) => t.clone(),
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReprojectSettings {
-    crs: Option<String>,
-    resampling: Option<String>,
-    resolution: Option<OneOrTwo>,
-    size: Option<Vec<u32>>,
-    extent: Option<Vec<f64>>,
-    extent_crs: Option<String>,
-    tap: Option<bool>,
-    src_nodata: Option<NoData>,
-    dst_nodata: Option<NoData>,
-    dtype: Option<String>,
-    bands: Option<Vec<u32>>,
-    error_threshold: Option<f64>,
-    warp_memory: Option<SizeValue>,
-    warp_options: Option<BTreeMap<String, String>>,
-    max_pixels: Option<u64>,
-}
+#[cfg(test)]
+use args::DEFAULT_WARP_MEMORY;
+pub use args::RESAMPLING;
 
 /// The reproject stage.
 #[derive(Debug)]
 pub struct Reproject {
     args: Vec<String>,
+    transformer: Vec<String>,
     target_wkt: String,
     resolution: Option<(f64, f64)>,
     size: Option<(u32, u32)>,
@@ -116,175 +53,20 @@ pub struct Reproject {
 /// the target share their datum (see [`Reproject::area_of_interest`]).
 const WHOLE_WORLD: &str = "AREA_OF_INTEREST=-180,-90,180,90";
 
-const DEFAULT_WARP_MEMORY: u64 = 64 << 20;
-
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     init();
-    let r: ReprojectSettings = s.parse()?;
-    let mut problems = Vec::new();
-    let mut args: Vec<String> = Vec::new();
-
-    let target_wkt = match &r.crs {
-        None => {
-            problems.push(s.problem(
-                "crs",
-                "missing: the target CRS, e.g. \"EPSG:3857\", a WKT or a PROJ string",
-            ));
-            String::new()
-        }
-        Some(text) => crs_to_wkt(text).unwrap_or_else(|m| {
-            problems.push(s.env_problem("crs", m));
-            String::new()
-        }),
-    };
-    if let Some(text) = &r.crs {
-        args.extend(["-t_srs".to_owned(), text.clone()]);
-    }
-    let resampling = r.resampling.clone().unwrap_or_else(|| "near".to_owned());
-    if !RESAMPLING.contains(&resampling.to_ascii_lowercase().as_str()) {
-        problems.push(s.problem(
-            "resampling",
-            format!(
-                "unknown method {resampling:?}; one of {}",
-                RESAMPLING.join(", ")
-            ),
-        ));
-    }
-    args.extend(["-r".to_owned(), resampling]);
-
-    let resolution = match &r.resolution {
-        None => None,
-        Some(OneOrTwo::One(x)) => Some((*x, *x)),
-        Some(OneOrTwo::Two(v)) if v.len() == 2 => Some((v[0], v[1])),
-        Some(OneOrTwo::Two(_)) => {
-            problems.push(s.problem("resolution", "give one number or [x, y]"));
-            None
-        }
-    };
-    if let Some((x, y)) = resolution {
-        if !(x > 0.0 && y > 0.0 && x.is_finite() && y.is_finite()) {
-            problems.push(s.problem("resolution", "must be positive"));
-        }
-        args.extend(["-tr".to_owned(), format!("{x}"), format!("{y}")]);
-    }
-    let size = match &r.size {
-        None => None,
-        Some(v) if v.len() == 2 && (v[0] > 0 || v[1] > 0) => Some((v[0], v[1])),
-        Some(_) => {
-            problems.push(s.problem(
-                "size",
-                "give [width, height] in pixels (one of them may be 0: kept in proportion)",
-            ));
-            None
-        }
-    };
-    if let Some((w, h)) = size {
-        if resolution.is_some() {
-            problems.push(s.problem("size", "give `resolution` or `size`, not both"));
-        }
-        args.extend(["-ts".to_owned(), w.to_string(), h.to_string()]);
-    }
-    let extent = match &r.extent {
-        None => None,
-        Some(v) if v.len() == 4 && v[0] < v[2] && v[1] < v[3] => Some([v[0], v[1], v[2], v[3]]),
-        Some(_) => {
-            problems.push(s.problem(
-                "extent",
-                "give [xmin, ymin, xmax, ymax] with xmin < xmax and ymin < ymax",
-            ));
-            None
-        }
-    };
-    if let Some(e) = extent {
-        args.push("-te".to_owned());
-        args.extend(e.iter().map(|v| format!("{v}")));
-    }
-    if let Some(text) = &r.extent_crs {
-        if extent.is_none() {
-            problems.push(s.problem("extent_crs", "only applies with `extent`"));
-        }
-        if let Err(m) = crs_to_wkt(text) {
-            problems.push(s.env_problem("extent_crs", m));
-        }
-        args.extend(["-te_srs".to_owned(), text.clone()]);
-    }
-    if r.tap == Some(true) {
-        if resolution.is_none() {
-            problems.push(s.problem("tap", "needs `resolution` (as gdalwarp's -tap needs -tr)"));
-        }
-        args.push("-tap".to_owned());
-    }
-    if let Some(v) = &r.src_nodata {
-        args.extend(["-srcnodata".to_owned(), v.arg()]);
-    }
-    if let Some(v) = &r.dst_nodata {
-        args.extend(["-dstnodata".to_owned(), v.arg()]);
-    }
-    let dtype = r.dtype.as_deref().and_then(|name| {
-        let t = dtype_by_name(name);
-        if t.is_none() {
-            problems.push(s.problem(
-                "dtype",
-                format!("unknown data type {name:?}; e.g. Byte, UInt16, Int16, UInt32, Int32, Float32, Float64"),
-            ));
-        }
-        t
-    });
-    if let Some(name) = &r.dtype {
-        args.extend(["-ot".to_owned(), name.clone()]);
-    }
-    let bands = r.bands.as_ref().map(|b| {
-        if b.is_empty() || b.contains(&0) {
-            problems.push(s.problem("bands", "give band numbers counted from 1, e.g. [1, 2, 3]"));
-        }
-        b.iter().map(|n| *n as usize).collect::<Vec<_>>()
-    });
-    let et = r.error_threshold.unwrap_or(0.125);
-    if !(et >= 0.0 && et.is_finite()) {
-        problems.push(s.problem(
-            "error_threshold",
-            "must be 0 (exact) or a positive number of pixels",
-        ));
-    }
-    args.extend(["-et".to_owned(), format!("{et}")]);
-    let wm = match &r.warp_memory {
-        None => DEFAULT_WARP_MEMORY,
-        Some(v) => match v.bytes() {
-            Ok(b) if b >= 1 << 20 => b,
-            Ok(_) => {
-                problems.push(s.problem("warp_memory", "must be at least 1MiB"));
-                DEFAULT_WARP_MEMORY
-            }
-            Err(m) => {
-                problems.push(s.problem("warp_memory", m));
-                DEFAULT_WARP_MEMORY
-            }
-        },
-    };
-    // gdalwarp reads values of 10000 or more as bytes.
-    args.extend(["-wm".to_owned(), wm.to_string()]);
-    for (k, v) in r.warp_options.iter().flatten() {
-        args.extend(["-wo".to_owned(), format!("{k}={v}")]);
-    }
-    // The options must be accepted by GDALWarp itself.
-    if problems.is_empty() {
-        if let Err(m) = WarpOptions::new(&args) {
-            problems.push(s.problem("", format!("GDALWarp refuses these settings: {m}")));
-        }
-    }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
+    let p = args::parse(s)?;
     Ok(Handler::from_blocking(Reproject {
-        args,
-        target_wkt,
-        resolution,
-        size,
-        extent: extent.filter(|_| r.extent_crs.is_none()),
-        dtype,
-        bands,
-        max_pixels: r.max_pixels.unwrap_or(1 << 28),
-        warp_memory: wm,
+        args: p.args,
+        transformer: p.transformer,
+        target_wkt: p.target_wkt,
+        resolution: p.resolution,
+        size: p.size,
+        extent: p.extent,
+        dtype: p.dtype,
+        bands: p.bands,
+        max_pixels: p.max_pixels,
+        warp_memory: p.warp_memory,
         same_datum: Default::default(),
     }))
 }
@@ -304,7 +86,8 @@ impl Reproject {
         aoi: Option<&str>,
         id: &str,
     ) -> Result<(u64, u64), StageError> {
-        let mut items = vec![format!("DST_SRS={}", self.target_wkt)];
+        let mut items = self.transformer.clone();
+        items.push(format!("DST_SRS={}", self.target_wkt));
         items.extend(aoi.map(str::to_owned));
         let mut options =
             CStringList::new(&items).map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
@@ -380,7 +163,11 @@ impl Reproject {
     /// transformation is involved and every area gives the same
     /// operation: one area for all tiles then lets the cache serve them.
     fn area_of_interest(&self, src: &Dataset) -> Option<&'static str> {
-        let wkt = src.projection();
+        let wkt = self
+            .transformer
+            .iter()
+            .find_map(|t| t.strip_prefix("SRC_SRS="))
+            .map_or_else(|| src.projection(), str::to_owned);
         let mut known = self.same_datum.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(same) = known.get(&wkt) {
             return same.then_some(WHOLE_WORLD);
@@ -404,52 +191,25 @@ impl Reproject {
     }
 
     /// The dataset to warp: the decoded one, or a view of the selected
-    /// bands over the same buffers (no copy).
+    /// bands (`gdal_translate -of VRT -b ...`: no pixel copied; the mask
+    /// and the overviews kept).
     fn source_view(&self, raster: &Raster, id: &str) -> Result<Option<Dataset>, StageError> {
         let Some(bands) = &self.bands else {
             return Ok(None);
         };
         let count = raster.ds.raster_count();
-        if let Some(bad) = bands
-            .iter()
-            .find(|b| **b > count || raster.buffers.len() < count)
-        {
+        if let Some(bad) = bands.iter().find(|b| **b > count) {
             return Err(StageError::permanent(format!(
                 "{id}: band {bad} selected, but the raster has {count} bands"
             )));
         }
-        let (w, h) = raster.ds.raster_size();
-        let mut specs = Vec::with_capacity(bands.len());
-        for b in bands {
-            let band = raster
-                .ds
-                .rasterband(*b)
-                .map_err(|e| StageError::permanent(format!("{id}: {e}")))?;
-            specs.push(BandSpec {
-                dtype: band.band_type() as sys::GDALDataType::Type,
-                // Read-only use by the warp; the buffer lives in `raster`,
-                // which outlives the view (both live in `process`).
-                data: raster.buffers[b - 1].as_ptr().cast_mut(),
-            });
-        }
-        // SAFETY: each pointer is a whole band buffer of `raster`, of the
-        // band's type and size, alive for as long as the view (dropped
-        // before `raster` in `process`).
-        let mut view = unsafe { mem_dataset_over(w, h, &specs) }
-            .map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
-        if let Ok(gt) = raster.ds.geo_transform() {
-            let _ = view.set_geo_transform(&gt);
-        }
-        let _ = view.set_projection(&raster.ds.projection());
-        for (i, b) in bands.iter().enumerate() {
-            if let (Ok(from), Ok(mut to)) = (raster.ds.rasterband(*b), view.rasterband(i + 1)) {
-                if let Some(v) = from.no_data_value() {
-                    let _ = to.set_no_data_value(Some(v));
-                }
-                let _ = to.set_color_interpretation(from.color_interpretation());
-            }
-        }
-        Ok(Some(view))
+        let args: Vec<String> = bands
+            .iter()
+            .flat_map(|b| ["-b".to_owned(), b.to_string()])
+            .collect();
+        vrt_view(&raster.ds, &args)
+            .map(Some)
+            .map_err(|m| StageError::permanent(format!("{id}: cannot select bands: {m}")))
     }
 }
 
@@ -501,14 +261,17 @@ impl BlockingStage for Reproject {
         let src = view.as_ref().unwrap_or(&raster.ds);
         let aoi = self.area_of_interest(src);
         let out = self.output_bytes(src, aoi, &id);
-        let input = raster.pixel_bytes();
+        let decoded = pixel_bytes(src);
+        let files = raster.file_bytes();
         drop(view);
         // `process` need not ask GDAL for the output size again.
         item.set_payload(Checked { raster, aoi });
-        // The input and the output live side by side during the warp, and
-        // the warp's own chunk buffers take up to `warp_memory` more.
+        // The input's bytes stay while the warp reads them; the output
+        // lives beside its chunk buffers, which hold at most the source
+        // window and the output (full resolution, an upper bound when an
+        // overview is read) and never more than `warp_memory`.
         let out = out?;
-        Ok(input + out + (input + out).min(self.warp_memory))
+        Ok(files + out + (decoded + out).min(self.warp_memory))
     }
 
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
@@ -527,7 +290,19 @@ impl BlockingStage for Reproject {
                 aoi
             }
         };
+        let out = self.warp(src, aoi, &id)?;
+        let input = pixel_bytes(src);
+        drop(view);
+        drop(raster);
+        crate::gdal::trim_heap_after(input);
+        item.set_payload(Raster::in_memory(out));
+        Ok(Outcome::Continue)
+    }
+}
 
+impl Reproject {
+    /// `gdalwarp <args> src` to a MEM dataset.
+    fn warp(&self, src: &Dataset, aoi: Option<&str>, id: &str) -> Result<Dataset, StageError> {
         let mut args = self.args.clone();
         if let Some(aoi) = aoi {
             args.extend(["-to".to_owned(), aoi.to_owned()]);
@@ -557,21 +332,22 @@ impl BlockingStage for Reproject {
         }
         // SAFETY: a new dataset GDALWarp handed to us; closed on drop.
         let out = unsafe { Dataset::from_c_dataset(out) };
-        // The MEM route drops colour interpretation: copy it across.
-        for i in 1..=out.raster_count() {
+        // The MEM route drops colour interpretation (gdalwarp's output
+        // driver keeps it): copy it across.
+        for i in 1..=out.raster_count().min(src.raster_count()) {
             if let (Ok(from), Ok(mut to)) = (src.rasterband(i), out.rasterband(i)) {
                 let _ = to.set_color_interpretation(from.color_interpretation());
             }
         }
-        drop(view);
-        let input = raster.pixel_bytes();
-        drop(raster);
-        crate::gdal::trim_heap_after(input);
-        item.set_payload(Raster {
-            ds: out,
-            buffers: Vec::new(),
-        });
-        Ok(Outcome::Continue)
+        // SAFETY: reads this thread's last error class.
+        let class = unsafe { sys::CPLGetLastErrorType() };
+        if class == sys::CPLErr::CE_Failure || class == sys::CPLErr::CE_Fatal {
+            return Err(StageError::permanent(format!(
+                "{id}: corrupt or truncated pixel data: {}",
+                last_error("the warp could not read the source")
+            )));
+        }
+        Ok(out)
     }
 }
 

@@ -24,6 +24,7 @@ use crate::source::file_name_id;
 use crate::temps::{temporary_name, Sweeper};
 
 mod claims;
+mod sidecars;
 mod space;
 
 use claims::Claims;
@@ -245,9 +246,7 @@ impl Drop for TempGuard {
     fn drop(&mut self) {
         if !self.keep {
             let _ = std::fs::remove_file(&self.path);
-            let mut ovr = self.path.clone().into_os_string();
-            ovr.push(".ovr.tmp");
-            let _ = std::fs::remove_file(ovr);
+            sidecars::remove_beside(&self.path);
         }
     }
 }
@@ -347,6 +346,7 @@ impl BlockingStage for Write {
                 "{id}: write needs a raster: put `decode` (and `reproject`) before `write`"
             )));
         };
+        self.check_nodata(&raster, &id)?;
         let parent = path.parent().unwrap_or(&self.dir).to_owned();
         // What the output may take on disk: its pixels uncompressed.
         let needed = raster.pixel_bytes();
@@ -374,6 +374,7 @@ impl BlockingStage for Write {
         drop(raster);
         let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
         sync(&tmp)
+            .and_then(|_| sidecars::rename_beside(&tmp, &path))
             .and_then(|_| std::fs::rename(&tmp, &path))
             .map_err(|e| {
                 fail(
@@ -382,7 +383,10 @@ impl BlockingStage for Write {
                 )
             })?;
         guard.keep = true;
-        item.bytes_out += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        item.bytes_out += std::iter::once(path.clone())
+            .chain(sidecars::existing(&path))
+            .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+            .sum::<u64>();
         // The rename is durable once the directory is synced.
         let _ = sync(&parent);
         item.set_payload(Written { path });
@@ -391,6 +395,35 @@ impl BlockingStage for Write {
 }
 
 impl Write {
+    /// GeoTIFF (and so COG) holds one nodata value for all bands: bands
+    /// with different ones are refused, not collapsed to one (gdalwarp
+    /// warns and keeps the last band's for all).
+    fn check_nodata(&self, raster: &Raster, id: &str) -> Result<(), StageError> {
+        if !matches!(self.driver.as_str(), "GTiff" | "COG") {
+            return Ok(());
+        }
+        let values: Vec<Option<f64>> = (1..=raster.ds.raster_count())
+            .filter_map(|i| raster.ds.rasterband(i).ok())
+            .map(|b| b.no_data_value())
+            .collect();
+        let same = values
+            .windows(2)
+            .all(|w| w[0].map(f64::to_bits) == w[1].map(f64::to_bits));
+        if same {
+            return Ok(());
+        }
+        let shown: Vec<String> = values
+            .iter()
+            .map(|v| v.map_or("none".to_owned(), |v| v.to_string()))
+            .collect();
+        Err(StageError::permanent(format!(
+            "{id}: the bands have different nodata values ({}), but {} stores one for all bands: \
+             give reproject one `dst_nodata`",
+            shown.join(", "),
+            self.driver
+        )))
+    }
+
     /// Writes `raster` to `tmp` with GDAL; GDAL's last message on failure.
     fn create_copy(&self, raster: &Raster, tmp: &Path) -> Result<(), String> {
         let driver =

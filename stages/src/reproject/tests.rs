@@ -1,10 +1,12 @@
 //! The reproject stage's unit tests.
 
 use super::*;
+use crate::decode::crs_to_wkt;
 
 fn to(crs: &str) -> Reproject {
     Reproject {
         args: Vec::new(),
+        transformer: Vec::new(),
         target_wkt: crs_to_wkt(crs).unwrap(),
         resolution: None,
         size: None,

@@ -7,10 +7,13 @@
 //!   forwards to `tracing` (never panics; it runs on the thread of the GDAL
 //!   call, so messages arrive inside the item's span), the block cache
 //!   size ([`request_cache`]: the largest any pipeline asked for);
-//! - [`MemFile`]: bytes Rust owns, seen by GDAL as a `/vsimem/` file whose
-//!   name the engine made (never a name built from input);
-//! - [`Raster`]: a decoded raster: Rust-owned band buffers with a MEM
-//!   dataset over them, or a MEM dataset GDAL made (the warp's output);
+//! - `files`: bytes Rust owns, seen by GDAL as files in a private
+//!   `/vsimem/` directory the engine named (the input under its own safe
+//!   name, with its siblings);
+//! - `translate`: in-memory VRT views (`GDALTranslate`): a band
+//!   selection, an assumed CRS;
+//! - [`Raster`]: the input as GDAL opened it, or the MEM dataset the warp
+//!   made;
 //! - [`CStringList`]: argument and option lists for the C API.
 
 use std::ffi::{CStr, CString};
@@ -21,6 +24,12 @@ use std::sync::Once;
 
 use gdal::Dataset;
 use gdal_sys as sys;
+
+mod files;
+mod translate;
+
+pub(crate) use files::{archive_files, MemDir};
+pub(crate) use translate::vrt_view;
 
 static INIT: Once = Once::new();
 
@@ -149,8 +158,36 @@ pub(crate) fn last_error(fallback: &str) -> String {
     if msg.is_empty() {
         fallback.to_owned()
     } else {
-        msg
+        scrub(&msg)
     }
+}
+
+/// `message` without the in-memory directories GDAL names (see
+/// `files`): `/vsimem/warpline/<pid>-<n>/` and the `/vsizip/`,
+/// `/vsigzip/` or `/vstar/` before it. What is left is the input's own
+/// file name, which the user knows.
+pub(crate) fn scrub(message: &str) -> String {
+    const DIR: &str = "/vsimem/warpline/";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(DIR) {
+        let mut before = &rest[..at];
+        for prefix in ["/vsizip/", "/vsigzip/", "/vstar/"] {
+            if let Some(b) = before.strip_suffix(prefix) {
+                before = b;
+                break;
+            }
+        }
+        out.push_str(before);
+        let after = &rest[at + DIR.len()..];
+        // `<pid>-<n>/`, then the file's own name.
+        let end = after
+            .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+            .unwrap_or(after.len());
+        rest = after[end..].strip_prefix('/').unwrap_or(&after[end..]);
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Forgets the last error on this thread, so a later [`last_error`] is
@@ -189,65 +226,16 @@ impl CStringList {
     }
 }
 
-static MEMFILE_SEQ: AtomicU64 = AtomicU64::new(0);
-
-/// Bytes Rust owns, visible to GDAL as `/vsimem/warpline/N.bin`, a name
-/// the engine made. Unlinked before the bytes are freed.
-#[derive(Debug)]
-pub(crate) struct MemFile {
-    path: CString,
-    // Kept alive (and never moved out or reallocated) until Drop has
-    // unlinked the name: GDAL reads from this heap buffer.
-    _data: Vec<u8>,
-}
-
-impl MemFile {
-    pub(crate) fn new(mut data: Vec<u8>) -> Result<Self, String> {
-        if data.is_empty() {
-            return Err("empty body (0 bytes)".to_owned());
-        }
-        let n = MEMFILE_SEQ.fetch_add(1, Ordering::Relaxed);
-        let path = CString::new(format!("/vsimem/warpline/{}-{n}.bin", std::process::id()))
-            .map_err(|e| e.to_string())?;
-        let len = data.len() as u64;
-        // SAFETY: `data` is a live heap buffer of `len` bytes; with
-        // bTakeOwnership = 0 GDAL never frees it, and `Drop` unlinks the
-        // name before the buffer is freed. The handle returned is closed at
-        // once (the file stays registered until unlinked).
-        let fp = unsafe { sys::VSIFileFromMemBuffer(path.as_ptr(), data.as_mut_ptr(), len, 0) };
-        if fp.is_null() {
-            return Err(last_error("cannot register the bytes with GDAL"));
-        }
-        // SAFETY: `fp` is the valid handle just returned.
-        unsafe { sys::VSIFCloseL(fp) };
-        Ok(MemFile { path, _data: data })
-    }
-
-    pub(crate) fn len(&self) -> u64 {
-        self._data.len() as u64
-    }
-
-    pub(crate) fn path(&self) -> &str {
-        // Built from a format string of ASCII: always UTF-8.
-        self.path.to_str().unwrap_or_default()
-    }
-}
-
-impl Drop for MemFile {
-    fn drop(&mut self) {
-        // SAFETY: unlinks the name registered in `new`; GDAL then no longer
-        // refers to the buffer, which is freed after this.
-        unsafe { sys::VSIUnlink(self.path.as_ptr()) };
-    }
-}
-
-/// A raster in memory: a MEM dataset, over band buffers Rust owns (decoded
-/// input) or over memory GDAL owns (the warp's output).
+/// A raster on its way through the stages: the input as GDAL opened it
+/// from its in-memory files (decode), or a MEM dataset GDAL made (the
+/// warp's output).
 pub struct Raster {
-    // Declared first so it is dropped (closed) before the buffers it
-    // points into.
+    // Declared first so they are closed before the files under them.
     pub(crate) ds: Dataset,
-    pub(crate) buffers: Vec<Vec<u8>>,
+    /// The dataset `ds` is a view of (an in-memory VRT), if it is one:
+    /// held only to be closed after the view.
+    pub(crate) _under: Option<Dataset>,
+    pub(crate) files: Option<MemDir>,
 }
 
 impl std::fmt::Debug for Raster {
@@ -261,25 +249,45 @@ impl std::fmt::Debug for Raster {
     }
 }
 
-// SAFETY: the dataset is only used by the thread that holds the `Raster`
-// (a `Raster` is moved between stages, never shared), and the buffers are
-// plain bytes. `gdal::Dataset` is `Send` for the same reason.
+// SAFETY: the datasets are only used by the thread that holds the
+// `Raster` (a `Raster` is moved between stages, never shared), and the
+// files are plain bytes. `gdal::Dataset` is `Send` for the same reason.
 unsafe impl Send for Raster {}
 
 impl Raster {
+    /// A dataset GDAL made in memory (no files under it).
+    pub(crate) fn in_memory(ds: Dataset) -> Self {
+        Raster {
+            ds,
+            _under: None,
+            files: None,
+        }
+    }
+
     /// The dataset.
     pub fn dataset(&self) -> &Dataset {
         &self.ds
     }
 
-    /// Bytes of pixel data.
+    /// Bytes of pixel data at full resolution, decoded.
     pub fn pixel_bytes(&self) -> u64 {
-        let (w, h) = self.ds.raster_size();
-        (1..=self.ds.raster_count())
-            .filter_map(|i| self.ds.rasterband(i).ok())
-            .map(|b| (w * h) as u64 * u64::from(dtype_size(b.band_type() as u32)))
-            .sum()
+        pixel_bytes(&self.ds)
     }
+
+    /// Bytes of the files under the dataset (the input and its siblings,
+    /// as fetched); 0 for a dataset made in memory.
+    pub fn file_bytes(&self) -> u64 {
+        self.files.as_ref().map_or(0, MemDir::bytes)
+    }
+}
+
+/// Bytes of `ds`'s pixels at full resolution.
+pub(crate) fn pixel_bytes(ds: &Dataset) -> u64 {
+    let (w, h) = ds.raster_size();
+    (1..=ds.raster_count())
+        .filter_map(|i| ds.rasterband(i).ok())
+        .map(|b| (w * h) as u64 * u64::from(dtype_size(b.band_type() as u32)))
+        .sum()
 }
 
 /// Bytes per pixel of a GDAL data type.
@@ -295,65 +303,6 @@ pub(crate) fn dtype_by_name(name: &str) -> Option<sys::GDALDataType::Type> {
     // SAFETY: `c` is a valid C string for the call's duration.
     let t = unsafe { sys::GDALGetDataTypeByName(c.as_ptr()) };
     (t != sys::GDALDataType::GDT_Unknown).then_some(t)
-}
-
-/// One band of a MEM dataset: its type and the buffer it lives in.
-pub(crate) struct BandSpec {
-    pub(crate) dtype: sys::GDALDataType::Type,
-    pub(crate) data: *mut u8,
-}
-
-/// A MEM dataset of `width` x `height` whose bands live in buffers the
-/// caller owns.
-///
-/// # Safety
-/// Each `data` must point to a live buffer of `width * height *
-/// dtype_size(dtype)` bytes that outlives the returned dataset and is not
-/// moved or freed while it lives.
-pub(crate) unsafe fn mem_dataset_over(
-    width: usize,
-    height: usize,
-    bands: &[BandSpec],
-) -> Result<Dataset, String> {
-    let driver = gdal::DriverManager::get_driver_by_name("MEM").map_err(|e| e.to_string())?;
-    let (w, h) = (
-        i32::try_from(width).map_err(|_| "width too large".to_owned())?,
-        i32::try_from(height).map_err(|_| "height too large".to_owned())?,
-    );
-    reset_error();
-    // SAFETY: a valid driver handle and an empty name; zero bands, so
-    // nothing is allocated for pixels.
-    let h_ds = unsafe {
-        sys::GDALCreate(
-            driver.c_driver(),
-            c"".as_ptr(),
-            w,
-            h,
-            0,
-            sys::GDALDataType::GDT_Byte,
-            ptr::null_mut(),
-        )
-    };
-    if h_ds.is_null() {
-        return Err(last_error("cannot create an in-memory dataset"));
-    }
-    // SAFETY: `h_ds` is a new dataset we own; the wrapper closes it.
-    let ds = unsafe { Dataset::from_c_dataset(h_ds) };
-    for band in bands {
-        let size = dtype_size(band.dtype) as usize;
-        let mut options = CStringList::new(&[
-            format!("DATAPOINTER={:p}", band.data),
-            format!("PIXELOFFSET={size}"),
-            format!("LINEOFFSET={}", size * width),
-        ])?;
-        // SAFETY: the band's memory is described exactly (the caller's
-        // contract); MEM does not take ownership of DATAPOINTER memory.
-        let err = unsafe { sys::GDALAddBand(ds.c_dataset(), band.dtype, options.as_ptr()) };
-        if err != sys::CPLErr::CE_None {
-            return Err(last_error("cannot add a band to the in-memory dataset"));
-        }
-    }
-    Ok(ds)
 }
 
 /// `GDALWarpAppOptions`, freed on drop.
@@ -380,5 +329,21 @@ impl Drop for WarpOptions {
     fn drop(&mut self) {
         // SAFETY: created by GDALWarpAppOptionsNew, freed once.
         unsafe { sys::GDALWarpAppOptionsFree(self.0) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn in_memory_directories_are_scrubbed_from_messages() {
+        assert_eq!(
+            super::scrub("/vsimem/warpline/12-3/a.tif, band 1: IReadBlock failed"),
+            "a.tif, band 1: IReadBlock failed"
+        );
+        assert_eq!(
+            super::scrub("`/vsizip//vsimem/warpline/1-2/x.zip/N45E006.hgt' not recognized"),
+            "`x.zip/N45E006.hgt' not recognized"
+        );
+        assert_eq!(super::scrub("no names here"), "no names here");
     }
 }
