@@ -1,0 +1,231 @@
+//! Inputs placed on the map by a world file, GCPs or an overridden CRS, and
+//! inputs read by their names: an SRTM tile in a zip, a gzipped GeoTIFF.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::{assert_same_raster, gdalwarp, raster_pipeline, run};
+use crate::{data, gdal, s, same_as_gdalwarp};
+
+#[test]
+fn a_world_file_gcps_and_a_source_crs_override_place_the_raster_as_gdalwarp_does() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let rgb = s(&data.join("RGB.byte.tif"));
+    // Georeferenced only by a world file (and its CRS in .aux.xml).
+    let wf = work.path().join("wf.tif");
+    let out = Command::new("gdal_translate")
+        .args([
+            "-q",
+            "-co",
+            "PROFILE=BASELINE",
+            "-co",
+            "TFW=YES",
+            &rgb,
+            &s(&wf),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(work.path().join("wf.tfw").exists());
+    same_as_gdalwarp(
+        work.path(),
+        "wf",
+        &s(&wf),
+        "",
+        "crs = \"EPSG:3857\"",
+        &["-t_srs", "EPSG:3857"],
+    );
+    // Georeferenced by GCPs only.
+    let gcp = work.path().join("gcp.tif");
+    gdal(
+        "gdal_translate",
+        &[
+            "-q",
+            "-a_srs",
+            "EPSG:32618",
+            "-gcp",
+            "0",
+            "0",
+            "101985",
+            "2826915",
+            "-gcp",
+            "791",
+            "0",
+            "339315",
+            "2826915",
+            "-gcp",
+            "0",
+            "718",
+            "101985",
+            "2611485",
+            "-gcp",
+            "791",
+            "718",
+            "339315",
+            "2611485",
+            "-gcp",
+            "400",
+            "300",
+            "222000",
+            "2737000",
+            &rgb,
+            &s(&gcp),
+        ],
+    );
+    same_as_gdalwarp(
+        work.path(),
+        "gcp",
+        &s(&gcp),
+        "",
+        "crs = \"EPSG:4326\"",
+        &["-t_srs", "EPSG:4326"],
+    );
+    same_as_gdalwarp(
+        work.path(),
+        "tps",
+        &s(&gcp),
+        "",
+        "crs = \"EPSG:4326\"\ntransformer = \"tps\"",
+        &["-t_srs", "EPSG:4326", "-tps"],
+    );
+    same_as_gdalwarp(
+        work.path(),
+        "s_srs",
+        &rgb,
+        "",
+        "crs = \"EPSG:3857\"\nsrc_crs = \"EPSG:32617\"",
+        &["-t_srs", "EPSG:3857", "-s_srs", "EPSG:32617"],
+    );
+}
+
+#[test]
+fn an_srtm_tile_in_a_zip_and_a_gzipped_geotiff_are_read_by_their_names() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let zip = work.path().join("N45E006.hgt.zip");
+    gdal(
+        "gdal_translate",
+        &[
+            "-q",
+            "-of",
+            "SRTMHGT",
+            "-ot",
+            "Int16",
+            "-a_srs",
+            "EPSG:4326",
+            "-a_ullr",
+            "5.9995833333333",
+            "46.0004166666667",
+            "7.0004166666667",
+            "44.9995833333333",
+            "-outsize",
+            "1201",
+            "1201",
+            &s(&data.join("shade.tif")),
+            &format!("/vsizip/{}/N45E006.hgt", s(&zip)),
+        ],
+    );
+    let srtm = "drivers = [\"SRTMHGT\"]";
+    same_as_gdalwarp(
+        work.path(),
+        "hgt",
+        &s(&zip),
+        srtm,
+        "crs = \"EPSG:3857\"",
+        &["-t_srs", "EPSG:3857"],
+    );
+    // Two rasters in one zip: the member is named.
+    let two = work.path().join("two.zip");
+    for (name, x) in [
+        ("N45E006.hgt", "5.9995833333333"),
+        ("N45E007.hgt", "6.9995833333333"),
+    ] {
+        let east = format!("{}", x.parse::<f64>().unwrap() + 1.0008333333334);
+        gdal(
+            "gdal_translate",
+            &[
+                "-q",
+                "-of",
+                "SRTMHGT",
+                "-ot",
+                "Int16",
+                "-a_srs",
+                "EPSG:4326",
+                "-a_ullr",
+                x,
+                "46.0004166666667",
+                &east,
+                "44.9995833333333",
+                "-outsize",
+                "1201",
+                "1201",
+                &s(&data.join("shade.tif")),
+                &format!("/vsizip/{}/{name}", s(&two)),
+            ],
+        );
+    }
+    let member = format!("{}!/N45E007.hgt", s(&two));
+    let out_dir = work.path().join("member");
+    let toml = raster_pipeline(
+        &[member, s(&two)],
+        "crs = \"EPSG:3857\"",
+        &format!("dir = {:?}", s(&out_dir)),
+        1,
+    )
+    .replace(
+        "[stages.decode]\nkind = \"decode\"",
+        &format!("[stages.decode]\nkind = \"decode\"\n{srtm}"),
+    );
+    let report = run(&toml);
+    assert_eq!((report.items.done, report.items.failed), (1, 1), "{report}");
+    let f = &report.failures[0];
+    assert!(
+        f.message.contains("holds 2 files") && f.message.contains("!/"),
+        "an archive of two rasters says how to name one: {}",
+        f.message
+    );
+    let theirs = work.path().join("member-gdalwarp.tif");
+    gdalwarp(
+        &["-t_srs".into(), "EPSG:3857".into()],
+        Path::new(&format!("/vsizip/{}/N45E007.hgt", s(&two))),
+        &theirs,
+    );
+    let ours = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_same_raster(&ours, &theirs, "zip member");
+    // A gzipped GeoTIFF.
+    let gz = work.path().join("RGB.byte.tif.gz");
+    let status = Command::new("gzip")
+        .arg("-c")
+        .arg(data.join("RGB.byte.tif"))
+        .stdout(std::fs::File::create(&gz).unwrap())
+        .status()
+        .expect("gzip");
+    assert!(status.success());
+    let out_dir = work.path().join("gz");
+    let toml = raster_pipeline(
+        &[s(&gz)],
+        "crs = \"EPSG:3857\"",
+        &format!("dir = {:?}", s(&out_dir)),
+        1,
+    );
+    assert_eq!(run(&toml).items.done, 1);
+    let theirs = work.path().join("gz-gdalwarp.tif");
+    gdalwarp(
+        &["-t_srs".into(), "EPSG:3857".into()],
+        Path::new(&format!("/vsigzip/{}", s(&gz))),
+        &theirs,
+    );
+    let ours = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_same_raster(&ours, &theirs, "gzip");
+}

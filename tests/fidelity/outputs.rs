@@ -1,0 +1,73 @@
+//! What is written: per-band nodata, and the side files GDAL writes.
+
+use gdal::Dataset;
+
+use crate::common::{raster_pipeline, run};
+use crate::{data, s, same_as_gdalwarp};
+
+#[test]
+fn per_band_nodata_is_taken_as_gdalwarp_takes_it_and_never_collapsed() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let rgb = s(&data.join("RGB.byte.tif"));
+    same_as_gdalwarp(
+        work.path(),
+        "one",
+        &rgb,
+        "",
+        "crs = \"EPSG:3857\"\ndst_nodata = [7, 7, 7]",
+        &["-t_srs", "EPSG:3857", "-dstnodata", "7 7 7"],
+    );
+    let out_dir = work.path().join("three");
+    let toml = raster_pipeline(
+        &[rgb],
+        "crs = \"EPSG:3857\"\ndst_nodata = \"1 2 3\"",
+        &format!("dir = {:?}", s(&out_dir)),
+        1,
+    );
+    let report = run(&toml);
+    assert_eq!(report.items.failed, 1, "{report}");
+    let m = &report.failures[0].message;
+    assert!(
+        m.contains("different nodata values (1, 2, 3)") && m.contains("GTiff"),
+        "{m}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&out_dir)
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "nothing is left: {left:?}");
+}
+
+#[test]
+fn side_files_gdal_writes_are_renamed_with_the_output_and_nothing_else_is_left() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let out_dir = work.path().join("out");
+    // A plain GeoTIFF profile has no tag for nodata: GDAL puts it in a
+    // .aux.xml beside the file.
+    let toml = raster_pipeline(
+        &[s(&data.join("RGB.byte.tif"))],
+        "crs = \"EPSG:3857\"",
+        &format!(
+            "dir = {:?}\ncreation_options = {{ PROFILE = \"GeoTIFF\" }}",
+            s(&out_dir)
+        ),
+        1,
+    );
+    for round in 0..2 {
+        let report = run(&toml.replace("[stages.write]", "[stages.write]\nexists = \"overwrite\""));
+        assert_eq!(report.items.done, 1, "round {round}: {report}");
+        let mut names: Vec<String> = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["RGB.byte.tif", "RGB.byte.tif.aux.xml"],
+            "round {round}"
+        );
+    }
+    let out = Dataset::open(out_dir.join("RGB.byte.tif")).unwrap();
+    assert_eq!(out.rasterband(1).unwrap().no_data_value(), Some(0.0));
+}
