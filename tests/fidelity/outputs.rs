@@ -71,3 +71,84 @@ fn side_files_gdal_writes_are_renamed_with_the_output_and_nothing_else_is_left()
     let out = Dataset::open(out_dir.join("RGB.byte.tif")).unwrap();
     assert_eq!(out.rasterband(1).unwrap().no_data_value(), Some(0.0));
 }
+
+#[test]
+fn a_cog_equals_gdalwarp_to_gtiff_then_gdal_translate_to_cog() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let out_dir = work.path().join("cog");
+    let toml = raster_pipeline(
+        &[s(&data.join("RGB.byte.tif"))],
+        "crs = \"EPSG:3857\"\nresampling = \"cubic\"",
+        &format!("dir = {:?}\nformat = \"COG\"", s(&out_dir)),
+        1,
+    );
+    assert_eq!(run(&toml).items.done, 1);
+    let ours = out_dir.join("RGB.byte.tif");
+    let warped = work.path().join("warped.tif");
+    crate::common::gdalwarp(
+        &[
+            "-t_srs".into(),
+            "EPSG:3857".into(),
+            "-r".into(),
+            "cubic".into(),
+        ],
+        &data.join("RGB.byte.tif"),
+        &warped,
+    );
+    let theirs = work.path().join("theirs.tif");
+    crate::gdal(
+        "gdal_translate",
+        &["-q", "-of", "COG", &s(&warped), &s(&theirs)],
+    );
+    crate::common::assert_same_raster(&ours, &theirs, "COG");
+    // The overviews the COG driver made are the same too.
+    let (a, b) = (
+        Dataset::open(&ours).unwrap(),
+        Dataset::open(&theirs).unwrap(),
+    );
+    for i in 1..=a.raster_count() {
+        let (x, y) = (a.rasterband(i).unwrap(), b.rasterband(i).unwrap());
+        assert_eq!(x.overview_count().unwrap(), y.overview_count().unwrap());
+        assert!(
+            x.overview_count().unwrap() > 0,
+            "a COG this size has overviews"
+        );
+        for o in 0..x.overview_count().unwrap() as usize {
+            let (p, q) = (x.overview(o).unwrap(), y.overview(o).unwrap());
+            let size = p.size();
+            let read = |b: &gdal::raster::RasterBand| {
+                b.read_as::<u8>((0, 0), size, size, None)
+                    .unwrap()
+                    .data()
+                    .to_vec()
+            };
+            assert_eq!(read(&p), read(&q), "band {i} overview {o}");
+        }
+    }
+}
+
+#[test]
+fn a_cutline_bounds_and_crops_the_output_as_gdalwarp_does() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let cut = work.path().join("cut.geojson");
+    std::fs::write(
+        &cut,
+        r#"{"type": "FeatureCollection",
+ "crs": {"type": "name", "properties": {"name": "urn:ogc:def:crs:EPSG::32618"}},
+ "features": [{"type": "Feature", "properties": {"name": "a"},
+   "geometry": {"type": "Polygon", "coordinates":
+     [[[150000, 2650000], [300000, 2700000], [250000, 2800000], [150000, 2650000]]]}}]}"#,
+    )
+    .unwrap();
+    let c = s(&cut);
+    same_as_gdalwarp(
+        work.path(),
+        "cut",
+        &s(&data.join("RGB.byte.tif")),
+        "",
+        &format!("crs = \"EPSG:3857\"\ncutline = {c:?}\ncrop_to_cutline = true"),
+        &["-t_srs", "EPSG:3857", "-cutline", &c, "-crop_to_cutline"],
+    );
+}
