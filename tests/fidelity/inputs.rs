@@ -91,6 +91,22 @@ fn a_world_file_gcps_and_a_source_crs_override_place_the_raster_as_gdalwarp_does
     );
     same_as_gdalwarp(
         work.path(),
+        "refine",
+        &s(&gcp),
+        "",
+        "crs = \"EPSG:4326\"\ntransformer = \"polynomial\"\norder = 1\nrefine_gcps = [50, 4]",
+        &[
+            "-t_srs",
+            "EPSG:4326",
+            "-order",
+            "1",
+            "-refine_gcps",
+            "50",
+            "4",
+        ],
+    );
+    same_as_gdalwarp(
+        work.path(),
         "s_srs",
         &rgb,
         "",

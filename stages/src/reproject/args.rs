@@ -108,6 +108,7 @@ pub(super) struct ReprojectSettings {
     error_threshold: Option<f64>,
     transformer: Option<String>,
     order: Option<u32>,
+    refine_gcps: Option<Vec<f64>>,
     transformer_options: Option<BTreeMap<String, String>>,
     coordinate_operation: Option<String>,
     src_coord_epoch: Option<f64>,
@@ -115,6 +116,7 @@ pub(super) struct ReprojectSettings {
     cutline: Option<String>,
     cutline_layer: Option<String>,
     cutline_where: Option<String>,
+    cutline_sql: Option<String>,
     cutline_blend: Option<f64>,
     crop_to_cutline: Option<bool>,
     metadata: Option<bool>,
@@ -417,6 +419,22 @@ impl Builder<'_> {
         } else if self.r.order.is_some() {
             self.problem("order", "only applies with transformer = \"polynomial\"");
         }
+        match self.r.refine_gcps.clone().as_deref() {
+            None => {}
+            Some([t]) if *t > 0.0 => {
+                self.out.transformer.push(format!("REFINE_TOLERANCE={t}"));
+                self.arg("-refine_gcps", &[format!("{t}")]);
+            }
+            Some([t, n]) if *t > 0.0 && *n >= 1.0 && n.fract() == 0.0 => {
+                self.out.transformer.push(format!("REFINE_TOLERANCE={t}"));
+                self.out.transformer.push(format!("REFINE_MINIMUM_GCPS={n}"));
+                self.arg("-refine_gcps", &[format!("{t}"), format!("{n}")]);
+            }
+            Some(_) => self.problem(
+                "refine_gcps",
+                "give [tolerance] or [tolerance, minimum GCPs]: a positive tolerance (pixels, or georeferenced units with polynomial order > 1) and a whole number",
+            ),
+        }
         for (k, v) in self.r.transformer_options.clone().iter().flatten() {
             self.out.transformer.push(format!("{k}={v}"));
             self.arg("-to", &[format!("{k}={v}")]);
@@ -446,6 +464,7 @@ impl Builder<'_> {
             for (key, set) in [
                 ("cutline_layer", self.r.cutline_layer.is_some()),
                 ("cutline_where", self.r.cutline_where.is_some()),
+                ("cutline_sql", self.r.cutline_sql.is_some()),
                 ("cutline_blend", self.r.cutline_blend.is_some()),
                 ("crop_to_cutline", self.r.crop_to_cutline.is_some()),
             ] {
@@ -469,6 +488,9 @@ impl Builder<'_> {
         }
         if let Some(w) = self.r.cutline_where.clone() {
             self.arg("-cwhere", &[w]);
+        }
+        if let Some(q) = self.r.cutline_sql.clone() {
+            self.arg("-csql", &[q]);
         }
         if let Some(d) = self.r.cutline_blend {
             self.arg("-cblend", &[format!("{d}")]);
