@@ -42,7 +42,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use warpline::tileserver::Faults;
+use warpline_testkit::Faults;
 
 #[path = "raster/corpus.rs"]
 mod corpus;

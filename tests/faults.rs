@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use common::{hashes, list_pipeline, runtime, tiles, write_url_list};
 use warpline::engine::ErrorKind;
-use warpline::tileserver::{Fault, Faults, TileServer};
 use warpline::RunReport;
+use warpline_testkit::{Fault, Faults, TileServer};
 
 const FETCH: &str = r#"timeout = "1s"
 connect_timeout = "1s"

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 fn warpline() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     c.env_remove("WARPLINE_LOG");
     c
 }
@@ -335,7 +335,7 @@ fn the_demo_runs_and_its_outputs_open_in_gdalinfo() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
             .unwrap();
-    let expected = 4 * warpline::demo::TILES_PER_CRS as u64;
+    let expected = 4 * warpline_cli::demo::TILES_PER_CRS as u64;
     assert_eq!(json["items"]["done"], expected, "{stdout}");
     let outputs: Vec<_> = std::fs::read_dir(dir.path().join("out/demo/output"))
         .unwrap()
@@ -570,7 +570,7 @@ fn plan_shows_resolved_numbers_and_the_admission_bound() {
     assert!(out.status.success());
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let pipeline = warpline::Pipeline::from_path(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/synthetic.toml"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../pipelines/synthetic.toml"),
         &warpline::registry(),
     )
     .unwrap();

@@ -2,9 +2,10 @@
 //! whole run, queue drained or not, with no 429 from a server that allows
 //! exactly that rate. On a redis-server of the test's own.
 //!
-//! The README's figure: `cargo test --test global_rate -- --ignored
-//! --nocapture` (3 workers, 300 tiles, bucket 20/s, bursts 1 and 2).
+//! The README's figure: `cargo test -p warpline-cli --test global_rate --
+//! --ignored --nocapture` (3 workers, 300 tiles, bucket 20/s, bursts 1 and 2).
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 mod own_redis;
 
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{runtime, tiles, write_url_list};
 use own_redis::OwnRedis;
-use warpline::tileserver::{Faults, TileServer};
+use warpline_testkit::{Faults, TileServer};
 
 /// Script calls Redis has run since its statistics were last reset.
 fn script_calls(redis: &OwnRedis, reset: bool) -> u64 {

@@ -114,7 +114,7 @@ pub(super) fn plan(path: &Path, sets: &[String], format: Format) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let plan = warpline::plan::Plan::of(&pipeline);
+    let plan = warpline_cli::plan::Plan::of(&pipeline);
     match format {
         Format::Json => say!(
             "{}",

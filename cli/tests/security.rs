@@ -2,13 +2,14 @@
 //! schemes are fetched, credentials never leak, GDAL opens nothing of its
 //! own, and a decompression bomb fails before allocating.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
 use std::process::Command;
 
 use common::{list_pipeline, runtime, tiles};
-use warpline::tileserver::{Faults, TileServer};
+use warpline_testkit::{Faults, TileServer};
 
 /// Every file under `dir`, recursively.
 fn all_files(dir: &Path) -> Vec<std::path::PathBuf> {

@@ -5,6 +5,7 @@
 //! (`scripts/test.sh` starts one). Without the variable these tests say
 //! they are skipped; with it, an unreachable server fails them.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
@@ -15,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::{hashes, runtime, tiles, write_url_list};
 use warpline::engine::shard::Shard;
-use warpline::tileserver::{Faults, TileServer};
 use warpline::{Event, EventKind, RunOptions};
+use warpline_testkit::{Faults, TileServer};
 
 fn redis_url() -> Option<String> {
     match std::env::var("WARPLINE_TEST_REDIS") {
