@@ -2,7 +2,6 @@
 //! each limiter got. Printed at the end of a run and written as JSON with
 //! `--report FILE`.
 
-use std::fmt;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -10,38 +9,13 @@ use serde::Serialize;
 
 use crate::item::ErrorKind;
 use crate::limit::{LimiterKind, Window};
+pub use crate::observe::RunOutcome;
 use crate::observe::Timeline;
 use crate::pipeline::Pipeline;
-use crate::run::{HostStats, Ledger, StageStats};
+
+mod ledger;
+pub(crate) use ledger::{HostStats, Ledger, StageStats};
 use std::collections::HashMap;
-
-/// How the run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunOutcome {
-    /// Every input was admitted and ended.
-    Completed,
-    /// Stopped (Ctrl-C, SIGTERM, or [`RunControl::stop`](crate::RunControl::stop))
-    /// and drained within the deadline: every admitted item ended.
-    Stopped,
-    /// Aborted (a second Ctrl-C, the shutdown deadline, or
-    /// [`RunControl::abort`](crate::RunControl::abort)): items in flight were
-    /// counted failed as `interrupted`.
-    Aborted,
-    /// Aborted because an item failed and `on_error = "abort"`.
-    AbortedOnError,
-}
-
-impl fmt::Display for RunOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            RunOutcome::Completed => "completed",
-            RunOutcome::Stopped => "stopped",
-            RunOutcome::Aborted => "aborted",
-            RunOutcome::AbortedOnError => "aborted on error",
-        })
-    }
-}
 
 /// What became of the items. `done + skipped + failed == total`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

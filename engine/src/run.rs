@@ -26,7 +26,6 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,18 +33,19 @@ use std::time::Duration;
 use std::time::Instant;
 
 use async_channel::{Receiver, Sender, TrySendError};
-use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::OnError;
 use crate::item::{ErrorKind, Item, Outcome, StageError};
 use crate::limit::{Charged, LimitError, Limiter, LimiterKind, Priority, RateKey, Ticket};
 use crate::observe::{Emitter, EventKind, EventSink, Sample, Timeline, TryOutcome};
+use crate::pipeline::OnError;
 use crate::pipeline::{Pipeline, StagePlan};
 use crate::redact::redact_text;
 use crate::report::{redact, Failure, RunReport};
 use crate::stage::{Handler, Source, SourceError};
 use tracing::Instrument;
+
+pub(crate) use crate::guard::{guarded, guarded_async};
 
 mod admit;
 mod end;
@@ -54,9 +54,9 @@ mod start;
 mod watch;
 mod worker;
 
+pub(crate) use crate::report::{HostStats, Ledger, StageStats};
 use admit::{drive_source, forward};
 use ledger::{add_ns, Shared};
-pub(crate) use ledger::{HostStats, Ledger, StageStats};
 use watch::{watch_stalls, Sampler};
 
 /// How many failures the report lists one by one; the rest are counted.
@@ -243,30 +243,6 @@ fn panicked(id: &str, text: &str) -> StageError {
     StageError::new(ErrorKind::Panicked, format!("{id}: stage panicked: {text}"))
 }
 
-/// Runs code that is not the engine's own (a stage's, a source's, an
-/// event sink's): a panic in it comes back as what it said, and the worker
-/// that called it goes on.
-pub(crate) fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| panic_text(p.as_ref()))
-}
-
-/// [`guarded`] for a future.
-pub(crate) async fn guarded_async<T>(f: impl std::future::Future<Output = T>) -> Result<T, String> {
-    AssertUnwindSafe(f)
-        .catch_unwind()
-        .await
-        .map_err(|p| panic_text(p.as_ref()))
-}
-
-/// What a panic said, if it said it as text.
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_owned())
-}
-
 /// Runs a pipeline to its end, in named steps: start (the failures file,
 /// the source, the shared state, the deadline, the workers), drive the
 /// source, wait for every worker, then end (what is left, the outcome, the
@@ -347,6 +323,27 @@ pub(crate) async fn run(
         gates,
     };
     Ok(end::report(pipeline, &shared, options, outcome, watched).await)
+}
+
+impl Pipeline {
+    /// Runs the pipeline to the end on the caller's tokio runtime.
+    pub async fn run(&self) -> Result<RunReport, RunError> {
+        self.run_with(&RunControl::new()).await
+    }
+
+    /// Runs the pipeline, stopping or aborting when `control` says so.
+    pub async fn run_with(&self, control: &RunControl) -> Result<RunReport, RunError> {
+        crate::run::run(self, control, &RunOptions::default()).await
+    }
+
+    /// Runs the pipeline with `options` (a failures file, only some ids).
+    pub async fn run_with_options(
+        &self,
+        control: &RunControl,
+        options: &RunOptions,
+    ) -> Result<RunReport, RunError> {
+        crate::run::run(self, control, options).await
+    }
 }
 
 #[cfg(test)]

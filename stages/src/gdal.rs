@@ -7,11 +7,11 @@
 //!   forwards to `tracing` (never panics; it runs on the thread of the GDAL
 //!   call, so messages arrive inside the item's span), the block cache
 //!   size ([`request_cache`]: the largest any pipeline asked for);
-//! - [`MemFile`]: bytes Rust owns, seen by GDAL as a `/vsimem/` file whose
+//! - `MemFile`: bytes Rust owns, seen by GDAL as a `/vsimem/` file whose
 //!   name the engine made (never a name built from input);
 //! - [`Raster`]: a decoded raster: Rust-owned band buffers with a MEM
 //!   dataset over them, or a MEM dataset GDAL made (the warp's output);
-//! - [`CStringList`]: argument and option lists for the C API.
+//! - `CStringList`: argument and option lists for the C API.
 
 use std::ffi::{CStr, CString};
 use std::os::raw::c_char;

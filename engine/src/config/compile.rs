@@ -9,14 +9,13 @@ use config::{Map, Value};
 
 use super::carried::Flowing;
 use super::file::{
-    LimitSection, OnError, PipelineSection, RetrySection, SourceCommon, StageCommon, SOURCE_KEYS,
-    STAGE_KEYS,
+    LimitSection, PipelineSection, RetrySection, SourceCommon, StageCommon, SOURCE_KEYS, STAGE_KEYS,
 };
 use super::{join, known, problem_from, Problem};
 use crate::adapt::{Adaptive, AdaptiveSection, AdaptiveValue};
 use crate::item::ErrorKind;
 use crate::limit::{Limiter, LimiterKind, Limits, Oversize, RateBackendFactory, RateKey};
-use crate::pipeline::RetryPolicy;
+use crate::pipeline::{OnError, RetryPolicy};
 use crate::pipeline::{Pipeline, SourcePlan, StagePlan};
 use crate::registry::{Registry, Settings};
 use crate::stage::Handler;
