@@ -122,16 +122,7 @@ impl Shared {
                 attempts,
                 status: error.status,
             };
-            if let Some(file) = &self.failures_file {
-                let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                let written = serde_json::to_writer(&mut *file, &record)
-                    .map_err(std::io::Error::from)
-                    .and_then(|_| file.write_all(b"\n"))
-                    .and_then(|_| file.flush());
-                if let Err(e) = written {
-                    tracing::error!("cannot write a failure record: {e}");
-                }
-            }
+            self.write_failure(&record);
             if failures.len() < REPORTED_FAILURES {
                 failures.push(record);
             }
@@ -148,6 +139,21 @@ impl Shared {
                 }
             }
             self.control.abort();
+        }
+    }
+
+    /// Appends a failure record to `--failures FILE`, if asked for.
+    fn write_failure(&self, record: &Failure) {
+        let Some(file) = &self.failures_file else {
+            return;
+        };
+        let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let written = serde_json::to_writer(&mut *file, record)
+            .map_err(std::io::Error::from)
+            .and_then(|_| file.write_all(b"\n"))
+            .and_then(|_| file.flush());
+        if let Err(e) = written {
+            tracing::error!("cannot write a failure record: {e}");
         }
     }
 
