@@ -50,13 +50,9 @@ fn validate_prints_every_error_and_exits_2() {
     assert!(stdout.contains("3 problems"), "{stdout}");
 }
 
-#[test]
-fn validate_json_lists_every_problem_with_its_tier() {
-    let dir = tempfile::tempdir().unwrap();
-    let bad = write(
-        dir.path(),
-        "bad.toml",
-        r#"
+/// A pipeline with one problem of each tier: a schema one (the budget), a
+/// graph one (an undeclared limiter) and an environment one (the CRS).
+const BAD_IN_EVERY_TIER: &str = r#"
 [pipeline]
 flow = ["fetch", "decode", "reproject", "write"]
 [source]
@@ -75,8 +71,12 @@ crs = "EPSG:4000000"
 [stages.write]
 kind = "write"
 dir = "out"
-"#,
-    );
+"#;
+
+#[test]
+fn validate_json_lists_every_problem_with_its_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(dir.path(), "bad.toml", BAD_IN_EVERY_TIER);
     let out = warpline()
         .args(["validate", "--format", "json"])
         .arg(&bad)
