@@ -42,7 +42,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use warpline::tileserver::Faults;
+use warpline_testkit::Faults;
 
 #[path = "raster/corpus.rs"]
 mod corpus;
@@ -339,6 +339,37 @@ fn field(line: &str, key: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The default set of scenarios.
+const ALL: [&str; 6] = [
+    "floor",
+    "cpu-1000",
+    "fetch-1000",
+    "skewed-1000",
+    "rate",
+    "cpu-10000",
+];
+
+/// Every scenario of the default set, or those named (a matrix one,
+/// `skew10-<budget MiB>`, only when named).
+fn chosen(wanted: &[String]) -> Vec<&str> {
+    if wanted.is_empty() {
+        ALL.to_vec()
+    } else {
+        wanted.iter().map(String::as_str).collect()
+    }
+}
+
+/// WARPLINE_BENCH_REPEAT=N runs the chosen scenarios N rounds and ends
+/// with each ratio's spread: on a shared machine one run moves 5-10%, so
+/// comparing two builds needs several interleaved rounds.
+fn rounds() -> usize {
+    std::env::var("WARPLINE_BENCH_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
 fn main() {
     if let Ok(name) = std::env::var("WARPLINE_BENCH_SCENARIO") {
         warpline::tune_allocator();
@@ -349,21 +380,7 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    let all = [
-        "floor",
-        "cpu-1000",
-        "fetch-1000",
-        "skewed-1000",
-        "rate",
-        "cpu-10000",
-    ];
-    // Every scenario of the default set, or those named (a matrix one,
-    // `skew10-<budget MiB>`, only when named).
-    let chosen: Vec<&str> = if wanted.is_empty() {
-        all.to_vec()
-    } else {
-        wanted.iter().map(String::as_str).collect()
-    };
+    let chosen = chosen(&wanted);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -377,14 +394,7 @@ fn main() {
     };
     let mut floor_ms = None;
     let cores = warpline::engine::units::cores() as f64;
-    // WARPLINE_BENCH_REPEAT=N runs the chosen scenarios N rounds and ends
-    // with each ratio's spread: on a shared machine one run moves 5-10%, so
-    // comparing two builds needs several interleaved rounds.
-    let rounds: usize = std::env::var("WARPLINE_BENCH_REPEAT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-        .max(1);
+    let rounds = rounds();
     let mut ratios: Vec<(&str, Vec<(f64, f64)>)> =
         chosen.iter().map(|n| (*n, Vec::new())).collect();
     let mut rows = Vec::new();

@@ -6,5 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo build --release --quiet
-exec ./target/release/warpline demo "$@"
+exec cargo run --release --quiet -p warpline-cli -- demo "$@"

@@ -8,7 +8,7 @@ bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-# A throwaway Redis on its own port, for tests/redis.rs.
+# A throwaway Redis on its own port, for cli/tests/redis.rs.
 REDIS_PORT=${WARPLINE_TEST_REDIS_PORT:-6399}
 if ! redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --daemonize yes --save "" --appendonly no >/dev/null

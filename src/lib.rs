@@ -8,16 +8,20 @@
 //!
 //! ## Where things live
 //!
-//! - [`engine`] (`warpline-engine`): the generic runtime: stages, mailboxes,
-//!   limiters, pipeline files, the run report;
-//! - [`stages`] (`warpline-stages`): the raster stages and the one module
-//!   that calls GDAL;
-//! - [`coordinator`]: runs across machines on Redis (a shared work queue,
-//!   global rate limits);
-//! - [`registry`]: every kind the binary knows; [`demo`] and
-//!   [`tileserver`]: `warpline demo` and its loopback tile server;
-//!   [`html`], [`plan`] and [`progress`]: what the binary shows;
+//! In the order an item goes through them:
+//!
+//! - [`engine`] (`warpline-engine`): the generic runtime: pipeline files,
+//!   limiters, stages and their mailboxes, the run and its report;
+//! - [`stages`] (`warpline-stages`): the raster stages (sources, fetch,
+//!   decode, reproject, write) and the one module that calls GDAL;
+//! - [`registry`]: every stage and source kind warpline ships;
 //! - `examples/service.rs`: an axum service that runs posted pipelines.
+//!
+//! This crate is the embedder's facade and nothing more: the `warpline`
+//! binary, with its Redis coordinator, progress bar, HTML report, plan and
+//! demo, is the `warpline-cli` package (`cli/`), and the loopback test
+//! tile server is `warpline-testkit` (`testkit/`), so depending on
+//! `warpline` compiles neither Redis nor a metrics exporter.
 //!
 //! ## Run a pipeline
 //!
@@ -175,13 +179,6 @@
 //! threads, never on your runtime's.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
-
-pub mod coordinator;
-pub mod demo;
-pub mod html;
-pub mod plan;
-pub mod progress;
-pub mod tileserver;
 
 pub use warpline_engine as engine;
 pub use warpline_stages as stages;

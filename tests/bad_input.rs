@@ -4,11 +4,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::{list_pipeline, runtime, tiles, write_url_list};
 use gdal::DriverManager;
-use warpline::tileserver::TileServer;
+use warpline_testkit::TileServer;
 
 /// Bytes of a raster written by GDAL with `driver` and `options`.
 fn gdal_bytes(
@@ -274,51 +273,4 @@ fn an_unwritable_output_directory_fails_each_item_clearly() {
     let f = &report.failures[0];
     assert_eq!(f.stage, "write");
     assert!(f.message.contains("cannot create"), "{f:?}");
-}
-
-#[test]
-fn a_full_disk_while_writing_fails_the_item_and_leaves_no_file() {
-    // A file-size limit stands in for a full disk: writes past it fail with
-    // EFBIG (SIGXFSZ is ignored so the process lives to say so).
-    let work = tempfile::tempdir().unwrap();
-    let files = common::sample_files(&work.path().join("in"), 1, 512);
-    let out = work.path().join("out");
-    let pipeline = work.path().join("p.toml");
-    std::fs::write(
-        &pipeline,
-        common::raster_pipeline(
-            &[files[0].display().to_string()],
-            "crs = \"EPSG:3857\"",
-            &format!("dir = {:?}", out.display().to_string()),
-            1,
-        ),
-    )
-    .unwrap();
-    let report = work.path().join("report.json");
-    let script = format!(
-        "trap '' XFSZ; ulimit -f 100; exec {} run {} --report {}",
-        env!("CARGO_BIN_EXE_warpline"),
-        pipeline.display(),
-        report.display()
-    );
-    let status = Command::new("bash")
-        .args(["-c", &script])
-        .env_remove("WARPLINE_LOG")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert_eq!(status.code(), Some(3), "some items failed");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-    assert_eq!(json["items"]["failed"], 1);
-    let f = &json["failures"][0];
-    assert_eq!(f["stage"], "write", "{f}");
-    let left: Vec<_> = std::fs::read_dir(&out)
-        .map(|d| d.collect())
-        .unwrap_or_default();
-    assert!(
-        left.is_empty(),
-        "a partial or temporary file is left: {left:?}"
-    );
 }

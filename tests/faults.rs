@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use common::{hashes, list_pipeline, runtime, tiles, write_url_list};
 use warpline::engine::ErrorKind;
-use warpline::tileserver::{Fault, Faults, TileServer};
 use warpline::RunReport;
+use warpline_testkit::{Fault, Faults, TileServer};
 
 const FETCH: &str = r#"timeout = "1s"
 connect_timeout = "1s"
@@ -152,11 +152,10 @@ fn all_faults_at_once_end_all_done_and_identical() {
 /// Whether a failure has the reason a fault should give.
 type Reason = fn(&warpline::engine::report::Failure) -> bool;
 
-#[test]
-fn without_retries_each_fault_fails_its_items_with_the_right_reason() {
-    let clean = clean();
+/// Each kind of fault, on every tile, with the reason it should give.
+fn every_fault() -> Vec<(&'static str, Faults, Reason)> {
     let every = Fault::all(1);
-    let cases: Vec<(&str, Faults, Reason)> = vec![
+    vec![
         (
             "500",
             Faults {
@@ -189,7 +188,13 @@ fn without_retries_each_fault_fails_its_items_with_the_right_reason() {
             },
             |f| f.message.contains("timed out") || f.message.contains("cut short"),
         ),
-    ];
+    ]
+}
+
+#[test]
+fn without_retries_each_fault_fails_its_items_with_the_right_reason() {
+    let clean = clean();
+    let cases = every_fault();
     for (name, faults, right_reason) in cases {
         let work = tempfile::tempdir().unwrap();
         let o = run_against(faults, 1, work.path());

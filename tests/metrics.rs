@@ -46,11 +46,8 @@ fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_jobs_of_one_pipeline_write_their_own_series() {
-    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .unwrap();
+/// The limits the two jobs share: 4 `connections`, 64 MiB of `memory`.
+fn shared_limits() -> Limits {
     let mut shared = Limits::new();
     shared
         .add(Limiter::count("connections", NonZeroU32::new(4).unwrap()))
@@ -58,6 +55,15 @@ async fn two_jobs_of_one_pipeline_write_their_own_series() {
     shared
         .add(Limiter::bytes("memory", 64 << 20, Oversize::Fail))
         .unwrap();
+    shared
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_of_one_pipeline_write_their_own_series() {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .unwrap();
+    let shared = shared_limits();
     let registry = warpline::registry();
     // The same pipeline (same name) for two jobs, told apart by their label.
     for (label, count) in [("job-1", 3), ("job-2", 5)] {

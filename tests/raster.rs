@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{assert_same_raster, gdalwarp, hashes, raster_pipeline, run, sample_files};
-use warpline::tileserver::TileServer;
+use warpline_testkit::TileServer;
 
 /// A UTM zone near each shared raster (not its own CRS, so it is a warp).
 fn utm_for(path: &Path) -> &'static str {

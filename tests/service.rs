@@ -12,7 +12,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use warpline::tileserver::{Faults, TileServer};
+use warpline_testkit::{Faults, TileServer};
 
 struct Running {
     base: String,

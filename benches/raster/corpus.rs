@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use gdal::raster::Buffer;
 use gdal::DriverManager;
-use warpline::tileserver::{Faults, TileServer};
+use warpline_testkit::{Faults, TileServer};
 
 use super::matrix;
 

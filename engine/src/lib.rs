@@ -34,6 +34,15 @@
 //! - [`shard`]: `--shard i/N`, a fixed split of the inputs by id;
 //! - [`units`]: sizes, durations and counts as a file writes them.
 //!
+//! The modules form layers with no import circle (a module uses only the
+//! ones below it): leaves (`units`, `redact`, `shard`, `stall`, `adapt`,
+//! the panic guard, the retry policy, a config `Problem`); then [`limit`],
+//! [`item`] and [`observe`]; [`stage`]; [`pipeline`] (the compiled plan);
+//! [`registry`] and [`synthetic`]; [`config`] (which compiles a file into
+//! a pipeline); [`report`]; [`run`]; and on top [`handle`] and [`builder`].
+//! `Pipeline::from_toml_str` lives in `config` and `Pipeline::run` in `run`,
+//! so that the plan below them knows neither.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -62,14 +71,17 @@
 pub mod adapt;
 pub mod builder;
 pub mod config;
+mod guard;
 pub mod handle;
 pub mod item;
 pub mod limit;
 pub mod observe;
 pub mod pipeline;
+mod problem;
 pub mod redact;
 pub mod registry;
 pub mod report;
+mod retry;
 pub mod run;
 pub mod shard;
 pub mod stage;

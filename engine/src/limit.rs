@@ -434,7 +434,7 @@ impl Limiter {
                     let _waiting = self.inner.gauge.begin_wait();
                     // The backend is the embedder's code: a panic in it is
                     // a failed try (transient), not a dead worker.
-                    let asked = crate::run::guarded_async(backend.acquire(&bucket))
+                    let asked = crate::guard::guarded_async(backend.acquire(&bucket))
                         .await
                         .unwrap_or_else(|text| Err(format!("the rate backend panicked: {text}")));
                     return asked.map(|_| None).map_err(|message| LimitError::Backend {

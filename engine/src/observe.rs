@@ -9,7 +9,35 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::item::ErrorKind;
-use crate::report::RunOutcome;
+use std::fmt;
+
+/// How the run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOutcome {
+    /// Every input was admitted and ended.
+    Completed,
+    /// Stopped (Ctrl-C, SIGTERM, or [`RunControl::stop`](crate::RunControl::stop))
+    /// and drained within the deadline: every admitted item ended.
+    Stopped,
+    /// Aborted (a second Ctrl-C, the shutdown deadline, or
+    /// [`RunControl::abort`](crate::RunControl::abort)): items in flight were
+    /// counted failed as `interrupted`.
+    Aborted,
+    /// Aborted because an item failed and `on_error = "abort"`.
+    AbortedOnError,
+}
+
+impl fmt::Display for RunOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RunOutcome::Completed => "completed",
+            RunOutcome::Stopped => "stopped",
+            RunOutcome::Aborted => "aborted",
+            RunOutcome::AbortedOnError => "aborted on error",
+        })
+    }
+}
 
 /// How one try of a stage ended ([`EventKind::StageFinished`]); in JSON,
 /// `"ok"`, `"skip"`, or the error kind (`"transient"`, ...).
@@ -217,7 +245,7 @@ impl Emitter {
             };
             // The sink is the embedder's code, called on a worker: its
             // panic must not take the worker (and the item) with it.
-            if crate::run::guarded(|| sink.event(&event)).is_err()
+            if crate::guard::guarded(|| sink.event(&event)).is_err()
                 && !self
                     .sink_panicked
                     .swap(true, std::sync::atomic::Ordering::Relaxed)

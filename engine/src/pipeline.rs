@@ -2,16 +2,13 @@
 //! limiters, all validated and ready to run.
 
 use std::fmt;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{ConfigErrors, Loader, OnError};
 use crate::limit::{Limiter, Limits};
-use crate::registry::Registry;
-use crate::report::RunReport;
-use crate::run::{RunControl, RunError, RunOptions};
 use crate::stage::{Handler, SourceSpec};
+
+pub use crate::retry::RetryPolicy;
 
 /// The source as it will run.
 #[derive(Clone)]
@@ -67,71 +64,14 @@ pub struct StagePlan {
     pub adaptive: Option<crate::adapt::Adaptive>,
 }
 
-/// When a stage tries a failed item again: up to `attempts` tries in all,
-/// for errors of the kinds in `on`, waiting a random time between half of
-/// and all of `min(max_delay, base_delay * 2^(try - 1))` ("equal jitter"),
-/// or as long as the server's `Retry-After` asks, whichever is longer.
-/// Limiters are
-/// given back while waiting and taken again for the next try (so a rate
-/// limit counts every try).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Tries in all, the first included (1: no retry).
-    pub attempts: u32,
-    /// The first backoff's upper bound.
-    pub base_delay: Duration,
-    /// No backoff is longer than this.
-    pub max_delay: Duration,
-    /// Which errors are tried again.
-    pub on: Vec<crate::item::ErrorKind>,
-}
-
-impl RetryPolicy {
-    /// No retries.
-    pub fn none() -> Self {
-        RetryPolicy {
-            attempts: 1,
-            base_delay: Duration::from_millis(200),
-            max_delay: Duration::from_secs(10),
-            on: vec![crate::item::ErrorKind::Transient],
-        }
-    }
-
-    /// Up to `attempts` tries for transient errors, 200 ms base, 10 s cap.
-    pub fn transient(attempts: u32) -> Self {
-        RetryPolicy {
-            attempts,
-            ..Self::none()
-        }
-    }
-
-    /// Whether an error on try number `attempt` (1-based) is tried again.
-    pub fn retries(&self, error: &crate::item::StageError, attempt: u32) -> bool {
-        attempt < self.attempts && self.on.contains(&error.kind)
-    }
-
-    /// Up to `attempts` tries for transient errors, spread so that they
-    /// outlast a short outage: 500 ms base, 10 s cap; with 6 tries the
-    /// waits add up to between 7.75 and 15.5 s.
-    pub fn patient(attempts: u32) -> Self {
-        RetryPolicy {
-            attempts,
-            base_delay: Duration::from_millis(500),
-            ..Self::none()
-        }
-    }
-
-    /// The backoff before try `attempt + 1`: "equal jitter", half of
-    /// `min(max_delay, base_delay * 2^(attempt - 1))` plus a random part of
-    /// the other half, so that tries spread out (no herd) yet always span
-    /// at least half the exponential schedule.
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self
-            .base_delay
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
-        let half = exp.min(self.max_delay) / 2;
-        half + half.mul_f64(fastrand::f64())
-    }
+/// What a failed item does to the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Record the failure and go on with the other items.
+    Continue,
+    /// Record the failure and abort the run.
+    Abort,
 }
 
 /// A validated pipeline, ready to run.
@@ -183,17 +123,6 @@ impl fmt::Debug for Pipeline {
 }
 
 impl Pipeline {
-    /// Reads and compiles a pipeline file (no environment overrides; see
-    /// [`Loader`] for those).
-    pub fn from_path(path: impl AsRef<Path>, registry: &Registry) -> Result<Self, ConfigErrors> {
-        Loader::from_path(path).load(registry)
-    }
-
-    /// Compiles a pipeline from TOML text.
-    pub fn from_toml_str(text: &str, registry: &Registry) -> Result<Self, ConfigErrors> {
-        Loader::from_toml_str(text).load(registry)
-    }
-
     /// The same pipeline reading its inputs from `spec` instead (a work
     /// queue, for example); the source's unit budget stays.
     pub fn with_source(mut self, kind: &str, spec: Arc<dyn SourceSpec>) -> Self {
@@ -247,33 +176,14 @@ impl Pipeline {
 
     /// Checks this machine for every stage (output directories writable,
     /// ...): the environment tier of `warpline validate`.
-    pub fn check_environment(&self) -> Vec<crate::config::Problem> {
+    pub fn check_environment(&self) -> Vec<crate::problem::Problem> {
         self.stages
             .iter()
             .flat_map(|s| {
                 s.handler.check_environment().into_iter().map(move |m| {
-                    crate::config::Problem::environment(format!("stages.{}", s.name), m)
+                    crate::problem::Problem::environment(format!("stages.{}", s.name), m)
                 })
             })
             .collect()
-    }
-
-    /// Runs the pipeline to the end on the caller's tokio runtime.
-    pub async fn run(&self) -> Result<RunReport, RunError> {
-        self.run_with(&RunControl::new()).await
-    }
-
-    /// Runs the pipeline, stopping or aborting when `control` says so.
-    pub async fn run_with(&self, control: &RunControl) -> Result<RunReport, RunError> {
-        crate::run::run(self, control, &RunOptions::default()).await
-    }
-
-    /// Runs the pipeline with `options` (a failures file, only some ids).
-    pub async fn run_with_options(
-        &self,
-        control: &RunControl,
-        options: &RunOptions,
-    ) -> Result<RunReport, RunError> {
-        crate::run::run(self, control, options).await
     }
 }

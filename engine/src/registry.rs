@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use crate::config::Problem;
 use crate::limit::{Limiter, LimiterKind, Limits};
+use crate::problem::Problem;
 use crate::stage::{Handler, SourceSpec};
 
 /// The settings of one stage or source, without the keys the engine reads
@@ -142,7 +142,13 @@ impl Settings {
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, Vec<Problem>> {
         config::Value::new(None, config::ValueKind::Table(self.table.clone()))
             .try_deserialize::<T>()
-            .map_err(|e| vec![crate::config::problem_from(&self.path, e, self.engine_keys)])
+            .map_err(|e| {
+                vec![crate::problem::problem_from(
+                    &self.path,
+                    e,
+                    self.engine_keys,
+                )]
+            })
     }
 }
 
@@ -173,14 +179,6 @@ impl Registry {
     /// A registry with no kinds at all.
     pub fn empty() -> Self {
         Registry::default()
-    }
-
-    /// A registry with the engine's synthetic kinds: source `generate`,
-    /// stages `hold` and `discard`.
-    pub fn with_builtins() -> Self {
-        let mut r = Registry::empty();
-        crate::synthetic::register(&mut r);
-        r
     }
 
     /// Adds (or replaces) a stage kind.

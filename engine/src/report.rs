@@ -2,7 +2,6 @@
 //! each limiter got. Printed at the end of a run and written as JSON with
 //! `--report FILE`.
 
-use std::fmt;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -10,38 +9,13 @@ use serde::Serialize;
 
 use crate::item::ErrorKind;
 use crate::limit::{LimiterKind, Window};
+pub use crate::observe::RunOutcome;
 use crate::observe::Timeline;
 use crate::pipeline::Pipeline;
-use crate::run::{HostStats, Ledger, StageStats};
+
+mod ledger;
+pub(crate) use ledger::{HostStats, Ledger, StageStats};
 use std::collections::HashMap;
-
-/// How the run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunOutcome {
-    /// Every input was admitted and ended.
-    Completed,
-    /// Stopped (Ctrl-C, SIGTERM, or [`RunControl::stop`](crate::RunControl::stop))
-    /// and drained within the deadline: every admitted item ended.
-    Stopped,
-    /// Aborted (a second Ctrl-C, the shutdown deadline, or
-    /// [`RunControl::abort`](crate::RunControl::abort)): items in flight were
-    /// counted failed as `interrupted`.
-    Aborted,
-    /// Aborted because an item failed and `on_error = "abort"`.
-    AbortedOnError,
-}
-
-impl fmt::Display for RunOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            RunOutcome::Completed => "completed",
-            RunOutcome::Stopped => "stopped",
-            RunOutcome::Aborted => "aborted",
-            RunOutcome::AbortedOnError => "aborted on error",
-        })
-    }
-}
 
 /// What became of the items. `done + skipped + failed == total`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -208,7 +182,9 @@ pub struct RunReport {
 /// bottleneck.
 const BOUND: f64 = 0.5;
 
-/// What limited the run, in a sentence, with the numbers behind it.
+/// What limited the run, in a sentence, with the numbers behind it: the
+/// first of a limiter at capacity, blocking stages keeping every core
+/// busy, and a stage busy most of the run that applies.
 pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
     if r.items.total == 0 {
         return match r.outcome {
@@ -218,79 +194,95 @@ pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
             _ => "no input was admitted before the run was stopped".to_owned(),
         };
     }
-    let holders = |name: &str| -> Vec<String> {
-        pipeline
-            .stages
-            .iter()
-            .filter(|s| s.limits.iter().any(|l| l.name() == name))
-            .map(|s| s.name.clone())
-            .collect()
-    };
-    let busiest = r
+    limiter_bound(pipeline, r)
+        .or_else(|| cpu_bound(pipeline, r))
+        .or_else(|| stage_bound(r))
+        .unwrap_or_else(|| {
+            "no limiter was at capacity and no stage was busy most of the time: something outside the limits \
+             serialises (the source, the network or the disk)"
+                .to_owned()
+        })
+}
+
+/// The limiter longest at capacity, when it was for more than [`BOUND`]
+/// of the run, with a hint of what would help.
+fn limiter_bound(pipeline: &Pipeline, r: &RunReport) -> Option<String> {
+    let l = r
         .limiters
         .iter()
         .filter(|l| l.share_at_capacity >= BOUND)
-        .max_by(|a, b| a.share_at_capacity.total_cmp(&b.share_at_capacity));
-    if let Some(l) = busiest {
-        let stages = holders(&l.name);
-        let who = match stages.as_slice() {
-            [] => "the source".to_owned(),
-            [one] => format!("`{one}`"),
-            many => many
-                .iter()
-                .map(|s| format!("`{s}`"))
-                .collect::<Vec<_>>()
-                .join(" and "),
-        };
-        let pct = (l.share_at_capacity * 100.0).round();
-        let cores = u64::from(crate::units::cores());
-        let blocking = stages.iter().any(|s| {
-            pipeline
-                .stages
-                .iter()
-                .any(|p| &p.name == s && p.handler.is_blocking())
-        });
-        let hint = match l.kind {
-            // Measured in docs/pipeline.md ("How many `cpu` permits").
-            LimiterKind::Count if blocking && l.capacity == cores => format!(
-                "; `{}` has as many permits as cores: one more (\"cores+1\") keeps the cores busy while permits change hands, more will not help",
-                l.name
-            ),
-            LimiterKind::Count if blocking && l.capacity > cores => {
-                format!("; `{}` is above the core count: raising it will not help", l.name)
-            }
-            LimiterKind::Count => format!("; raising `{}` (now {}) may help", l.name, l.capacity),
-            LimiterKind::Bytes => format!(
-                "; a larger `{}` budget (now {}) or fewer workers would admit more",
-                l.name,
-                bytesize::ByteSize(l.capacity).display().iec()
-            ),
-            LimiterKind::Rate => match r.hosts.iter().map(|h| h.throttled_429).sum::<u64>() {
-                // The bucket waited, but for the server's Retry-After
-                // pauses: the server's limit set the pace, not the bucket.
-                0 => format!(
-                    "; the rate `{}` ({}/s) sets the pace, as intended",
-                    l.name,
-                    l.per_second.unwrap_or_default()
-                ),
-                refused => format!(
-                    "; but the server answered 429 {refused} times and its Retry-After paused `{}`: \
-                     the server allows less than {}/s, so lower `per_second` to its rate",
-                    l.name,
-                    l.per_second.unwrap_or_default()
-                ),
-            },
-        };
-        return format!(
-            "{who} {} the bottleneck: `{}` was at capacity {pct}% of the run{hint}",
-            if stages.len() > 1 { "are" } else { "is" },
+        .max_by(|a, b| a.share_at_capacity.total_cmp(&b.share_at_capacity))?;
+    let stages: Vec<String> = pipeline
+        .stages
+        .iter()
+        .filter(|s| s.limits.iter().any(|x| x.name() == l.name))
+        .map(|s| s.name.clone())
+        .collect();
+    let who = match stages.as_slice() {
+        [] => "the source".to_owned(),
+        [one] => format!("`{one}`"),
+        many => many
+            .iter()
+            .map(|s| format!("`{s}`"))
+            .collect::<Vec<_>>()
+            .join(" and "),
+    };
+    let pct = (l.share_at_capacity * 100.0).round();
+    let blocking = stages.iter().any(|s| {
+        pipeline
+            .stages
+            .iter()
+            .any(|p| &p.name == s && p.handler.is_blocking())
+    });
+    let hint = limiter_hint(l, blocking, r);
+    Some(format!(
+        "{who} {} the bottleneck: `{}` was at capacity {pct}% of the run{hint}",
+        if stages.len() > 1 { "are" } else { "is" },
+        l.name
+    ))
+}
+
+/// What would help a limiter at capacity, by its kind.
+fn limiter_hint(l: &LimiterReport, blocking: bool, r: &RunReport) -> String {
+    let cores = u64::from(crate::units::cores());
+    match l.kind {
+        // Measured in docs/pipeline.md ("How many `cpu` permits").
+        LimiterKind::Count if blocking && l.capacity == cores => format!(
+            "; `{}` has as many permits as cores: one more (\"cores+1\") keeps the cores busy while permits change hands, more will not help",
             l.name
-        );
+        ),
+        LimiterKind::Count if blocking && l.capacity > cores => {
+            format!("; `{}` is above the core count: raising it will not help", l.name)
+        }
+        LimiterKind::Count => format!("; raising `{}` (now {}) may help", l.name, l.capacity),
+        LimiterKind::Bytes => format!(
+            "; a larger `{}` budget (now {}) or fewer workers would admit more",
+            l.name,
+            bytesize::ByteSize(l.capacity).display().iec()
+        ),
+        LimiterKind::Rate => match r.hosts.iter().map(|h| h.throttled_429).sum::<u64>() {
+            // The bucket waited, but for the server's Retry-After
+            // pauses: the server's limit set the pace, not the bucket.
+            0 => format!(
+                "; the rate `{}` ({}/s) sets the pace, as intended",
+                l.name,
+                l.per_second.unwrap_or_default()
+            ),
+            refused => format!(
+                "; but the server answered 429 {refused} times and its Retry-After paused `{}`: \
+                 the server allows less than {}/s, so lower `per_second` to its rate",
+                l.name,
+                l.per_second.unwrap_or_default()
+            ),
+        },
     }
-    // Blocking stages keeping every core busy: the machine is the limit,
-    // whichever stage is busiest (more of its workers would only take
-    // cores from the others). Their CPU time, not their busy time: a
-    // worker waiting for the disk is busy without using a core.
+}
+
+/// Blocking stages keeping every core busy: the machine is the limit,
+/// whichever stage is busiest (more of its workers would only take cores
+/// from the others). Their CPU time, not their busy time: a worker waiting
+/// for the disk is busy without using a core.
+fn cpu_bound(pipeline: &Pipeline, r: &RunReport) -> Option<String> {
     let cores = f64::from(crate::units::cores());
     let blocking_cpu: f64 = pipeline
         .stages
@@ -300,39 +292,40 @@ pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
         .map(|(_, s)| s.cpu_s.unwrap_or(0.0))
         .sum();
     let share = blocking_cpu / (cores * r.elapsed_s.max(f64::MIN_POSITIVE));
-    if share >= 0.8 {
-        let names: Vec<String> = pipeline
-            .stages
-            .iter()
-            .filter(|p| p.handler.is_blocking())
-            .map(|p| format!("`{}`", p.name))
-            .collect();
-        return format!(
-            "the CPU is the bottleneck: {} kept the {} cores busy {}% of the run; more workers will not help",
-            names.join(", "),
-            cores,
-            (share.min(1.0) * 100.0).round()
-        );
+    if share < 0.8 {
+        return None;
     }
-    let stage = r
+    let names: Vec<String> = pipeline
         .stages
         .iter()
-        .max_by(|a, b| a.utilisation.total_cmp(&b.utilisation));
-    if let Some(s) = stage.filter(|s| s.utilisation >= 0.8) {
-        return format!(
-            "`{}` is the bottleneck: {} busy {}% of the run; more workers (and the limits they need) may help",
-            s.name,
-            if s.workers == 1 {
-                "its 1 worker was".to_owned()
-            } else {
-                format!("its {} workers were", s.workers)
-            },
-            (s.utilisation * 100.0).round()
-        );
-    }
-    "no limiter was at capacity and no stage was busy most of the time: something outside the limits \
-     serialises (the source, the network or the disk)"
-        .to_owned()
+        .filter(|p| p.handler.is_blocking())
+        .map(|p| format!("`{}`", p.name))
+        .collect();
+    Some(format!(
+        "the CPU is the bottleneck: {} kept the {} cores busy {}% of the run; more workers will not help",
+        names.join(", "),
+        cores,
+        (share.min(1.0) * 100.0).round()
+    ))
+}
+
+/// The stage busiest, when it was busy for 80% of the run or more.
+fn stage_bound(r: &RunReport) -> Option<String> {
+    let s = r
+        .stages
+        .iter()
+        .max_by(|a, b| a.utilisation.total_cmp(&b.utilisation))
+        .filter(|s| s.utilisation >= 0.8)?;
+    Some(format!(
+        "`{}` is the bottleneck: {} busy {}% of the run; more workers (and the limits they need) may help",
+        s.name,
+        if s.workers == 1 {
+            "its 1 worker was".to_owned()
+        } else {
+            format!("its {} workers were", s.workers)
+        },
+        (s.utilisation * 100.0).round()
+    ))
 }
 
 /// CPU time (user + system) of the calling thread so far; zero where the

@@ -16,15 +16,16 @@
 //! counted failed as `interrupted`. Tickets release on drop, so no permit
 //! outlives the run either way.
 //!
-//! Its rooms, in the order an item meets them: `admit` (admission tickets,
-//! the source loop, items a byte budget sent back), `worker` (a stage's
-//! worker: limiters, the stage's code, retries, the hand-off), `ledger`
-//! (every item's end, the figures, the state they share), and `watch` (the
-//! stall watchdog and the sampler).
+//! Its rooms, in the order a run meets them: `start` (the failures file,
+//! the source opened, the shared state, the deadline, the workers spawned),
+//! `admit` (admission tickets, the source loop, items a byte budget sent
+//! back), `worker` (a stage's worker: limiters, the stage's code, retries,
+//! the hand-off), `ledger` (every item's end, the figures, the state they
+//! share), `watch` (the stall watchdog and the sampler), and `end` (what an
+//! abort left, the outcome, the report).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,30 +33,31 @@ use std::time::Duration;
 use std::time::Instant;
 
 use async_channel::{Receiver, Sender, TrySendError};
-use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::adapt::Gates;
-use crate::config::OnError;
 use crate::item::{ErrorKind, Item, Outcome, StageError};
 use crate::limit::{Charged, LimitError, Limiter, LimiterKind, Priority, RateKey, Ticket};
 use crate::observe::{Emitter, EventKind, EventSink, Sample, Timeline, TryOutcome};
+use crate::pipeline::OnError;
 use crate::pipeline::{Pipeline, StagePlan};
 use crate::redact::redact_text;
-use crate::report::{redact, Failure, RunEnd, RunOutcome, RunReport};
+use crate::report::{redact, Failure, RunReport};
 use crate::stage::{Handler, Source, SourceError};
 use tracing::Instrument;
 
+pub(crate) use crate::guard::{guarded, guarded_async};
+
 mod admit;
+mod end;
 mod ledger;
+mod start;
 mod watch;
 mod worker;
 
+pub(crate) use crate::report::{HostStats, Ledger, StageStats};
 use admit::{drive_source, forward};
 use ledger::{add_ns, Shared};
-pub(crate) use ledger::{HostStats, Ledger, StageStats};
 use watch::{watch_stalls, Sampler};
-use worker::Worker;
 
 /// How many failures the report lists one by one; the rest are counted.
 pub const REPORTED_FAILURES: usize = 1000;
@@ -241,30 +243,10 @@ fn panicked(id: &str, text: &str) -> StageError {
     StageError::new(ErrorKind::Panicked, format!("{id}: stage panicked: {text}"))
 }
 
-/// Runs code that is not the engine's own (a stage's, a source's, an
-/// event sink's): a panic in it comes back as what it said, and the worker
-/// that called it goes on.
-pub(crate) fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|p| panic_text(p.as_ref()))
-}
-
-/// [`guarded`] for a future.
-pub(crate) async fn guarded_async<T>(f: impl std::future::Future<Output = T>) -> Result<T, String> {
-    AssertUnwindSafe(f)
-        .catch_unwind()
-        .await
-        .map_err(|p| panic_text(p.as_ref()))
-}
-
-/// What a panic said, if it said it as text.
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_owned())
-}
-
+/// Runs a pipeline to its end, in named steps: start (the failures file,
+/// the source, the shared state, the deadline, the workers), drive the
+/// source, wait for every worker, then end (what is left, the outcome, the
+/// report).
 pub(crate) async fn run(
     pipeline: &Pipeline,
     control: &RunControl,
@@ -272,118 +254,23 @@ pub(crate) async fn run(
 ) -> Result<RunReport, RunError> {
     // tokio's clock, as the limiters use: paused time in tests stays coherent.
     let started = tokio::time::Instant::now();
-    let failures_file = match &options.failures {
-        None => None,
-        Some(path) => Some(Mutex::new(std::io::BufWriter::new(
-            std::fs::File::create(path).map_err(|error| RunError::Failures {
-                path: path.clone(),
-                error,
-            })?,
-        ))),
-    };
-    let opened =
-        guarded(|| pipeline.source.open()).unwrap_or_else(|text| Err(format!("panicked: {text}")));
-    let source = opened.map_err(|message| RunError::Source {
-        kind: pipeline.source.kind.clone(),
-        message,
-    })?;
+    let failures_file = start::open_failures_file(options)?;
+    let source = start::open_source(pipeline)?;
     tracing::info!(pipeline = %pipeline.name, stages = pipeline.stages.len(), "run starting");
     // This run's figures of each limiter, even one shared with other runs.
     let windows: Vec<_> = pipeline.limits.iter().map(Limiter::window).collect();
-
-    let shared = Arc::new(Shared {
-        ledger: Ledger::default(),
-        failures_file,
-        stats: pipeline
-            .stages
-            .iter()
-            .map(|_| StageStats::default())
-            .collect(),
-        control: control.clone(),
-        on_error: pipeline.on_error,
-        aborted_on_error: AtomicBool::new(false),
-        aborted: Arc::new(AtomicBool::new(false)),
-        events: Emitter::new(options.events.clone()),
-        hosts: Mutex::new(HashMap::new()),
-        requeued: Mutex::new(VecDeque::new()),
-        moved: tokio::sync::Notify::new(),
-        label: options
-            .metrics_label
-            .clone()
-            .unwrap_or_else(|| pipeline.name.clone()),
-    });
+    let shared = start::share(pipeline, control, options, failures_file);
     crate::observe::describe_metrics();
     let length = source.len_hint();
     shared.events.emit(|| EventKind::RunStarted {
         pipeline: pipeline.name.clone(),
         total: length,
     });
-    let mailboxes: Vec<(Sender<Item>, Receiver<Item>)> = pipeline
-        .stages
-        .iter()
-        .map(|s| async_channel::bounded(s.mailbox as usize))
-        .collect();
+    let mailboxes = start::mailboxes(pipeline);
     let (alive_tx, mut alive_rx) = tokio::sync::mpsc::channel::<()>(1);
-    let runtime = tokio::runtime::Handle::current();
-
-    // The deadline: once stopped, the run may drain this long. Then (or on
-    // an abort) raise the flag that hot paths check.
-    let watchdog = {
-        let (stop, abort) = (control.stop.clone(), control.abort.clone());
-        let aborted = Arc::clone(&shared.aborted);
-        let deadline = pipeline.shutdown_deadline;
-        tokio::spawn(async move {
-            stop.cancelled().await;
-            tokio::select! {
-                _ = abort.cancelled() => {}
-                _ = tokio::time::sleep(deadline) => {
-                    tracing::warn!("shutdown deadline of {deadline:?} passed: aborting what is left");
-                    abort.cancel();
-                }
-            }
-            aborted.store(true, Ordering::Release);
-        })
-    };
-
-    let skip_checks: Arc<[Handler]> = pipeline.stages.iter().map(|s| s.handler.clone()).collect();
-    // One set of adaptive host gates per stage that makes requests, learnt
-    // afresh each run.
-    let gates: Vec<Option<Arc<Gates>>> = pipeline
-        .stages
-        .iter()
-        .map(|s| s.adaptive.map(|a| Arc::new(Gates::new(a))))
-        .collect();
-    let mut spawn_error = None;
-    'spawn: for (index, plan) in pipeline.stages.iter().enumerate() {
-        for n in 0..plan.workers {
-            let worker = Worker {
-                index,
-                plan: plan.clone(),
-                skip_checks: (index == 0).then(|| Arc::clone(&skip_checks)),
-                rx: mailboxes[index].1.clone(),
-                tx: mailboxes.get(index + 1).map(|(tx, _)| tx.clone()),
-                shared: Arc::clone(&shared),
-                gates: gates[index].clone(),
-                _alive: alive_tx.clone(),
-            };
-            if plan.handler.is_blocking() {
-                let rt = runtime.clone();
-                let spawned = std::thread::Builder::new()
-                    .name(format!("{}-{n}", plan.name))
-                    .spawn(move || rt.block_on(worker.run()));
-                if let Err(error) = spawned {
-                    spawn_error = Some(RunError::Spawn {
-                        stage: plan.name.clone(),
-                        error,
-                    });
-                    break 'spawn;
-                }
-            } else {
-                tokio::spawn(worker.run());
-            }
-        }
-    }
-    drop(alive_tx);
+    let watchdog = start::spawn_deadline(pipeline, control, &shared);
+    let gates = start::adaptive_gates(pipeline);
+    let spawn_error = start::spawn_workers(pipeline, &mailboxes, &shared, &gates, alive_tx);
     // Only workers hold senders now (and the source, the first): a mailbox
     // closes when everything upstream of it has finished.
     let first = mailboxes.first().map(|(tx, _)| tx.clone());
@@ -391,7 +278,7 @@ pub(crate) async fn run(
     let sampler = options
         .sample
         .map(|every| Sampler::start(pipeline, &receivers, &shared, every));
-    let stall_watch = watch_stalls(pipeline, &receivers, &shared);
+    let stalls = watch_stalls(pipeline, &receivers, &shared);
 
     let source_panic = match (&spawn_error, first) {
         (Some(_), _) => {
@@ -415,21 +302,7 @@ pub(crate) async fn run(
     let _ = alive_rx.recv().await;
     watchdog.abort();
 
-    if let Some(file) = &shared.failures_file {
-        let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Err(e) = file.flush() {
-            tracing::error!("cannot write the failures file: {e}");
-        }
-    }
-    // After an abort, items may still sit in mailboxes: count them.
-    for (rx, plan) in receivers.iter().zip(&pipeline.stages) {
-        while let Ok(item) = rx.try_recv() {
-            shared.interrupted(item, &plan.name, "while the item waited in the mailbox");
-        }
-    }
-    while let Some(item) = shared.take_requeued() {
-        shared.interrupted(item, "source", "before the item was admitted again");
-    }
+    end::settle(pipeline, &shared, &receivers);
     if let Some(err) = spawn_error {
         return Err(err);
     }
@@ -440,65 +313,37 @@ pub(crate) async fn run(
             message,
         });
     }
+    let outcome = end::outcome(&shared, control);
+    let watched = end::Watched {
+        started,
+        windows,
+        length,
+        sampler,
+        stalls,
+        gates,
+    };
+    Ok(end::report(pipeline, &shared, options, outcome, watched).await)
+}
 
-    let outcome = if shared.aborted_on_error.load(Ordering::Acquire) {
-        RunOutcome::AbortedOnError
-    } else if control.is_aborted() {
-        RunOutcome::Aborted
-    } else if control.is_stopped() {
-        RunOutcome::Stopped
-    } else {
-        RunOutcome::Completed
-    };
-    let timeline = match sampler {
-        Some(s) => Some(s.finish().await),
-        None => None,
-    };
-    let stalls = stall_watch.finish().await;
-    let hosts = shared
-        .hosts
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    let mut report = RunReport::build(
-        pipeline,
-        &shared.ledger,
-        &shared.stats,
-        RunEnd {
-            outcome,
-            elapsed: started.elapsed(),
-            timeline,
-            hosts: &hosts,
-            windows: &windows,
-            length: length.filter(|_| options.only_ids.is_none() && options.shard.is_none()),
-        },
-    );
-    if let Some(first) = stalls.first() {
-        report.diagnosis = format!(
-            "no item moved for {:.0} s at {:.0} s into the run (see `stalls`: {}); {}",
-            first.quiet_s, first.at_s, first.state, report.diagnosis
-        );
+impl Pipeline {
+    /// Runs the pipeline to the end on the caller's tokio runtime.
+    pub async fn run(&self) -> Result<RunReport, RunError> {
+        self.run_with(&RunControl::new()).await
     }
-    report.stalls = stalls;
-    for (host, limits) in gates.iter().flatten().flat_map(|g| g.snapshot()) {
-        if let Some(h) = report.hosts.iter_mut().find(|h| h.host == host) {
-            h.adaptive = Some(limits);
-        }
+
+    /// Runs the pipeline, stopping or aborting when `control` says so.
+    pub async fn run_with(&self, control: &RunControl) -> Result<RunReport, RunError> {
+        crate::run::run(self, control, &RunOptions::default()).await
     }
-    shared.events.emit(|| EventKind::RunFinished {
-        outcome: report.outcome,
-        admitted: report.items.total,
-        not_admitted: report.items.not_admitted,
-    });
-    tracing::info!(
-        pipeline = %pipeline.name,
-        done = report.items.done,
-        skipped = report.items.skipped,
-        failed = report.items.failed,
-        elapsed_s = report.elapsed_s,
-        "run finished: {}", report.outcome
-    );
-    Ok(report)
+
+    /// Runs the pipeline with `options` (a failures file, only some ids).
+    pub async fn run_with_options(
+        &self,
+        control: &RunControl,
+        options: &RunOptions,
+    ) -> Result<RunReport, RunError> {
+        crate::run::run(self, control, options).await
+    }
 }
 
 #[cfg(test)]

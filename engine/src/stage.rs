@@ -12,7 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::item::{Input, Item, Outcome, StageError};
-use crate::pipeline::RetryPolicy;
+use crate::retry::RetryPolicy;
 
 /// A stage whose work is asynchronous I/O. Runs on tokio tasks.
 #[async_trait]

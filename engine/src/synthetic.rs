@@ -16,12 +16,23 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use crate::config::Problem;
 use crate::item::{Input, Item, Outcome, StageError};
+use crate::problem::Problem;
 use crate::registry::{Registry, Settings};
 use crate::stage::{AsyncStage, BlockingStage, Handler, Source, SourceError, SourceSpec};
 use crate::units::{parse_duration, SizeValue};
 
+impl Registry {
+    /// A registry with the engine's synthetic kinds: source `generate`,
+    /// stages `hold` and `discard`.
+    pub fn with_builtins() -> Self {
+        let mut r = Registry::empty();
+        register(&mut r);
+        r
+    }
+}
+
+/// Registers the synthetic kinds.
 pub(crate) fn register(r: &mut Registry) {
     r.register_source("generate", generate);
     r.register_stage("hold", hold);

@@ -283,7 +283,7 @@ pub fn tiles(per_crs: usize, size: usize) -> Vec<(String, Vec<u8>)> {
 /// Writes `list`, one URL a line: the server's URL of each name (a `list`
 /// source's file).
 pub fn write_url_list<'a>(
-    server: &warpline::tileserver::TileServer,
+    server: &warpline_testkit::TileServer,
     names: impl IntoIterator<Item = &'a str>,
     list: &Path,
 ) {

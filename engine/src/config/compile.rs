@@ -7,23 +7,24 @@ use std::sync::Arc;
 
 use config::{Map, Value};
 
-use super::carried::{check_carried, Flowing};
+use super::carried::Flowing;
 use super::file::{
-    LimitSection, OnError, PipelineSection, RetrySection, SourceCommon, StageCommon, SOURCE_KEYS,
-    STAGE_KEYS,
+    LimitSection, PipelineSection, RetrySection, SourceCommon, StageCommon, SOURCE_KEYS, STAGE_KEYS,
 };
 use super::{join, known, problem_from, Problem};
 use crate::adapt::{Adaptive, AdaptiveSection, AdaptiveValue};
 use crate::item::ErrorKind;
 use crate::limit::{Limiter, LimiterKind, Limits, Oversize, RateBackendFactory, RateKey};
-use crate::pipeline::RetryPolicy;
+use crate::pipeline::{OnError, RetryPolicy};
 use crate::pipeline::{Pipeline, SourcePlan, StagePlan};
 use crate::registry::{Registry, Settings};
 use crate::stage::Handler;
 use crate::units::{parse_duration, CountValue};
 
+mod flow;
 mod limiters;
 mod stage;
+use flow::{check_along_flow, check_used, order_by_flow};
 use limiters::{build_limiter, resolve_limits, take_shared, Declared};
 use stage::build_stage;
 
@@ -107,6 +108,11 @@ fn count(path: &str, value: &Option<CountValue>, default: u32, problems: &mut Ve
     }
 }
 
+/// Compiles a pipeline file: a short list of named checks, each adding what
+/// it finds to one list of problems, in the order a reader meets the file
+/// (sections, `[pipeline]`, `[limits]`, `[stages]`, `[source]`, the flow,
+/// what items carry along it, unused limiters). The pipeline is built only
+/// when the list stays empty.
 pub(super) fn compile(
     mut root: Map<String, Value>,
     registry: &Registry,
@@ -116,7 +122,77 @@ pub(super) fn compile(
     environment: bool,
 ) -> Result<Pipeline, Failed> {
     let mut problems = Vec::new();
-    let mut not_checked = Vec::new();
+    check_sections(&root, &mut problems);
+    let section = pipeline_section(root.shift_remove("pipeline"), &mut problems);
+    let settings = RunSettings::of(&section, &mut problems);
+    let declared_limits = compile_limits(&mut root, shared, global, &mut problems);
+    check_shared_order(&declared_limits.limits, shared, &mut problems);
+    let known_limits = Declared {
+        limits: &declared_limits.limits,
+        broken: &declared_limits.broken,
+    };
+    let declared = compile_stages(
+        root.shift_remove("stages"),
+        registry,
+        &known_limits,
+        environment,
+        &mut problems,
+    );
+    let source = compile_source(
+        root.shift_remove("source"),
+        registry,
+        &known_limits,
+        &mut problems,
+    );
+    let taken = declared.taken();
+    let DeclaredStages {
+        plans,
+        flowing,
+        names,
+    } = declared;
+    let stages = order_by_flow(section.flow.as_deref(), plans, &names, &mut problems);
+    let DeclaredLimits {
+        limits, implicit, ..
+    } = declared_limits;
+
+    // What items carry is checked along the whole flow, on what is known of
+    // the stages that did not compile (see `carried`).
+    let not_checked: Vec<String> = check_along_flow(
+        section.flow.as_deref(),
+        &flowing,
+        source.as_ref(),
+        &limits,
+        &mut problems,
+    )
+    .into_iter()
+    .collect();
+    if let (Some(source), Some(taken)) = (&source, &taken) {
+        check_used(source, taken, &limits, implicit.as_ref(), &mut problems);
+    }
+
+    let source = source.map(|mut s| {
+        s.limits.extend(implicit);
+        s
+    });
+    match source {
+        Some(source) if problems.is_empty() => Ok(Pipeline {
+            name: section.name.unwrap_or_else(|| default_name.to_owned()),
+            on_error: settings.on_error,
+            shutdown_deadline: settings.deadline,
+            stall_warning: settings.stall_warning,
+            source,
+            stages,
+            limits,
+        }),
+        _ => Err(Failed {
+            problems,
+            not_checked,
+        }),
+    }
+}
+
+/// Every top-level key is one of the four sections.
+fn check_sections(root: &Map<String, Value>, problems: &mut Vec<Problem>) {
     for key in root.keys() {
         if !SECTIONS.contains(&key.as_str()) {
             let guess = match super::nearest(key, SECTIONS.iter().copied()) {
@@ -132,10 +208,12 @@ pub(super) fn compile(
             ));
         }
     }
+}
 
-    // [pipeline]
-    let section: PipelineSection = match root.shift_remove("pipeline") {
-        Some(v) => parse("pipeline", v, &mut problems),
+/// `[pipeline]`, read as it is (empty when missing or unreadable).
+fn pipeline_section(value: Option<Value>, problems: &mut Vec<Problem>) -> PipelineSection {
+    match value {
+        Some(v) => parse("pipeline", v, problems),
         None => None,
     }
     .unwrap_or(PipelineSection {
@@ -144,43 +222,78 @@ pub(super) fn compile(
         on_error: None,
         shutdown_deadline: None,
         stall_warning: None,
-    });
-    let on_error = match section.on_error.as_deref() {
-        None | Some("continue") => OnError::Continue,
-        Some("abort") => OnError::Abort,
-        Some(other) => {
-            problems.push(Problem::new(
-                "pipeline.on_error",
-                format!("expected \"continue\" or \"abort\", got {other:?}"),
-            ));
-            OnError::Continue
-        }
-    };
-    let deadline = parse_duration(
-        section
-            .shutdown_deadline
-            .as_deref()
-            .unwrap_or(DEFAULT_DEADLINE),
-    )
-    .unwrap_or_else(|m| {
-        problems.push(Problem::new("pipeline.shutdown_deadline", m));
-        std::time::Duration::from_secs(30)
-    });
-    let stall_warning = parse_duration(section.stall_warning.as_deref().unwrap_or("5m"))
-        .unwrap_or_else(|m| {
-            problems.push(Problem::new("pipeline.stall_warning", m));
-            std::time::Duration::from_secs(300)
-        });
+    })
+}
 
-    // [limits.NAME], in declaration order: that order is the global
-    // acquisition order.
+/// What `[pipeline]` says of the run as a whole.
+struct RunSettings {
+    on_error: OnError,
+    deadline: std::time::Duration,
+    stall_warning: std::time::Duration,
+}
+
+impl RunSettings {
+    /// `on_error`, `shutdown_deadline` and `stall_warning`, or their
+    /// defaults after a problem.
+    fn of(section: &PipelineSection, problems: &mut Vec<Problem>) -> Self {
+        let on_error = match section.on_error.as_deref() {
+            None | Some("continue") => OnError::Continue,
+            Some("abort") => OnError::Abort,
+            Some(other) => {
+                problems.push(Problem::new(
+                    "pipeline.on_error",
+                    format!("expected \"continue\" or \"abort\", got {other:?}"),
+                ));
+                OnError::Continue
+            }
+        };
+        let deadline = parse_duration(
+            section
+                .shutdown_deadline
+                .as_deref()
+                .unwrap_or(DEFAULT_DEADLINE),
+        )
+        .unwrap_or_else(|m| {
+            problems.push(Problem::new("pipeline.shutdown_deadline", m));
+            std::time::Duration::from_secs(30)
+        });
+        let stall_warning = parse_duration(section.stall_warning.as_deref().unwrap_or("5m"))
+            .unwrap_or_else(|m| {
+                problems.push(Problem::new("pipeline.stall_warning", m));
+                std::time::Duration::from_secs(300)
+            });
+        RunSettings {
+            on_error,
+            deadline,
+            stall_warning,
+        }
+    }
+}
+
+/// The `[limits]` that compiled, and what else is known of them.
+struct DeclaredLimits {
+    /// In declaration order: that order is the global acquisition order.
+    limits: Limits,
+    /// Declared but invalid: already reported, so not "unknown" where used.
+    broken: BTreeSet<String>,
+    /// The implicit `descriptors` budget, when the file has none.
+    implicit: Option<Limiter>,
+}
+
+/// `[limits.NAME]`, in declaration order.
+///
+/// Without a unit budget of its own, the source holds one slot of an
+/// implicit `descriptors` limiter per item, sized from the open-file limit:
+/// no run dies of "too many open files". First in the order, as it is
+/// taken first (at admission).
+fn compile_limits(
+    root: &mut Map<String, Value>,
+    shared: Option<&Limits>,
+    global: Option<&RateBackendFactory>,
+    problems: &mut Vec<Problem>,
+) -> DeclaredLimits {
     let mut limits = Limits::default();
-    // Declared but invalid: already reported, so not "unknown" where used.
     let mut broken = BTreeSet::new();
-    // Without a unit budget of its own, the source holds one slot of an
-    // implicit `descriptors` limiter per item, sized from the open-file
-    // limit: no run dies of "too many open files". First in the order, as
-    // it is taken first (at admission).
     let declares_descriptors = root
         .get("limits")
         .and_then(|v| v.clone().into_table().ok())
@@ -195,14 +308,14 @@ pub(super) fn compile(
         l
     });
     if let Some(v) = root.shift_remove("limits") {
-        for (name, value) in table("limits", v, &mut problems).unwrap_or_default() {
+        for (name, value) in table("limits", v, problems).unwrap_or_default() {
             let path = join("limits", &name);
-            let built = check_name(&path, &name, &mut problems)
-                .then(|| parse::<LimitSection>(&path, value, &mut problems))
+            let built = check_name(&path, &name, problems)
+                .then(|| parse::<LimitSection>(&path, value, problems))
                 .flatten()
                 .and_then(|s| match s.shared {
-                    Some(true) => take_shared(&path, &name, &s, shared, &mut problems),
-                    _ => build_limiter(&path, &name, &s, global, &mut problems),
+                    Some(true) => take_shared(&path, &name, &s, shared, problems),
+                    _ => build_limiter(&path, &name, &s, global, problems),
                 });
             match built {
                 Some(l) => limits.push(l),
@@ -212,63 +325,109 @@ pub(super) fn compile(
             }
         }
     }
-    // Shared limiters keep the sharing process's order, so that no two
-    // pipelines can take them in opposite orders.
-    if let Some(shared) = shared {
-        let mine: Vec<&Limiter> = limits.iter().filter(|l| shared.holds(l)).collect();
-        for pair in mine.windows(2) {
-            if shared.position(pair[0].name()) > shared.position(pair[1].name()) {
-                problems.push(Problem::graph(
-                    join("limits", pair[1].name()),
-                    format!(
-                        "shared limiters must be declared in the order the process shares them: `{}` before `{}`",
-                        pair[1].name(),
-                        pair[0].name()
-                    ),
-                ));
-            }
-        }
+    DeclaredLimits {
+        limits,
+        broken,
+        implicit,
     }
-    let known_limits = Declared {
-        limits: &limits,
-        broken: &broken,
+}
+
+/// Shared limiters keep the sharing process's order, so that no two
+/// pipelines can take them in opposite orders.
+fn check_shared_order(limits: &Limits, shared: Option<&Limits>, problems: &mut Vec<Problem>) {
+    let Some(shared) = shared else {
+        return;
     };
-
-    // [stages.NAME]
-    let mut declared: Vec<(String, StagePlan)> = Vec::new();
-    // What is known of each stage's limits, compiled or not.
-    let mut flowing: HashMap<String, Flowing> = HashMap::new();
-    let mut stage_names: Vec<String> = Vec::new();
-    if let Some(v) = root.shift_remove("stages") {
-        for (name, value) in table("stages", v, &mut problems).unwrap_or_default() {
-            let path = join("stages", &name);
-            stage_names.push(name.clone());
-            if !check_name(&path, &name, &mut problems) {
-                continue;
-            }
-            let Some(t) = table(&path, value, &mut problems) else {
-                continue;
-            };
-            let (plan, known) =
-                build_stage(&path, &name, t, registry, &known_limits, &mut problems);
-            if let Some(plan) = plan {
-                // Checks of this machine (an output directory is writable)
-                // for every stage that compiled, in the same pass.
-                if environment {
-                    for m in plan.handler.check_environment() {
-                        problems.push(Problem::environment(path.clone(), m));
-                    }
-                }
-                flowing.insert(name.clone(), Flowing::of(&plan));
-                declared.push((name, plan));
-            } else if let Some(known) = known {
-                flowing.insert(name, known);
-            }
+    let mine: Vec<&Limiter> = limits.iter().filter(|l| shared.holds(l)).collect();
+    for pair in mine.windows(2) {
+        if shared.position(pair[0].name()) > shared.position(pair[1].name()) {
+            problems.push(Problem::graph(
+                join("limits", pair[1].name()),
+                format!(
+                    "shared limiters must be declared in the order the process shares them: `{}` before `{}`",
+                    pair[1].name(),
+                    pair[0].name()
+                ),
+            ));
         }
     }
+}
 
-    // [source]
-    let source = match root.shift_remove("source") {
+/// The `[stages]` as declared, compiled or not.
+struct DeclaredStages {
+    /// The stages that compiled, in declaration order.
+    plans: Vec<(String, StagePlan)>,
+    /// What is known of each stage's limits, compiled or not.
+    flowing: HashMap<String, Flowing>,
+    /// Every declared name.
+    names: Vec<String>,
+}
+
+impl DeclaredStages {
+    /// The limiters the declared stages take (in the flow or not), when
+    /// every stage compiled: one that did not may take any of them.
+    fn taken(&self) -> Option<BTreeSet<String>> {
+        (self.plans.len() == self.names.len()).then(|| {
+            self.plans
+                .iter()
+                .flat_map(|(_, s)| s.limits.iter().chain(&s.charges))
+                .map(|l| l.name().to_owned())
+                .collect()
+        })
+    }
+}
+
+/// `[stages.NAME]`, each through its kind's factory; with `environment`,
+/// the checks of this machine (an output directory is writable) for every
+/// stage that compiled, in the same pass.
+fn compile_stages(
+    value: Option<Value>,
+    registry: &Registry,
+    known_limits: &Declared<'_>,
+    environment: bool,
+    problems: &mut Vec<Problem>,
+) -> DeclaredStages {
+    let mut declared = DeclaredStages {
+        plans: Vec::new(),
+        flowing: HashMap::new(),
+        names: Vec::new(),
+    };
+    let Some(v) = value else {
+        return declared;
+    };
+    for (name, value) in table("stages", v, problems).unwrap_or_default() {
+        let path = join("stages", &name);
+        declared.names.push(name.clone());
+        if !check_name(&path, &name, problems) {
+            continue;
+        }
+        let Some(t) = table(&path, value, problems) else {
+            continue;
+        };
+        let (plan, known) = build_stage(&path, &name, t, registry, known_limits, problems);
+        if let Some(plan) = plan {
+            if environment {
+                for m in plan.handler.check_environment() {
+                    problems.push(Problem::environment(path.clone(), m));
+                }
+            }
+            declared.flowing.insert(name.clone(), Flowing::of(&plan));
+            declared.plans.push((name, plan));
+        } else if let Some(known) = known {
+            declared.flowing.insert(name, known);
+        }
+    }
+    declared
+}
+
+/// `[source]`, which every pipeline needs.
+fn compile_source(
+    value: Option<Value>,
+    registry: &Registry,
+    known_limits: &Declared<'_>,
+    problems: &mut Vec<Problem>,
+) -> Option<SourcePlan> {
+    match value {
         None => {
             problems.push(Problem::new(
                 "source",
@@ -276,145 +435,8 @@ pub(super) fn compile(
             ));
             None
         }
-        Some(v) => table("source", v, &mut problems)
-            .and_then(|t| build_source(t, registry, &known_limits, &mut problems)),
-    };
-
-    // The limiters the declared stages take (in the flow or not), when every
-    // stage compiled: one that did not may take any of them.
-    let taken: Option<BTreeSet<String>> = (declared.len() == stage_names.len()).then(|| {
-        declared
-            .iter()
-            .flat_map(|(_, s)| s.limits.iter().chain(&s.charges))
-            .map(|l| l.name().to_owned())
-            .collect()
-    });
-
-    // The flow: every declared stage exactly once, in order.
-    let mut stages = Vec::new();
-    match &section.flow {
-        // Given but unreadable: its schema problem says so already.
-        None if problems.iter().any(|p| p.path == "pipeline.flow") => {}
-        None if stage_names.is_empty() => problems.push(Problem::graph(
-            "pipeline.flow",
-            "missing: declare the stages ([stages.NAME] with a `kind`) and list them in the \
-             order items pass through them, e.g. flow = [\"fetch\", \"decode\", \"write\"]",
-        )),
-        None => problems.push(Problem::graph(
-            "pipeline.flow",
-            format!(
-                "missing: list the stages in the order items pass through them, e.g. flow = [{}]",
-                stage_names
-                    .iter()
-                    .map(|n| format!("{n:?}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )),
-        Some(flow) if flow.is_empty() => problems.push(Problem::graph(
-            "pipeline.flow",
-            "must name at least one stage",
-        )),
-        Some(flow) => {
-            let mut by_name: HashMap<String, StagePlan> = declared.into_iter().collect();
-            let mut seen = BTreeSet::new();
-            for (i, name) in flow.iter().enumerate() {
-                let path = format!("pipeline.flow[{i}]");
-                if !seen.insert(name.clone()) {
-                    problems.push(Problem::graph(
-                        path,
-                        format!("duplicate stage `{name}`: a stage appears in the flow once"),
-                    ));
-                } else if let Some(plan) = by_name.remove(name) {
-                    stages.push(plan);
-                } else if !stage_names.contains(name) {
-                    problems.push(Problem::graph(
-                        path,
-                        format!(
-                            "unknown stage `{name}`; declared stages: {}",
-                            known(stage_names.iter())
-                        ),
-                    ));
-                }
-            }
-            for name in &stage_names {
-                if !seen.contains(name) {
-                    problems.push(Problem::graph(
-                        join("stages", name),
-                        "declared but not in pipeline.flow: add it to the flow or remove it",
-                    ));
-                }
-            }
-        }
-    }
-
-    // What items carry is checked along the whole flow, on what is known of
-    // the stages that did not compile (see `carried`).
-    not_checked.extend(check_along_flow(
-        section.flow.as_deref(),
-        &flowing,
-        source.as_ref(),
-        &limits,
-        &mut problems,
-    ));
-    if let Some(source) = &source {
-        if let Some(taken) = &taken {
-            check_used(source, taken, &limits, implicit.as_ref(), &mut problems);
-        }
-    }
-
-    let source = source.map(|mut s| {
-        if let Some(l) = implicit {
-            s.limits.push(l);
-        }
-        s
-    });
-    match source {
-        Some(source) if problems.is_empty() => Ok(Pipeline {
-            name: section.name.unwrap_or_else(|| default_name.to_owned()),
-            on_error,
-            shutdown_deadline: deadline,
-            stall_warning,
-            source,
-            stages,
-            limits,
-        }),
-        _ => Err(Failed {
-            problems,
-            not_checked,
-        }),
-    }
-}
-
-/// [`check_carried`] along the flow, when the flow and every stage's
-/// limits could be read; else what was not checked, and why.
-fn check_along_flow(
-    flow: Option<&[String]>,
-    flowing: &HashMap<String, Flowing>,
-    source: Option<&SourcePlan>,
-    limits: &Limits,
-    problems: &mut Vec<Problem>,
-) -> Option<String> {
-    let along: Vec<Flowing> = flow
-        .into_iter()
-        .flatten()
-        .filter_map(|name| flowing.get(name).cloned())
-        .collect();
-    let whole_flow = flow.is_some_and(|f| {
-        f.len() == along.len() && f.iter().collect::<BTreeSet<_>>().len() == f.len()
-    });
-    match (source, whole_flow) {
-        (Some(source), true) => check_carried(source, &along, limits, problems),
-        (None, _) => Some(
-            "what items carry from stage to stage, and whether every limiter is taken: \
-             [source] did not compile"
-                .to_owned(),
-        ),
-        (Some(_), false) => Some(
-            "what items carry from stage to stage: pipeline.flow, or a stage's `limits`, \
-             `carry` or `release`, could not be read"
-                .to_owned(),
-        ),
+        Some(v) => table("source", v, problems)
+            .and_then(|t| build_source(t, registry, known_limits, problems)),
     }
 }
 
@@ -424,36 +446,6 @@ fn check_along_flow(
 pub(super) struct Failed {
     pub problems: Vec<Problem>,
     pub not_checked: Vec<String>,
-}
-
-/// A declared limiter that no stage and not the source takes limits
-/// nothing: most often a `[limits.memory]` whose stages were never told to
-/// use it. Said as an error, as a stage left out of the flow is.
-fn check_used(
-    source: &SourcePlan,
-    taken: &BTreeSet<String>,
-    limits: &Limits,
-    implicit: Option<&Limiter>,
-    problems: &mut Vec<Problem>,
-) {
-    for l in limits.iter() {
-        let implicit = implicit.is_some_and(|i| i.name() == l.name());
-        let used = taken.contains(l.name()) || source.limits.iter().any(|s| s.name() == l.name());
-        if !implicit && !used {
-            problems.push(Problem::graph(
-                join("limits", l.name()),
-                format!(
-                    "declared but nothing takes it, so it limits nothing: name it in the `limits` \
-                     of the stages (or the source) it should bound{}, or remove it",
-                    if l.kind() == LimiterKind::Bytes {
-                        " (a fetch stage charges it with `memory = \"NAME\"`)"
-                    } else {
-                        ""
-                    }
-                ),
-            ));
-        }
-    }
 }
 
 fn build_source(

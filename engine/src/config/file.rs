@@ -3,7 +3,7 @@
 //! path, not a silently ignored setting. The compile step turns these into a
 //! runnable [`Pipeline`](crate::Pipeline).
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::units::{CountValue, SizeValue};
 
@@ -21,16 +21,6 @@ pub struct PipelineSection {
     pub shutdown_deadline: Option<String>,
     /// How long no item may move before the run says what waits for what.
     pub stall_warning: Option<String>,
-}
-
-/// What a failed item does to the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnError {
-    /// Record the failure and go on with the other items.
-    Continue,
-    /// Record the failure and abort the run.
-    Abort,
 }
 
 /// `[source]`: the keys the engine reads; the rest belong to the kind.

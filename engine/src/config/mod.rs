@@ -13,66 +13,10 @@ use std::path::{Path, PathBuf};
 use crate::pipeline::Pipeline;
 use crate::registry::Registry;
 
-pub use file::{LimitSection, OnError, PipelineSection};
-
-/// Which check found a problem. `warpline validate` checks in this order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Tier {
-    /// The file's shape: TOML syntax, known keys, types, values.
-    Schema,
-    /// How the parts connect: the flow, limiter and stage references, the
-    /// acquisition order.
-    Graph,
-    /// This machine: CRSs PROJ understands, GDAL drivers and creation
-    /// options, output directories that can be written.
-    Environment,
-}
-
-/// One thing wrong with a pipeline, at a key path such as
-/// `stages.decode.workers`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Problem {
-    /// Which check found it.
-    pub tier: Tier,
-    /// Where in the pipeline file (dotted key path; `<file>` for the whole).
-    pub path: String,
-    /// What is wrong and, where it helps, what would be right.
-    pub message: String,
-}
-
-impl Problem {
-    /// A problem with the file's shape at `path`.
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Problem {
-            tier: Tier::Schema,
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-
-    /// A problem with how the parts connect.
-    pub fn graph(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Problem {
-            tier: Tier::Graph,
-            ..Problem::new(path, message)
-        }
-    }
-
-    /// A problem with this machine (CRS, driver, directory).
-    pub fn environment(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Problem {
-            tier: Tier::Environment,
-            ..Problem::new(path, message)
-        }
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
-}
+pub use crate::pipeline::OnError;
+pub(crate) use crate::problem::{join, known, nearest, problem_from};
+pub use crate::problem::{Problem, Tier};
+pub use file::{LimitSection, PipelineSection};
 
 /// Every problem found in a pipeline.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,85 +50,16 @@ impl fmt::Display for ConfigErrors {
     }
 }
 
-/// Turns an error from the `config` crate into a problem at `path`, naming
-/// the key when the crate knows it. A misspelt key is told the nearest
-/// known one; `also` are keys of the same table that the engine reads
-/// itself (a stage's `workers`), which the kind's own list does not name.
-pub(crate) fn problem_from(path: &str, error: config::ConfigError, also: &[&str]) -> Problem {
-    // In a table within the table (`retry = { ... }`): the config crate
-    // says which, and the engine's own keys are not among its keys.
-    if let config::ConfigError::At {
-        error,
-        key: Some(key),
-        ..
-    } = error
-    {
-        let inner = error.to_string();
-        let message = unknown_field(&inner, &[]).unwrap_or(inner);
-        return Problem::new(join(path, &key), message);
+impl Pipeline {
+    /// Reads and compiles a pipeline file (no environment overrides; see
+    /// [`Loader`] for those).
+    pub fn from_path(path: impl AsRef<Path>, registry: &Registry) -> Result<Self, ConfigErrors> {
+        Loader::from_path(path).load(registry)
     }
-    if let Some(message) = unknown_field(&error.to_string(), also) {
-        return Problem::new(path, message);
-    }
-    match error {
-        config::ConfigError::Type {
-            unexpected,
-            expected,
-            key: Some(key),
-            ..
-        } => Problem::new(
-            join(path, &key),
-            format!("invalid type: {unexpected}, expected {expected}"),
-        ),
-        other => Problem::new(path, other.to_string()),
-    }
-}
 
-/// The known name nearest to a misspelt `name`, if one is near enough: by
-/// Jaro-Winkler similarity, as clap suggests subcommands.
-pub(crate) fn nearest<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    known
-        .map(|k| (strsim::jaro_winkler(name, k), k))
-        .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, k)| k)
-}
-
-/// serde's "unknown field `x`, expected one of `a`, `b`" (or "there are no
-/// fields"), with the nearest known key and `also` among the known ones.
-fn unknown_field(message: &str, also: &[&str]) -> Option<String> {
-    let rest = message.strip_prefix("unknown field `")?;
-    let (name, rest) = rest.split_once('`')?;
-    // The known keys are the backquoted words after the name.
-    let mut keys: Vec<&str> = also.to_vec();
-    for k in rest.split('`').skip(1).step_by(2) {
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
-    let mut out = format!("unknown field `{name}`");
-    if let Some(k) = nearest(name, keys.iter().copied()) {
-        out += &format!(" (did you mean `{k}`?)");
-    }
-    out += &format!("; known keys: {}", known(keys.iter()));
-    Some(out)
-}
-
-/// Names in backquotes, comma-separated (`none` for no names).
-pub(crate) fn known(names: impl Iterator<Item = impl AsRef<str>>) -> String {
-    let v: Vec<String> = names.map(|n| format!("`{}`", n.as_ref())).collect();
-    if v.is_empty() {
-        "none".to_owned()
-    } else {
-        v.join(", ")
-    }
-}
-
-pub(crate) fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{path}.{key}")
+    /// Compiles a pipeline from TOML text.
+    pub fn from_toml_str(text: &str, registry: &Registry) -> Result<Self, ConfigErrors> {
+        Loader::from_toml_str(text).load(registry)
     }
 }
 

@@ -7,8 +7,42 @@ use crate::limit::LimiterKind;
 
 impl fmt::Display for RunReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_items(f)?;
+        self.write_stages(f)?;
+        self.write_limiters(f)?;
+        for h in &self.hosts {
+            writeln!(
+                f,
+                "  host {}: {} requests, {:.1}/s, {} x 429, {} retries",
+                h.host, h.requests, h.achieved_per_s, h.throttled_429, h.retries
+            )?;
+        }
+        writeln!(f, "  diagnosis: {}", self.diagnosis)?;
+        for fail in self.failures.iter().take(10) {
+            writeln!(
+                f,
+                "  failed {} at {} ({}): {}",
+                fail.id, fail.stage, fail.kind, fail.message
+            )?;
+        }
+        let more = self.failures.len().saturating_sub(10) as u64 + self.failures_not_listed;
+        if more > 0 {
+            writeln!(f, "  ... and {more} more failures (see --report FILE)")?;
+        }
+        Ok(())
+    }
+}
+
+/// A size as the report prints it (`1.5 MiB`).
+fn size(b: u64) -> String {
+    bytesize::ByteSize(b).display().iec().to_string()
+}
+
+impl RunReport {
+    /// The first lines: what became of the items, throughput, stalls,
+    /// bytes and memory.
+    fn write_items(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let i = &self.items;
-        let size = |b: u64| bytesize::ByteSize(b).display().iec().to_string();
         writeln!(
             f,
             "pipeline `{}` {} in {:.2}s: {} items, {} done, {} skipped, {} failed",
@@ -48,6 +82,11 @@ impl fmt::Display for RunReport {
         if let Some(rss) = self.peak_rss_bytes {
             writeln!(f, "  peak memory (RSS): {}", size(rss))?;
         }
+        Ok(())
+    }
+
+    /// One line per stage.
+    fn write_stages(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "  stages:")?;
         for s in &self.stages {
             write!(
@@ -70,6 +109,11 @@ impl fmt::Display for RunReport {
                 _ => writeln!(f)?,
             }
         }
+        Ok(())
+    }
+
+    /// One line per limiter.
+    fn write_limiters(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if !self.limiters.is_empty() {
             writeln!(f, "  limiters:")?;
         }
@@ -98,25 +142,6 @@ impl fmt::Display for RunReport {
                 l.wait_s,
                 l.p95_wait_s
             )?;
-        }
-        for h in &self.hosts {
-            writeln!(
-                f,
-                "  host {}: {} requests, {:.1}/s, {} x 429, {} retries",
-                h.host, h.requests, h.achieved_per_s, h.throttled_429, h.retries
-            )?;
-        }
-        writeln!(f, "  diagnosis: {}", self.diagnosis)?;
-        for fail in self.failures.iter().take(10) {
-            writeln!(
-                f,
-                "  failed {} at {} ({}): {}",
-                fail.id, fail.stage, fail.kind, fail.message
-            )?;
-        }
-        let more = self.failures.len().saturating_sub(10) as u64 + self.failures_not_listed;
-        if more > 0 {
-            writeln!(f, "  ... and {more} more failures (see --report FILE)")?;
         }
         Ok(())
     }

@@ -4,63 +4,9 @@
 
 use super::*;
 
-/// Per-stage counters.
-#[derive(Debug, Default)]
-pub(crate) struct StageStats {
-    pub processed: AtomicU64,
-    pub busy_ns: AtomicU64,
-    /// CPU time of the stage's code on its own threads (blocking stages).
-    pub cpu_ns: AtomicU64,
-    /// Time workers waited for an item (the mailbox was empty).
-    pub starved_ns: AtomicU64,
-    /// Time workers waited to hand an item on (the next mailbox was full).
-    pub blocked_ns: AtomicU64,
-    /// Items in the stage's workers right now.
-    pub working: AtomicU64,
-}
-
 pub(super) fn add_ns(counter: &AtomicU64, since: Instant) {
     let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
     counter.fetch_add(ns, Ordering::Relaxed);
-}
-
-/// Requests to one host.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct HostStats {
-    pub requests: u64,
-    pub throttled: u64,
-    pub retries: u64,
-    pub first: Option<Instant>,
-    pub last: Option<Instant>,
-}
-
-/// Every item's end, counted once.
-#[derive(Debug, Default)]
-pub(crate) struct Ledger {
-    pub total: AtomicU64,
-    pub done: AtomicU64,
-    pub skipped: AtomicU64,
-    pub failed: AtomicU64,
-    pub failures: Mutex<Vec<Failure>>,
-    pub bytes_in: AtomicU64,
-    pub bytes_out: AtomicU64,
-    /// Items sent back to the start of the flow by a byte budget.
-    pub requeued: AtomicU64,
-    /// Inputs taken from the source (admitted or passed over by a shard or
-    /// an id list).
-    pub read: AtomicU64,
-    /// Whether the source said it had no more inputs.
-    pub exhausted: AtomicBool,
-}
-
-impl Ledger {
-    /// Items admitted that have not ended yet.
-    pub(super) fn in_flight(&self) -> u64 {
-        let ended = self.done.load(Ordering::Acquire)
-            + self.skipped.load(Ordering::Acquire)
-            + self.failed.load(Ordering::Acquire);
-        self.total.load(Ordering::Acquire).saturating_sub(ended)
-    }
 }
 
 pub(super) struct Shared {
@@ -176,16 +122,7 @@ impl Shared {
                 attempts,
                 status: error.status,
             };
-            if let Some(file) = &self.failures_file {
-                let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                let written = serde_json::to_writer(&mut *file, &record)
-                    .map_err(std::io::Error::from)
-                    .and_then(|_| file.write_all(b"\n"))
-                    .and_then(|_| file.flush());
-                if let Err(e) = written {
-                    tracing::error!("cannot write a failure record: {e}");
-                }
-            }
+            self.write_failure(&record);
             if failures.len() < REPORTED_FAILURES {
                 failures.push(record);
             }
@@ -202,6 +139,21 @@ impl Shared {
                 }
             }
             self.control.abort();
+        }
+    }
+
+    /// Appends a failure record to `--failures FILE`, if asked for.
+    fn write_failure(&self, record: &Failure) {
+        let Some(file) = &self.failures_file else {
+            return;
+        };
+        let mut file = file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let written = serde_json::to_writer(&mut *file, record)
+            .map_err(std::io::Error::from)
+            .and_then(|_| file.write_all(b"\n"))
+            .and_then(|_| file.flush());
+        if let Err(e) = written {
+            tracing::error!("cannot write a failure record: {e}");
         }
     }
 

@@ -3,7 +3,7 @@
 //! stage's code, retries, and hands the item on.
 
 use super::*;
-use crate::adapt::{Answer, Gates};
+use crate::adapt::{Answer, Gates, InFlight};
 
 /// What acquiring a stage's limiters came to.
 enum Acquired {
@@ -154,16 +154,7 @@ impl Worker {
             let refused = matches!(&result, Err(e) if matches!(e.status, Some(429 | 503)));
             let down = matches!(&result, Err(e) if e.host_down);
             if let (Some(t), Some((_, host))) = (entered, &gate) {
-                let answer = match &result {
-                    Ok(_) => Answer::Ok,
-                    // An unreachable host pauses like a 503, but each try
-                    // still counts: a host that stays down fails its items.
-                    Err(e) if refused || down => Answer::Refused(e.retry_after),
-                    Err(_) => Answer::Other,
-                };
-                if let Some(limits) = t.finish(answer) {
-                    shared.host_limits_lowered(host, &limits);
-                }
+                self.tell_gate(t, host, &result, refused || down);
             }
             let max_throttled = self
                 .gates
@@ -186,24 +177,7 @@ impl Worker {
                 result => return Some((item, result, held)),
             };
             drop(held); // nothing is held while waiting
-            let key = self.rate_key(&item);
-            if let Some(delay) = error.retry_after {
-                for l in &self.plan.limits {
-                    l.pause_key(key.as_deref(), delay);
-                }
-            }
-            let delay = if throttled {
-                // Not a failed try; the host's gate holds the next one
-                // until its pause is over.
-                item.attempts -= 1;
-                item.throttled += 1;
-                Duration::ZERO
-            } else {
-                self.plan
-                    .retry
-                    .backoff(item.attempts)
-                    .max(error.retry_after.unwrap_or_default())
-            };
+            let delay = self.before_retry(&mut item, &error, throttled);
             tracing::debug!(item = %item.id, stage, attempt = item.attempts, ?delay, "retrying: {}", redact_text(&error.message));
             tokio::select! {
                 biased;
@@ -213,6 +187,49 @@ impl Worker {
                 }
                 _ = tokio::time::sleep(delay) => {}
             }
+        }
+    }
+
+    /// Tells the host's gate how a try to it ended. An unreachable host
+    /// pauses like a 503 (`refused`), but each try still counts: a host
+    /// that stays down fails its items.
+    fn tell_gate(
+        &self,
+        entered: InFlight,
+        host: &str,
+        result: &Result<Outcome, StageError>,
+        refused: bool,
+    ) {
+        let answer = match result {
+            Ok(_) => Answer::Ok,
+            Err(e) if refused => Answer::Refused(e.retry_after),
+            Err(_) => Answer::Other,
+        };
+        if let Some(limits) = entered.finish(answer) {
+            self.shared.host_limits_lowered(host, &limits);
+        }
+    }
+
+    /// Before the item is tried again: the rate limiters pause for the
+    /// server's `Retry-After`, and the wait before the next try. A throttled
+    /// try is not a failed one: it does not count, and the host's gate holds
+    /// the next one until its pause is over.
+    fn before_retry(&self, item: &mut Item, error: &StageError, throttled: bool) -> Duration {
+        let key = self.rate_key(item);
+        if let Some(delay) = error.retry_after {
+            for l in &self.plan.limits {
+                l.pause_key(key.as_deref(), delay);
+            }
+        }
+        if throttled {
+            item.attempts -= 1;
+            item.throttled += 1;
+            Duration::ZERO
+        } else {
+            self.plan
+                .retry
+                .backoff(item.attempts)
+                .max(error.retry_after.unwrap_or_default())
         }
     }
 

@@ -14,7 +14,7 @@
 //!   selection, an assumed CRS;
 //! - [`Raster`]: the input as GDAL opened it, or the MEM dataset the warp
 //!   made;
-//! - [`CStringList`]: argument and option lists for the C API.
+//! - `CStringList`: argument and option lists for the C API.
 
 use std::ffi::{CStr, CString};
 use std::os::raw::c_char;

@@ -40,6 +40,8 @@ pub(super) fn take_shared(
     found
 }
 
+/// `[limits.NAME]` with exactly one of `permits`, `budget` or
+/// `per_second`: a count, bytes or rate limiter.
 pub(super) fn build_limiter(
     path: &str,
     name: &str,
@@ -62,56 +64,92 @@ pub(super) fn build_limiter(
         ));
         return None;
     }
-    let misplaced = |key: &str, set: bool, problems: &mut Vec<Problem>| {
-        if set {
+    if let Some(p) = &s.permits {
+        return count_limiter(path, name, s, p, problems);
+    }
+    if s.budget.is_some() {
+        return bytes_limiter(path, name, s, problems);
+    }
+    rate_limiter(path, name, s, global, problems)
+}
+
+/// A key given that the kind of limiter does not take.
+fn misplaced(path: &str, key: &str, set: bool, problems: &mut Vec<Problem>) {
+    if set {
+        problems.push(Problem::new(
+            join(path, key),
+            format!("`{key}` does not apply to this kind of limiter"),
+        ));
+    }
+}
+
+/// `permits = N`.
+fn count_limiter(
+    path: &str,
+    name: &str,
+    s: &LimitSection,
+    permits: &CountValue,
+    problems: &mut Vec<Problem>,
+) -> Option<Limiter> {
+    misplaced(path, "oversize", s.oversize.is_some(), problems);
+    misplaced(path, "burst", s.burst.is_some(), problems);
+    misplaced(path, "per", s.per.is_some(), problems);
+    let n = permits
+        .resolve()
+        .map_err(|m| problems.push(Problem::new(join(path, "permits"), m)))
+        .ok()?;
+    Some(Limiter::count(name, NonZeroU32::new(n)?))
+}
+
+/// `budget = SIZE`, with what an item larger than the budget does.
+fn bytes_limiter(
+    path: &str,
+    name: &str,
+    s: &LimitSection,
+    problems: &mut Vec<Problem>,
+) -> Option<Limiter> {
+    let b = s.budget.as_ref()?;
+    misplaced(path, "burst", s.burst.is_some(), problems);
+    misplaced(path, "per", s.per.is_some(), problems);
+    let oversize = match s.oversize.as_deref() {
+        None | Some("fail") => Oversize::Fail,
+        Some("alone") => Oversize::Alone,
+        Some(other) => {
             problems.push(Problem::new(
-                join(path, key),
-                format!("`{key}` does not apply to this kind of limiter"),
+                join(path, "oversize"),
+                format!("expected \"fail\" or \"alone\", got {other:?}"),
             ));
+            Oversize::Fail
         }
     };
-    if let Some(p) = &s.permits {
-        misplaced("oversize", s.oversize.is_some(), problems);
-        misplaced("burst", s.burst.is_some(), problems);
-        misplaced("per", s.per.is_some(), problems);
-        let n = p
-            .resolve()
-            .map_err(|m| problems.push(Problem::new(join(path, "permits"), m)))
-            .ok()?;
-        return Some(Limiter::count(name, NonZeroU32::new(n)?));
-    }
-    if let Some(b) = &s.budget {
-        misplaced("burst", s.burst.is_some(), problems);
-        misplaced("per", s.per.is_some(), problems);
-        let oversize = match s.oversize.as_deref() {
-            None | Some("fail") => Oversize::Fail,
-            Some("alone") => Oversize::Alone,
-            Some(other) => {
-                problems.push(Problem::new(
-                    join(path, "oversize"),
-                    format!("expected \"fail\" or \"alone\", got {other:?}"),
-                ));
-                Oversize::Fail
-            }
-        };
-        let bytes = match b.bytes() {
-            Ok(0) => {
-                problems.push(Problem::new(
-                    join(path, "budget"),
-                    "must be more than 0 bytes",
-                ));
-                return None;
-            }
-            Ok(n) => n,
-            Err(m) => {
-                problems.push(Problem::new(join(path, "budget"), m));
-                return None;
-            }
-        };
-        return Some(Limiter::bytes(name, bytes, oversize));
-    }
+    let bytes = match b.bytes() {
+        Ok(0) => {
+            problems.push(Problem::new(
+                join(path, "budget"),
+                "must be more than 0 bytes",
+            ));
+            return None;
+        }
+        Ok(n) => n,
+        Err(m) => {
+            problems.push(Problem::new(join(path, "budget"), m));
+            return None;
+        }
+    };
+    Some(Limiter::bytes(name, bytes, oversize))
+}
+
+/// `per_second = R`, one bucket for all or one per host, kept here or by
+/// the coordinator (`scope = "global"`).
+fn rate_limiter(
+    path: &str,
+    name: &str,
+    s: &LimitSection,
+    global: Option<&RateBackendFactory>,
+    problems: &mut Vec<Problem>,
+) -> Option<Limiter> {
     let rate = s.per_second.unwrap_or_default();
-    misplaced("oversize", s.oversize.is_some(), problems);
+    misplaced(path, "oversize", s.oversize.is_some(), problems);
     let key = match s.per.as_deref() {
         None | Some("all") => RateKey::Global,
         Some("host") => RateKey::Host,

@@ -31,25 +31,7 @@ pub(super) fn build_stage(
         // A limiter it names that is not there may be carried on too.
         sure: acquire.len() == common.limits.len(),
     };
-    let Some(kind) = common.kind else {
-        problems.push(Problem::graph(
-            join(path, "kind"),
-            format!(
-                "missing; known stage kinds: {}",
-                known(registry.stage_kinds().iter())
-            ),
-        ));
-        seen.sure = false;
-        return (None, Some(seen));
-    };
-    let Some(factory) = registry.stage(&kind) else {
-        problems.push(Problem::graph(
-            join(path, "kind"),
-            format!(
-                "unknown stage kind {kind:?}; known stage kinds: {}",
-                known(registry.stage_kinds().iter())
-            ),
-        ));
+    let Some((kind, factory)) = stage_kind(path, common.kind, registry, problems) else {
         seen.sure = false;
         return (None, Some(seen));
     };
@@ -91,6 +73,36 @@ pub(super) fn build_stage(
         adaptive,
     };
     (Some(plan), None)
+}
+
+/// The stage's `kind`, and its factory when the registry knows it.
+fn stage_kind<'r>(
+    path: &str,
+    kind: Option<String>,
+    registry: &'r Registry,
+    problems: &mut Vec<Problem>,
+) -> Option<(String, &'r crate::registry::StageFactory)> {
+    let Some(kind) = kind else {
+        problems.push(Problem::graph(
+            join(path, "kind"),
+            format!(
+                "missing; known stage kinds: {}",
+                known(registry.stage_kinds().iter())
+            ),
+        ));
+        return None;
+    };
+    let Some(factory) = registry.stage(&kind) else {
+        problems.push(Problem::graph(
+            join(path, "kind"),
+            format!(
+                "unknown stage kind {kind:?}; known stage kinds: {}",
+                known(registry.stage_kinds().iter())
+            ),
+        ));
+        return None;
+    };
+    Some((kind, factory))
 }
 
 /// A stage can carry only what it holds, and never a rate's token.

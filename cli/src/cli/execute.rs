@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::Context;
 use warpline::engine::report::RunOutcome;
 use warpline::engine::EventSink;
-use warpline::progress::{EventsFile, Fanout, Progress};
 use warpline::{Pipeline, RunControl, RunOptions, RunReport};
+use warpline_cli::progress::{EventsFile, Fanout, Progress};
 
 use super::{
     ProgressMode, RunArgs, EXIT_ABORTED_ON_ERROR, EXIT_INTERRUPTED, EXIT_ITEMS_FAILED, EXIT_OK,
@@ -30,7 +30,7 @@ struct Outputs {
 impl Outputs {
     fn open(
         args: &RunArgs,
-        acker: Option<Arc<warpline::coordinator::Acker>>,
+        acker: Option<Arc<warpline_cli::coordinator::Acker>>,
     ) -> anyhow::Result<Self> {
         let mut sinks: Vec<Arc<dyn EventSink>> = Vec::new();
         if let Some(a) = acker {
@@ -88,7 +88,7 @@ impl Outputs {
                 .with_context(|| format!("cannot write the report to {}", path.display()))?;
         }
         if let Some((path, mut file)) = self.html_file {
-            file.write_all(warpline::html::render(report).as_bytes())
+            file.write_all(warpline_cli::html::render(report).as_bytes())
                 .with_context(|| format!("cannot write the HTML report to {}", path.display()))?;
         }
         Ok(())
@@ -101,7 +101,7 @@ pub(super) async fn execute(
     pipeline: &Pipeline,
     args: &RunArgs,
     only_ids: Option<std::collections::HashSet<String>>,
-    acker: Option<Arc<warpline::coordinator::Acker>>,
+    acker: Option<Arc<warpline_cli::coordinator::Acker>>,
 ) -> anyhow::Result<u8> {
     let mut outputs = Outputs::open(args, acker.clone())?;
     if let Some(addr) = args.metrics {

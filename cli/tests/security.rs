@@ -2,13 +2,14 @@
 //! schemes are fetched, credentials never leak, GDAL opens nothing of its
 //! own, and a decompression bomb fails before allocating.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
 use std::process::Command;
 
 use common::{list_pipeline, runtime, tiles};
-use warpline::tileserver::{Faults, TileServer};
+use warpline_testkit::{Faults, TileServer};
 
 /// Every file under `dir`, recursively.
 fn all_files(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -318,6 +319,77 @@ fn a_tiny_tiff_declaring_a_huge_raster_fails_before_allocating() {
     );
 }
 
+/// `warpline run` at `WARPLINE_LOG=debug`, writing every file it can:
+/// report, HTML report, failures and events.
+fn run_writing_everything(
+    pipeline: &std::path::Path,
+    files: &[std::path::PathBuf; 4],
+) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_warpline"))
+        .arg("run")
+        .arg(pipeline)
+        .arg("--report")
+        .arg(&files[0])
+        .arg("--report-html")
+        .arg(&files[1])
+        .arg("--failures")
+        .arg(&files[2])
+        .arg("--events")
+        .arg(&files[3])
+        .arg("--progress=off")
+        .env("WARPLINE_LOG", "debug")
+        .output()
+        .unwrap()
+}
+
+/// Everything a run showed: its stdout and stderr, and the files it wrote
+/// (report, HTML report, failures, events).
+fn everything_shown(
+    out: &std::process::Output,
+    files: &[std::path::PathBuf; 4],
+) -> Vec<(&'static str, String)> {
+    let mut everything = vec![
+        ("stdout", String::from_utf8_lossy(&out.stdout).into_owned()),
+        ("stderr", String::from_utf8_lossy(&out.stderr).into_owned()),
+    ];
+    for (what, path) in ["report", "HTML report", "failures", "events"]
+        .into_iter()
+        .zip(files)
+    {
+        everything.push((what, std::fs::read_to_string(path).unwrap()));
+    }
+    everything
+}
+
+/// The query parameters of signed URLs (GCS, S3, Azure, tokens), each with
+/// a secret value: every one holds `qqv`.
+fn signed_parameters() -> Vec<String> {
+    [
+        "sig",
+        "se",
+        "sp",
+        "sv",
+        "X-Goog-Signature",
+        "X-Goog-Credential",
+        "refresh_token",
+        "X-Amz-Security-Token",
+        "X-Amz-Credential",
+        "X-Amz-Signature",
+        "AWSAccessKeyId",
+        "Signature",
+        "Policy",
+        "Key-Pair-Id",
+        "api_key",
+        "access_token",
+        "password",
+        "TOKEN",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, name)| format!("{name}=qqv{i}"))
+    .collect()
+}
+
 /// Issue 16, item 6: a URL that does not parse (port out of range) was
 /// quoted verbatim everywhere; signed-URL parameters of GCS, S3 and Azure
 /// passed unredacted; and at `WARPLINE_LOG=debug` a redirect target's user
@@ -342,31 +414,7 @@ fn secrets_stay_hidden_in_urls_that_do_not_parse_and_in_debug_logs() {
             },
         ))
         .unwrap();
-    // Every secret value below holds `qqv`, or is one of the brief's.
-    let signed: Vec<String> = [
-        "sig",
-        "se",
-        "sp",
-        "sv",
-        "X-Goog-Signature",
-        "X-Goog-Credential",
-        "refresh_token",
-        "X-Amz-Security-Token",
-        "X-Amz-Credential",
-        "X-Amz-Signature",
-        "AWSAccessKeyId",
-        "Signature",
-        "Policy",
-        "Key-Pair-Id",
-        "api_key",
-        "access_token",
-        "password",
-        "TOKEN",
-    ]
-    .iter()
-    .enumerate()
-    .map(|(i, name)| format!("{name}=qqv{i}"))
-    .collect();
+    let signed = signed_parameters();
     let lines = [
         "http://user:hunter2@127.0.0.1:99999/x.tif?token=S&X-Goog-Signature=abc".to_owned(),
         format!("https://127.0.0.1:99999/y.tif?a=1&{}", signed.join("&")),
@@ -389,31 +437,8 @@ fn secrets_stay_hidden_in_urls_that_do_not_parse_and_in_debug_logs() {
         "events.jsonl",
     ]
     .map(|name| work.path().join(name));
-    let out = Command::new(env!("CARGO_BIN_EXE_warpline"))
-        .arg("run")
-        .arg(&pipeline)
-        .arg("--report")
-        .arg(&files[0])
-        .arg("--report-html")
-        .arg(&files[1])
-        .arg("--failures")
-        .arg(&files[2])
-        .arg("--events")
-        .arg(&files[3])
-        .arg("--progress=off")
-        .env("WARPLINE_LOG", "debug")
-        .output()
-        .unwrap();
-    let mut everything = vec![
-        ("stdout", String::from_utf8_lossy(&out.stdout).into_owned()),
-        ("stderr", String::from_utf8_lossy(&out.stderr).into_owned()),
-    ];
-    for (what, path) in ["report", "HTML report", "failures", "events"]
-        .into_iter()
-        .zip(&files)
-    {
-        everything.push((what, std::fs::read_to_string(path).unwrap()));
-    }
+    let out = run_writing_everything(&pipeline, &files);
+    let everything = everything_shown(&out, &files);
     assert_eq!(out.status.code(), Some(3), "{}", everything[1].1);
     // The work folder's random name is no secret, and could hold `abc`.
     let folder = work.path().display().to_string();

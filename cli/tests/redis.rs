@@ -5,6 +5,7 @@
 //! (`scripts/test.sh` starts one). Without the variable these tests say
 //! they are skipped; with it, an unreachable server fails them.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
@@ -15,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::{hashes, runtime, tiles, write_url_list};
 use warpline::engine::shard::Shard;
-use warpline::tileserver::{Faults, TileServer};
 use warpline::{Event, EventKind, RunOptions};
+use warpline_testkit::{Faults, TileServer};
 
 fn redis_url() -> Option<String> {
     match std::env::var("WARPLINE_TEST_REDIS") {
@@ -197,11 +198,7 @@ fn dead_letters_are_listed_with_their_errors_and_requeued_with_counts_kept_true(
     let server = rt.block_on(TileServer::start(tiles.clone())).unwrap();
     let work = tempfile::tempdir().unwrap();
     let list = work.path().join("tiles.txt");
-    write_url_list(
-        &server,
-        tiles.iter().map(|(n, _)| n.as_str()).chain(["poison.tif"]),
-        &list,
-    );
+    list_with_poison(&server, &tiles, &list);
     let out = work.path().join("out");
     let pipeline = work.path().join("p.toml");
     std::fs::write(&pipeline, worker_pipeline(&list, &out, 1000)).unwrap();
@@ -215,25 +212,10 @@ fn dead_letters_are_listed_with_their_errors_and_requeued_with_counts_kept_true(
             .status()
             .unwrap()
     };
-    assert!(warpline(&["enqueue", p])
-        .args(co)
-        .status()
-        .unwrap()
-        .success());
+    enqueue(p, &co);
     assert_eq!(work_once().code(), Some(3), "the 404 failed");
 
-    let listed = |format: &str| {
-        let out = warpline(&["dead", "--format", format])
-            .args(co)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let listed = |format: &str| list_dead(&co, format);
     let dead: serde_json::Value = serde_json::from_str(&listed("json")).unwrap();
     let dead = dead.as_array().unwrap();
     assert_eq!(dead.len(), 1, "{dead:?}");
@@ -255,12 +237,7 @@ fn dead_letters_are_listed_with_their_errors_and_requeued_with_counts_kept_true(
     assert!(String::from_utf8_lossy(&none.stderr).contains("no-such-item"));
     assert_eq!(status(&url, &run)["dead"], 1);
 
-    let moved = warpline(&["requeue", &id]).args(co).output().unwrap();
-    assert!(
-        moved.status.success(),
-        "{}",
-        String::from_utf8_lossy(&moved.stderr)
-    );
+    requeue(&co, &id);
     let s = status(&url, &run);
     assert_eq!(
         (&s["enqueued"], &s["done"], &s["dead"], &s["complete"]),
@@ -321,23 +298,7 @@ fn three_workers_one_killed_every_item_once_within_the_global_rate() {
         "enqueueing twice adds nothing"
     );
 
-    let spawn = |name: &str| -> Child {
-        warpline(&[
-            "run",
-            p,
-            "--reclaim-after",
-            "1s",
-            "--consumer",
-            name,
-            "--progress",
-            "off",
-        ])
-        .args(co)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-    };
+    let spawn = |name: &str| spawn_worker(p, &co, name);
     let mut victim = spawn("victim");
     let mut others = vec![spawn("w1"), spawn("w2")];
     // Kill one worker once some outputs exist (a condition, polled).
@@ -365,10 +326,7 @@ fn three_workers_one_killed_every_item_once_within_the_global_rate() {
         assert_eq!(ds.raster_size(), (64, 64), "{name}");
     }
     // The killed worker's items were claimed again by the others.
-    let mut conn = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut conn = connect(&url);
     let deliveries: std::collections::HashMap<String, u32> = redis::cmd("HGETALL")
         .arg(format!("warpline:{run}:deliveries"))
         .query(&mut conn)
@@ -401,11 +359,7 @@ fn a_permanent_failure_is_dead_lettered_at_once_a_transient_one_after_the_maximu
         .unwrap()
         .local_addr()
         .unwrap();
-    write_url_list(
-        &server,
-        tiles.iter().map(|(n, _)| n.as_str()).chain(["poison.tif"]),
-        &list,
-    );
+    list_with_poison(&server, &tiles, &list);
     let mut text = std::fs::read_to_string(&list).unwrap();
     text.push_str(&format!("\nhttp://{refused}/refused.tif\n"));
     std::fs::write(&list, text).unwrap();
@@ -414,11 +368,7 @@ fn a_permanent_failure_is_dead_lettered_at_once_a_transient_one_after_the_maximu
     std::fs::write(&pipeline, worker_pipeline(&list, &out, 1000)).unwrap();
     let p = pipeline.to_str().unwrap();
     let co = ["--coordinator", url.as_str(), "--run", run.as_str()];
-    assert!(warpline(&["enqueue", p])
-        .args(co)
-        .status()
-        .unwrap()
-        .success());
+    enqueue(p, &co);
     let status_code = warpline(&[
         "run",
         p,
@@ -451,16 +401,7 @@ fn a_permanent_failure_is_dead_lettered_at_once_a_transient_one_after_the_maximu
         "{s}"
     );
     assert_eq!(s["complete"], true);
-    let mut conn = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let dead: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
-        .arg(format!("warpline:{run}:dead"))
-        .arg("-")
-        .arg("+")
-        .query(&mut conn)
-        .unwrap();
+    let dead = dead_stream(&url, &run);
     let entry = |name: &str| {
         dead.iter()
             .map(|(_, f)| f)
@@ -477,6 +418,84 @@ fn a_permanent_failure_is_dead_lettered_at_once_a_transient_one_after_the_maximu
         4 + 1,
         "the 404 was asked for once, not once per delivery"
     );
+}
+
+/// A list of the tiles' URLs and of `poison.tif`, which the server does
+/// not have (404).
+fn list_with_poison(server: &TileServer, tiles: &[(String, Vec<u8>)], list: &Path) {
+    write_url_list(
+        server,
+        tiles.iter().map(|(n, _)| n.as_str()).chain(["poison.tif"]),
+        list,
+    );
+}
+
+/// `warpline requeue ID`, which must succeed.
+fn requeue(co: &[&str], id: &str) {
+    let moved = warpline(&["requeue", id]).args(co).output().unwrap();
+    assert!(
+        moved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&moved.stderr)
+    );
+}
+
+/// The run's dead-letter stream, read straight from Redis.
+fn dead_stream(url: &str, run: &str) -> Vec<(String, HashMap<String, String>)> {
+    let mut conn = connect(url);
+    redis::cmd("XRANGE")
+        .arg(format!("warpline:{run}:dead"))
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .unwrap()
+}
+
+/// `warpline enqueue`, which must succeed.
+fn enqueue(p: &str, co: &[&str]) {
+    assert!(warpline(&["enqueue", p])
+        .args(co)
+        .status()
+        .unwrap()
+        .success());
+}
+
+/// A connection to the test's Redis.
+fn connect(url: &str) -> redis::Connection {
+    redis::Client::open(url).unwrap().get_connection().unwrap()
+}
+
+/// `warpline dead --format FORMAT`, which must succeed: its output.
+fn list_dead(co: &[&str], format: &str) -> String {
+    let out = warpline(&["dead", "--format", format])
+        .args(co)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A worker that reclaims items idle for a second.
+fn spawn_worker(p: &str, co: &[&str], name: &str) -> Child {
+    warpline(&[
+        "run",
+        p,
+        "--reclaim-after",
+        "1s",
+        "--consumer",
+        name,
+        "--progress",
+        "off",
+    ])
+    .args(co)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap()
 }
 
 fn fastrand_id() -> u64 {

@@ -219,7 +219,7 @@ mod tests {
             "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 1\n\
              [limits.memory]\nbudget = \"8MiB\"\n[stages.a]\n{stage}\nlimits = [\"memory\"]\n"
         );
-        Plan::of(&Pipeline::from_toml_str(&toml, &crate::registry()).unwrap())
+        Plan::of(&Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap())
     }
 
     #[test]

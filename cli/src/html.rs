@@ -161,10 +161,17 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f
         Some(t) if !t.samples.is_empty() => page.push_str(&charts(t)),
         _ => page.push_str("<p>(No timeline: the run was not sampled.)</p>"),
     }
+    tables(&mut page, report);
+    page.push_str("</body></html>\n");
+    page
+}
+
+/// The report's tables: stages, limiters, hosts, failures.
+fn tables(page: &mut String, report: &RunReport) {
     page.push_str("<h2>Stages</h2><table><tr><th>stage</th><th>kind</th><th>workers</th><th>mailbox</th><th>processed</th><th>busy s</th><th>busy %</th><th>starved s</th><th>blocked s</th></tr>");
     for s in &report.stages {
         let _ = write!(
-            page,
+            *page,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.0}</td><td>{:.2}</td><td>{:.2}</td></tr>",
             esc(&s.name),
             esc(&s.kind),
@@ -180,7 +187,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f
     page.push_str("</table><h2>Limiters</h2><table><tr><th>limiter</th><th>kind</th><th>capacity</th><th>peak in use</th><th>at capacity %</th><th>waited s</th><th>p95 wait s</th></tr>");
     for l in &report.limiters {
         let _ = write!(
-            page,
+            *page,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.2}</td><td>{:.3}</td></tr>",
             esc(&l.name),
             l.kind,
@@ -196,7 +203,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f
         page.push_str("<h2>Hosts</h2><table><tr><th>host</th><th>requests</th><th>per s</th><th>429s</th><th>retries</th></tr>");
         for h in &report.hosts {
             let _ = write!(
-                page,
+                *page,
                 "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
                 esc(&h.host),
                 h.requests,
@@ -211,7 +218,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f
         page.push_str("<h2>Failures</h2><table><tr><th>item</th><th>stage</th><th>kind</th><th>message</th></tr>");
         for f in report.failures.iter().take(200) {
             let _ = write!(
-                page,
+                *page,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
                 esc(&f.id),
                 esc(&f.stage),
@@ -221,8 +228,6 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f
         }
         page.push_str("</table>");
     }
-    page.push_str("</body></html>\n");
-    page
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use clap::Args;
-use warpline::coordinator::Coordinator;
+use warpline_cli::coordinator::Coordinator;
 
 use super::{load_with, not_connected, runtime, Format, EXIT_ERROR, EXIT_INVALID, EXIT_OK};
 
@@ -43,7 +43,7 @@ impl RedisArgs {
     pub(super) async fn connect(
         &self,
         pipeline_name: &str,
-    ) -> anyhow::Result<Option<warpline::coordinator::Coordinator>> {
+    ) -> anyhow::Result<Option<warpline_cli::coordinator::Coordinator>> {
         let Some(url) = &self.coordinator else {
             return Ok(None);
         };
@@ -55,14 +55,14 @@ impl RedisArgs {
             let host = std::fs::read_to_string("/etc/hostname").unwrap_or_else(|_| "host".into());
             format!("{}-{}", host.trim(), std::process::id())
         });
-        let settings = warpline::coordinator::Settings {
+        let settings = warpline_cli::coordinator::Settings {
             run: self.run.clone().unwrap_or_else(|| pipeline_name.to_owned()),
             consumer,
             max_deliveries: self.max_deliveries.max(1),
             reclaim_after,
             give_up_after,
         };
-        let c = warpline::coordinator::Coordinator::connect(url, settings)
+        let c = warpline_cli::coordinator::Coordinator::connect(url, settings)
             .await
             .map_err(|e| anyhow::anyhow!(e))?;
         Ok(Some(c))

@@ -8,10 +8,10 @@ use std::path::Path;
 
 use warpline_engine::{ConfigErrors, Loader, Pipeline};
 
-use crate::tileserver::TileServer;
+use warpline_testkit::TileServer;
 
 /// The demo pipeline file, as shipped in `pipelines/demo.toml`.
-pub const PIPELINE: &str = include_str!("../pipelines/demo.toml");
+pub const PIPELINE: &str = include_str!("../../pipelines/demo.toml");
 
 /// Sample tiles per CRS, and their size in pixels.
 pub const TILES_PER_CRS: usize = 6;
@@ -69,6 +69,6 @@ pub async fn prepare(dir: &Path, sets: &[(String, String)]) -> Result<Demo, Demo
     for (k, v) in sets {
         loader = loader.set(k.clone(), v.clone());
     }
-    let pipeline = loader.load(&crate::registry())?;
+    let pipeline = loader.load(&warpline::registry())?;
     Ok(Demo { server, pipeline })
 }

@@ -2,6 +2,7 @@
 //! finishes exactly the rest, every final file complete and identical to a
 //! clean run's.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{hashes, list_pipeline, runtime, tiles, write_url_list};
 use warpline::stages::temps::temporary_name;
-use warpline::tileserver::{Faults, TileServer};
+use warpline_testkit::{Faults, TileServer};
 
 const TILES_PER_CRS: usize = 6;
 const TOTAL: u64 = 4 * TILES_PER_CRS as u64;

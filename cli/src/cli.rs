@@ -384,7 +384,7 @@ fn init_logging(format: LogFormat) {
         .log_internal_errors(false)
         .with_env_filter(filter)
         .with_ansi(colour)
-        .with_writer(warpline::progress::LogWriter);
+        .with_writer(warpline_cli::progress::LogWriter);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -514,9 +514,9 @@ fn demo(dir: &Path, args: &RunArgs) -> anyhow::Result<u8> {
     };
     let runtime = runtime()?;
     runtime.block_on(async {
-        let demo = match warpline::demo::prepare(dir, &sets).await {
+        let demo = match warpline_cli::demo::prepare(dir, &sets).await {
             Ok(d) => d,
-            Err(warpline::demo::DemoError::Config(errors)) => {
+            Err(warpline_cli::demo::DemoError::Config(errors)) => {
                 say_err!("{errors}");
                 return Ok(EXIT_INVALID);
             }
@@ -524,7 +524,7 @@ fn demo(dir: &Path, args: &RunArgs) -> anyhow::Result<u8> {
         };
         say_err!(
             "warpline demo: {} sample tiles served at http://{}/tiles/, listed in {}",
-            4 * warpline::demo::TILES_PER_CRS,
+            4 * warpline_cli::demo::TILES_PER_CRS,
             demo.server.addr(),
             dir.join("tiles.txt").display()
         );

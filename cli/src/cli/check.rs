@@ -59,48 +59,8 @@ pub(super) fn validate(paths: &[PathBuf], sets: &[String], format: Format) -> u8
     }
     let all_valid = files.iter().all(|f| f.problems.is_empty());
     match format {
-        Format::Json => {
-            let json = serde_json::json!({
-                "valid": all_valid,
-                "files": files.iter().map(|f| serde_json::json!({
-                    "path": f.path.display().to_string(),
-                    "valid": f.problems.is_empty(),
-                    "admission_bound": f.bound,
-                    "problems": f.problems,
-                    "not_checked": f.not_checked,
-                })).collect::<Vec<_>>(),
-            });
-            say!(
-                "{}",
-                serde_json::to_string_pretty(&json).unwrap_or_default()
-            );
-        }
-        Format::Text => {
-            for f in &files {
-                if f.problems.is_empty() {
-                    say!(
-                        "{}: valid (admission bound {} items)",
-                        f.path.display(),
-                        f.bound.unwrap_or_default()
-                    );
-                    continue;
-                }
-                let n = f.problems.len();
-                say!(
-                    "{}: {n} problem{}",
-                    f.path.display(),
-                    if n == 1 { "" } else { "s" }
-                );
-                let mut sorted: Vec<&Problem> = f.problems.iter().collect();
-                sorted.sort_by_key(|p| p.tier);
-                for p in sorted {
-                    say!("  - [{}] {}: {}", tier_name(p.tier), p.path, p.message);
-                }
-                for n in &f.not_checked {
-                    say!("  (not checked: {n})");
-                }
-            }
-        }
+        Format::Json => print_json(&files, all_valid),
+        Format::Text => print_text(&files),
     }
     if all_valid {
         EXIT_OK
@@ -109,12 +69,58 @@ pub(super) fn validate(paths: &[PathBuf], sets: &[String], format: Format) -> u8
     }
 }
 
+/// `validate --format json`: every file, valid or not, in one document.
+fn print_json(files: &[Checked], all_valid: bool) {
+    let json = serde_json::json!({
+        "valid": all_valid,
+        "files": files.iter().map(|f| serde_json::json!({
+            "path": f.path.display().to_string(),
+            "valid": f.problems.is_empty(),
+            "admission_bound": f.bound,
+            "problems": f.problems,
+            "not_checked": f.not_checked,
+        })).collect::<Vec<_>>(),
+    });
+    say!(
+        "{}",
+        serde_json::to_string_pretty(&json).unwrap_or_default()
+    );
+}
+
+/// `validate`: each file's problems, by tier, and what was not checked.
+fn print_text(files: &[Checked]) {
+    for f in files {
+        if f.problems.is_empty() {
+            say!(
+                "{}: valid (admission bound {} items)",
+                f.path.display(),
+                f.bound.unwrap_or_default()
+            );
+            continue;
+        }
+        let n = f.problems.len();
+        say!(
+            "{}: {n} problem{}",
+            f.path.display(),
+            if n == 1 { "" } else { "s" }
+        );
+        let mut sorted: Vec<&Problem> = f.problems.iter().collect();
+        sorted.sort_by_key(|p| p.tier);
+        for p in sorted {
+            say!("  - [{}] {}: {}", tier_name(p.tier), p.path, p.message);
+        }
+        for n in &f.not_checked {
+            say!("  (not checked: {n})");
+        }
+    }
+}
+
 pub(super) fn plan(path: &Path, sets: &[String], format: Format) -> u8 {
     let pipeline = match load_with(path, sets, Some(not_connected())) {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let plan = warpline::plan::Plan::of(&pipeline);
+    let plan = warpline_cli::plan::Plan::of(&pipeline);
     match format {
         Format::Json => say!(
             "{}",

@@ -7,6 +7,7 @@
 //! Mounting needs root (CAP_SYS_ADMIN), as the tests have in CI; where the
 //! mount is refused, each test says it is skipped and why.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -167,4 +168,51 @@ fn a_full_disk_stops_a_cog_run_and_says_so() {
 #[test]
 fn a_full_disk_stops_an_uncompressed_cog_run_and_says_so() {
     fill_the_disk("format = \"COG\"\ncreation_options = { COMPRESS = \"NONE\" }");
+}
+
+#[test]
+fn a_full_disk_while_writing_fails_the_item_and_leaves_no_file() {
+    // A file-size limit stands in for a full disk: writes past it fail with
+    // EFBIG (SIGXFSZ is ignored so the process lives to say so).
+    let work = tempfile::tempdir().unwrap();
+    let files = common::sample_files(&work.path().join("in"), 1, 512);
+    let out = work.path().join("out");
+    let pipeline = work.path().join("p.toml");
+    std::fs::write(
+        &pipeline,
+        common::raster_pipeline(
+            &[files[0].display().to_string()],
+            "crs = \"EPSG:3857\"",
+            &format!("dir = {:?}", out.display().to_string()),
+            1,
+        ),
+    )
+    .unwrap();
+    let report = work.path().join("report.json");
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 100; exec {} run {} --report {}",
+        env!("CARGO_BIN_EXE_warpline"),
+        pipeline.display(),
+        report.display()
+    );
+    let status = Command::new("bash")
+        .args(["-c", &script])
+        .env_remove("WARPLINE_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(3), "some items failed");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["items"]["failed"], 1);
+    let f = &json["failures"][0];
+    assert_eq!(f["stage"], "write", "{f}");
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .map(|d| d.collect())
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "a partial or temporary file is left: {left:?}"
+    );
 }

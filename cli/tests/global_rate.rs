@@ -2,9 +2,10 @@
 //! whole run, queue drained or not, with no 429 from a server that allows
 //! exactly that rate. On a redis-server of the test's own.
 //!
-//! The README's figure: `cargo test --test global_rate -- --ignored
-//! --nocapture` (3 workers, 300 tiles, bucket 20/s, bursts 1 and 2).
+//! The README's figure: `cargo test -p warpline-cli --test global_rate --
+//! --ignored --nocapture` (3 workers, 300 tiles, bucket 20/s, bursts 1 and 2).
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 mod own_redis;
 
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{runtime, tiles, write_url_list};
 use own_redis::OwnRedis;
-use warpline::tileserver::{Faults, TileServer};
+use warpline_testkit::{Faults, TileServer};
 
 /// Script calls Redis has run since its statistics were last reset.
 fn script_calls(redis: &OwnRedis, reset: bool) -> u64 {
@@ -52,31 +53,16 @@ struct Ran {
     calls_per_item: f64,
 }
 
-/// Runs `workers` processes over `tiles_per_crs * 4` tiles from a server
-/// allowing 20 requests/s (50 ms latency, 429 beyond).
-fn run(redis: &OwnRedis, workers: usize, tiles_per_crs: usize, burst: u32) -> Ran {
-    // A 429 is tried again (after its `Retry-After`, which pauses the
-    // bucket for every worker) rather than left for reclaim.
-    let attempts = 3;
-    let rt = runtime();
-    let tiles = tiles(tiles_per_crs, 64);
-    let faults = Faults {
-        latency: Some(Duration::from_millis(50)),
-        rate_limit: Some(20.0),
-        ..Faults::default()
-    };
-    let server = rt
-        .block_on(TileServer::start_with(tiles.clone(), faults))
-        .unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let list = work.path().join("tiles.txt");
-    write_url_list(&server, tiles.iter().map(|(n, _)| n.as_str()), &list);
-    let out = work.path().join("out");
-    let pipeline = work.path().join("p.toml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            r#"
+/// The pipeline each worker runs: fetch under a global rate of 20/s per
+/// host, decode, write.
+fn rate_pipeline(
+    list: &std::path::Path,
+    out: &std::path::Path,
+    burst: u32,
+    attempts: u32,
+) -> String {
+    format!(
+        r#"
 [pipeline]
 name = "rate"
 flow = ["fetch", "decode", "write"]
@@ -99,11 +85,48 @@ kind = "decode"
 kind = "write"
 dir = {out:?}
 "#,
-            list = list.display().to_string(),
-            out = out.display().to_string()
-        ),
+        list = list.display().to_string(),
+        out = out.display().to_string()
     )
-    .unwrap();
+}
+
+/// Waits for every worker to end, each with exit code 0.
+fn wait_for_all(children: &mut [std::process::Child]) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    for c in children {
+        loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                assert_eq!(s.code(), Some(0), "a worker failed");
+                break;
+            }
+            assert!(Instant::now() < deadline, "the workers did not finish");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Runs `workers` processes over `tiles_per_crs * 4` tiles from a server
+/// allowing 20 requests/s (50 ms latency, 429 beyond).
+fn run(redis: &OwnRedis, workers: usize, tiles_per_crs: usize, burst: u32) -> Ran {
+    // A 429 is tried again (after its `Retry-After`, which pauses the
+    // bucket for every worker) rather than left for reclaim.
+    let attempts = 3;
+    let rt = runtime();
+    let tiles = tiles(tiles_per_crs, 64);
+    let faults = Faults {
+        latency: Some(Duration::from_millis(50)),
+        rate_limit: Some(20.0),
+        ..Faults::default()
+    };
+    let server = rt
+        .block_on(TileServer::start_with(tiles.clone(), faults))
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let list = work.path().join("tiles.txt");
+    write_url_list(&server, tiles.iter().map(|(n, _)| n.as_str()), &list);
+    let out = work.path().join("out");
+    let pipeline = work.path().join("p.toml");
+    std::fs::write(&pipeline, rate_pipeline(&list, &out, burst, attempts)).unwrap();
     let p = pipeline.to_str().unwrap();
     let url = redis.url();
     let run = format!("rate-{workers}-{burst}-{tiles_per_crs}");
@@ -138,17 +161,7 @@ dir = {out:?}
                 .unwrap()
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    for c in &mut children {
-        loop {
-            if let Some(s) = c.try_wait().unwrap() {
-                assert_eq!(s.code(), Some(0), "a worker failed");
-                break;
-            }
-            assert!(Instant::now() < deadline, "the workers did not finish");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    wait_for_all(&mut children);
     let n = (tiles_per_crs * 4) as u64;
     assert_eq!(server.served(), n, "every tile served once");
     assert_eq!(server.requests(), n + server.throttled());

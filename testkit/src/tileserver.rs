@@ -374,9 +374,8 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     }
 }
 
-/// Answers one request, and says what becomes of the connection.
-async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::io::Result<Then> {
-    let stats = &shared.stats;
+/// Counts a request as it arrives; it is in flight until the guard drops.
+fn arrive(stats: &Stats) -> InFlight<'_> {
     stats.requests.fetch_add(1, Ordering::SeqCst);
     stats
         .times
@@ -385,29 +384,38 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
         .push(std::time::Instant::now());
     let now = stats.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     stats.peak_in_flight.fetch_max(now, Ordering::SeqCst);
-    let in_flight = InFlight(stats);
+    InFlight(stats)
+}
+
+/// Whether the server-side rate limit (`rate` requests a second) lets a
+/// request through now. GCRA: the theoretical arrival time may run one
+/// period ahead.
+fn rate_allows(shared: &Shared, rate: f64) -> bool {
+    let period = Duration::from_secs_f64(1.0 / rate);
+    let mut next = shared
+        .next_allowed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let now = tokio::time::Instant::now();
+    match *next {
+        Some(tat) if tat > now + period * 2 => false,
+        _ => {
+            *next = Some(now.max(next.unwrap_or(now)) + period);
+            true
+        }
+    }
+}
+
+/// Answers one request, and says what becomes of the connection.
+async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::io::Result<Then> {
+    let stats = &shared.stats;
+    let in_flight = arrive(stats);
     let f = &shared.faults;
     if let Some(latency) = f.latency {
         tokio::time::sleep(latency).await;
     }
     if let Some(rate) = f.rate_limit {
-        let period = Duration::from_secs_f64(1.0 / rate);
-        let allowed = {
-            let mut next = shared
-                .next_allowed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let now = tokio::time::Instant::now();
-            // GCRA: the theoretical arrival time may run one period ahead.
-            match *next {
-                Some(tat) if tat > now + period * 2 => false,
-                _ => {
-                    *next = Some(now.max(next.unwrap_or(now)) + period);
-                    true
-                }
-            }
-        };
-        if !allowed {
+        if !rate_allows(shared, rate) {
             stats.throttled.fetch_add(1, Ordering::SeqCst);
             return respond(
                 stream,
@@ -437,18 +445,32 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
         )
         .await;
     };
-    if f.resets.is_some_and(|x| x.hits(&name, "reset", attempt)) {
+    serve_tile(stream, shared, &name, attempt, body, in_flight).await
+}
+
+/// Answers a request for a tile that exists: with the faults it suffers on
+/// this attempt, or with the tile.
+async fn serve_tile(
+    stream: &mut TcpStream,
+    shared: &Shared,
+    name: &str,
+    attempt: u32,
+    body: &[u8],
+    in_flight: InFlight<'_>,
+) -> std::io::Result<Then> {
+    let (f, stats) = (&shared.faults, &shared.stats);
+    if f.resets.is_some_and(|x| x.hits(name, "reset", attempt)) {
         // Closing with a zero linger sends an RST, and no answer.
         socket2::SockRef::from(&*stream).set_linger(Some(Duration::ZERO))?;
         return Ok(Then::Reset);
     }
     if f.server_errors
-        .is_some_and(|x| x.hits(&name, "500", attempt))
+        .is_some_and(|x| x.hits(name, "500", attempt))
     {
         return respond(stream, "500 Internal Server Error", &[], b"").await;
     }
     if let Some((x, secs)) = f.throttle {
-        if x.hits(&name, "429", attempt) {
+        if x.hits(name, "429", attempt) {
             stats.throttled.fetch_add(1, Ordering::SeqCst);
             return respond(
                 stream,
@@ -463,13 +485,13 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
         "HTTP/1.1 200 OK\r\nContent-Type: image/tiff\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
-    if f.truncated.is_some_and(|x| x.hits(&name, "cut", attempt)) {
+    if f.truncated.is_some_and(|x| x.hits(name, "cut", attempt)) {
         stream.write_all(head.as_bytes()).await?;
         stream.write_all(&body[..body.len() / 2]).await?;
         return Ok(Then::Close);
     }
     if let Some((x, pause)) = f.slow {
-        if x.hits(&name, "slow", attempt) {
+        if x.hits(name, "slow", attempt) {
             stream.write_all(head.as_bytes()).await?;
             stream.write_all(&body[..body.len().min(64)]).await?;
             tokio::time::sleep(pause).await;

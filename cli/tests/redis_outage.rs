@@ -3,6 +3,7 @@
 //! exactly once, with outputs identical to a single-process run, and none
 //! waits for reclaim.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 mod own_redis;
 
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{hashes, runtime, tiles, write_url_list};
 use own_redis::OwnRedis;
-use warpline::tileserver::{Faults, TileServer};
+use warpline_testkit::{Faults, TileServer};
 
 /// Longer than any of these runs may take: an item that waited for
 /// reclaim fails the test by its deadline.

@@ -1,0 +1,35 @@
+//! The `warpline` binary: validate, run, the report file, exit codes, and an
+//! interrupt that drains; one test binary, by concern: `check` (validate,
+//! plan), `run` (exit codes, flags, interrupts) and `outputs` (what a run
+//! leaves: files, logs, metrics).
+
+mod check;
+mod outputs;
+mod run;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn warpline() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
+    c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    c.env_remove("WARPLINE_LOG");
+    c
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const SMALL: &str = r#"
+[pipeline]
+flow = ["work"]
+[source]
+kind = "generate"
+count = 50
+[stages.work]
+kind = "hold"
+workers = 2
+"#;

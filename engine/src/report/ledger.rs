@@ -1,0 +1,63 @@
+//! What a run keeps count of, as the workers count it: every item's end
+//! (the [`Ledger`]), each stage's and each host's figures. The run writes
+//! them; the report reads them.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use super::Failure;
+
+/// Per-stage counters.
+#[derive(Debug, Default)]
+pub(crate) struct StageStats {
+    pub processed: AtomicU64,
+    pub busy_ns: AtomicU64,
+    /// CPU time of the stage's code on its own threads (blocking stages).
+    pub cpu_ns: AtomicU64,
+    /// Time workers waited for an item (the mailbox was empty).
+    pub starved_ns: AtomicU64,
+    /// Time workers waited to hand an item on (the next mailbox was full).
+    pub blocked_ns: AtomicU64,
+    /// Items in the stage's workers right now.
+    pub working: AtomicU64,
+}
+
+/// Requests to one host.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct HostStats {
+    pub requests: u64,
+    pub throttled: u64,
+    pub retries: u64,
+    pub first: Option<Instant>,
+    pub last: Option<Instant>,
+}
+
+/// Every item's end, counted once.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    pub total: AtomicU64,
+    pub done: AtomicU64,
+    pub skipped: AtomicU64,
+    pub failed: AtomicU64,
+    pub failures: Mutex<Vec<Failure>>,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    /// Items sent back to the start of the flow by a byte budget.
+    pub requeued: AtomicU64,
+    /// Inputs taken from the source (admitted or passed over by a shard or
+    /// an id list).
+    pub read: AtomicU64,
+    /// Whether the source said it had no more inputs.
+    pub exhausted: AtomicBool,
+}
+
+impl Ledger {
+    /// Items admitted that have not ended yet.
+    pub(crate) fn in_flight(&self) -> u64 {
+        let ended = self.done.load(Ordering::Acquire)
+            + self.skipped.load(Ordering::Acquire)
+            + self.failed.load(Ordering::Acquire);
+        self.total.load(Ordering::Acquire).saturating_sub(ended)
+    }
+}

@@ -1,0 +1,12 @@
+//! # warpline-testkit
+//!
+//! Test support for warpline, kept out of the `warpline` library so an
+//! embedder never compiles it: [`tileserver`], a loopback tile server that
+//! can misbehave on purpose, used by `warpline demo`, the integration tests
+//! and the benchmarks.
+
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod tileserver;
+
+pub use tileserver::{Fault, Faults, TileServer};
