@@ -15,7 +15,9 @@
 //! - [`stages`] (`warpline-stages`): the raster stages (sources, fetch,
 //!   decode, reproject, write) and the one module that calls GDAL;
 //! - [`registry`]: every stage and source kind warpline ships;
-//! - `examples/service.rs`: an axum service that runs posted pipelines.
+//! - `examples/service.rs`: an axum service that runs posted pipelines;
+//!   `examples/ndvi.rs`: a raster stage of your own (typed band access,
+//!   its own memory charge).
 //!
 //! This crate is the embedder's facade and nothing more: the `warpline`
 //! binary, with its Redis coordinator, progress bar, HTML report, plan and

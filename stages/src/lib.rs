@@ -5,13 +5,20 @@
 //! - [`source`]: kinds `list` (a text file of URLs and paths), `inline`
 //!   (a list in the pipeline) and `glob` (local files);
 //! - [`fetch`]: HTTP(S) with reqwest and rustls, and local files (async);
-//! - [`decode`]: bytes to pixels with GDAL, from a `/vsimem/` buffer the
-//!   engine owns, size checked before any pixel is read (blocking);
-//! - [`reproject`]: `GDALWarp` with gdalwarp's options (blocking);
+//! - [`decode`]: the bytes opened with GDAL (blocking), under the input's
+//!   own safe file name ([`names`]) in a private `/vsimem/` directory, with
+//!   the siblings fetch read beside a local file (`siblings`), archives
+//!   through `/vsizip/`, `/vsigzip/`, `/vstar/`; the header checked before
+//!   any pixel is read, and no pixel read;
+//! - [`reproject`]: `GDALWarp` with gdalwarp's options, from the input as
+//!   GDAL opened it, so masks, alpha, overviews and metadata are read as
+//!   gdalwarp reads them (blocking);
 //! - [`write`](mod@write): GeoTIFF or COG, written to a temporary name, synced and
 //!   renamed into place (blocking); [`temps`]: the temporary names, and
 //!   the removal of those a killed process left;
-//! - [`gdal`]: the one place that calls GDAL's C API;
+//! - [`gdal`]: the one place that calls GDAL's C API, and
+//!   [`Raster`](gdal::Raster) with typed band access for stages of your own
+//!   (examples/ndvi.rs);
 //! - [`samples`]: small georeferenced tiles for the demo and the tests.
 //!
 //! What travels between them is an [`Item`](warpline_engine::Item) whose

@@ -22,13 +22,15 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 
-use gdal::Dataset;
 use gdal_sys as sys;
 
 mod files;
+mod raster;
 mod translate;
 
 pub(crate) use files::{archive_files, MemDir};
+pub(crate) use raster::pixel_bytes;
+pub use raster::{DataType, Pixel, Raster, RasterError};
 pub(crate) use translate::vrt_view;
 
 static INIT: Once = Once::new();
@@ -224,70 +226,6 @@ impl CStringList {
         debug_assert_eq!(self.pointers.len(), self.strings.len() + 1);
         self.pointers.as_mut_ptr()
     }
-}
-
-/// A raster on its way through the stages: the input as GDAL opened it
-/// from its in-memory files (decode), or a MEM dataset GDAL made (the
-/// warp's output).
-pub struct Raster {
-    // Declared first so they are closed before the files under them.
-    pub(crate) ds: Dataset,
-    /// The dataset `ds` is a view of (an in-memory VRT), if it is one:
-    /// held only to be closed after the view.
-    pub(crate) _under: Option<Dataset>,
-    pub(crate) files: Option<MemDir>,
-}
-
-impl std::fmt::Debug for Raster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (w, h) = self.ds.raster_size();
-        f.debug_struct("Raster")
-            .field("width", &w)
-            .field("height", &h)
-            .field("bands", &self.ds.raster_count())
-            .finish()
-    }
-}
-
-// SAFETY: the datasets are only used by the thread that holds the
-// `Raster` (a `Raster` is moved between stages, never shared), and the
-// files are plain bytes. `gdal::Dataset` is `Send` for the same reason.
-unsafe impl Send for Raster {}
-
-impl Raster {
-    /// A dataset GDAL made in memory (no files under it).
-    pub(crate) fn in_memory(ds: Dataset) -> Self {
-        Raster {
-            ds,
-            _under: None,
-            files: None,
-        }
-    }
-
-    /// The dataset.
-    pub fn dataset(&self) -> &Dataset {
-        &self.ds
-    }
-
-    /// Bytes of pixel data at full resolution, decoded.
-    pub fn pixel_bytes(&self) -> u64 {
-        pixel_bytes(&self.ds)
-    }
-
-    /// Bytes of the files under the dataset (the input and its siblings,
-    /// as fetched); 0 for a dataset made in memory.
-    pub fn file_bytes(&self) -> u64 {
-        self.files.as_ref().map_or(0, MemDir::bytes)
-    }
-}
-
-/// Bytes of `ds`'s pixels at full resolution.
-pub(crate) fn pixel_bytes(ds: &Dataset) -> u64 {
-    let (w, h) = ds.raster_size();
-    (1..=ds.raster_count())
-        .filter_map(|i| ds.rasterband(i).ok())
-        .map(|b| (w * h) as u64 * u64::from(dtype_size(b.band_type() as u32)))
-        .sum()
 }
 
 /// Bytes per pixel of a GDAL data type.

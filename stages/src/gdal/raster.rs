@@ -1,0 +1,201 @@
+//! [`Raster`]: what travels between the raster stages, and typed access
+//! to it for a stage of your own (band reads and writes as typed slices,
+//! size, data type, geotransform, CRS, nodata) without a `gdal` dependency
+//! of your own: [`Pixel`] and [`DataType`] are re-exported.
+
+use gdal::raster::Buffer;
+use gdal::{Dataset, Metadata};
+use gdal_sys as sys;
+
+pub use gdal::raster::GdalDataType as DataType;
+/// A pixel type GDAL reads and writes: `u8`, `u16`, `i16`, `u32`, `i32`,
+/// `u64`, `i64`, `f32`, `f64`.
+pub use gdal::raster::GdalType as Pixel;
+
+use super::files::MemDir;
+use super::{dtype_size, last_error, reset_error};
+
+/// What went wrong reading or making a raster: GDAL's message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RasterError(String);
+
+/// A raster on its way through the stages: the input as GDAL opened it
+/// from its in-memory files (decode), or a MEM dataset GDAL made (the
+/// warp's output).
+pub struct Raster {
+    // Declared first so they are closed before the files under them.
+    pub(crate) ds: Dataset,
+    /// The dataset `ds` is a view of (an in-memory VRT), if it is one:
+    /// held only to be closed after the view.
+    pub(crate) _under: Option<Dataset>,
+    pub(crate) files: Option<MemDir>,
+}
+
+impl std::fmt::Debug for Raster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (w, h) = self.ds.raster_size();
+        f.debug_struct("Raster")
+            .field("width", &w)
+            .field("height", &h)
+            .field("bands", &self.ds.raster_count())
+            .finish()
+    }
+}
+
+// SAFETY: the datasets are only used by the thread that holds the
+// `Raster` (a `Raster` is moved between stages, never shared), and the
+// files are plain bytes. `gdal::Dataset` is `Send` for the same reason.
+unsafe impl Send for Raster {}
+
+impl Raster {
+    /// A dataset GDAL made in memory (no files under it).
+    pub(crate) fn in_memory(ds: Dataset) -> Self {
+        Raster {
+            ds,
+            _under: None,
+            files: None,
+        }
+    }
+
+    /// The dataset.
+    pub fn dataset(&self) -> &Dataset {
+        &self.ds
+    }
+
+    /// Bytes of pixel data at full resolution, decoded.
+    pub fn pixel_bytes(&self) -> u64 {
+        pixel_bytes(&self.ds)
+    }
+
+    /// Bytes of the files under the dataset (the input and its siblings,
+    /// as fetched); 0 for a dataset made in memory.
+    pub fn file_bytes(&self) -> u64 {
+        self.files.as_ref().map_or(0, MemDir::bytes)
+    }
+}
+
+/// Bytes of `ds`'s pixels at full resolution.
+pub(crate) fn pixel_bytes(ds: &Dataset) -> u64 {
+    let (w, h) = ds.raster_size();
+    (1..=ds.raster_count())
+        .filter_map(|i| ds.rasterband(i).ok())
+        .map(|b| (w * h) as u64 * u64::from(dtype_size(b.band_type() as u32)))
+        .sum()
+}
+
+impl Raster {
+    /// Width and height in pixels.
+    pub fn size(&self) -> (usize, usize) {
+        self.ds.raster_size()
+    }
+
+    /// Number of bands.
+    pub fn band_count(&self) -> usize {
+        self.ds.raster_count()
+    }
+
+    /// The data type of band `band` (from 1).
+    pub fn data_type(&self, band: usize) -> Result<DataType, RasterError> {
+        Ok(self.band(band)?.band_type())
+    }
+
+    /// The affine geotransform, if the raster has one.
+    pub fn geo_transform(&self) -> Option<[f64; 6]> {
+        self.ds.geo_transform().ok()
+    }
+
+    /// The CRS as WKT (empty if none).
+    pub fn crs_wkt(&self) -> String {
+        self.ds.projection()
+    }
+
+    /// Band `band`'s nodata value.
+    pub fn nodata(&self, band: usize) -> Option<f64> {
+        self.band(band).ok()?.no_data_value()
+    }
+
+    fn band(&self, band: usize) -> Result<gdal::raster::RasterBand<'_>, RasterError> {
+        self.ds
+            .rasterband(band)
+            .map_err(|e| RasterError(format!("band {band} of {}: {e}", self.ds.raster_count())))
+    }
+
+    /// Every pixel of band `band` (from 1), row by row, as `T` (GDAL
+    /// converts from the band's type). The buffer is allocated fallibly:
+    /// charge `width x height x size_of::<T>()` to your `memory` budget in
+    /// your stage's `demand`.
+    pub fn read_band<T: Pixel + Copy>(&self, band: usize) -> Result<Vec<T>, RasterError> {
+        let b = self.band(band)?;
+        let (w, h) = self.size();
+        let len = w * h;
+        let mut out: Vec<T> = Vec::new();
+        out.try_reserve_exact(len)
+            .map_err(|_| RasterError(format!("cannot allocate {len} pixels")))?;
+        reset_error();
+        // SAFETY: `out` has room for `len` = w x h values of T, written by
+        // GDAL row by row (pixel spacing size_of T, line spacing w pixels);
+        // its length is set only after GDAL filled every one.
+        let err = unsafe {
+            sys::GDALRasterIOEx(
+                b.c_rasterband(),
+                sys::GDALRWFlag::GF_Read,
+                0,
+                0,
+                w as i32,
+                h as i32,
+                out.as_mut_ptr().cast(),
+                w as i32,
+                h as i32,
+                T::gdal_ordinal(),
+                0,
+                0,
+                std::ptr::null_mut(),
+            )
+        };
+        if err != sys::CPLErr::CE_None {
+            return Err(RasterError(last_error("read failed")));
+        }
+        // SAFETY: GDAL wrote all `len` values (checked above).
+        unsafe { out.set_len(len) };
+        Ok(out)
+    }
+
+    /// A new raster in memory the size of `like`, with its geotransform and
+    /// CRS, whose bands are `bands` (each `width x height` pixels of `T`,
+    /// row by row), each with nodata `nodata`. Takes `bands.len() x width x
+    /// height x size_of::<T>()` bytes: charge it in your stage's `demand`.
+    pub fn with_bands<T: Pixel + Copy>(
+        like: &Raster,
+        bands: Vec<Vec<T>>,
+        nodata: Option<f64>,
+    ) -> Result<Raster, RasterError> {
+        let (w, h) = like.size();
+        if bands.is_empty() || bands.iter().any(|b| b.len() != w * h) {
+            return Err(RasterError(format!(
+                "give one or more bands of {w} x {h} = {} pixels",
+                w * h
+            )));
+        }
+        let fail = |e: gdal::errors::GdalError| RasterError(e.to_string());
+        let mem = gdal::DriverManager::get_driver_by_name("MEM").map_err(fail)?;
+        let mut ds = mem
+            .create_with_band_type::<T, _>("", w, h, bands.len())
+            .map_err(fail)?;
+        if let Some(gt) = like.geo_transform() {
+            ds.set_geo_transform(&gt).map_err(fail)?;
+        }
+        ds.set_projection(&like.crs_wkt()).map_err(fail)?;
+        if let Some(v) = like.ds.metadata_item("AREA_OR_POINT", "") {
+            ds.set_metadata_item("AREA_OR_POINT", &v, "")
+                .map_err(fail)?;
+        }
+        for (i, data) in bands.into_iter().enumerate() {
+            let mut band = ds.rasterband(i + 1).map_err(fail)?;
+            let mut buffer = Buffer::new((w, h), data);
+            band.write((0, 0), (w, h), &mut buffer).map_err(fail)?;
+            band.set_no_data_value(nodata).map_err(fail)?;
+        }
+        Ok(Raster::in_memory(ds))
+    }
+}
