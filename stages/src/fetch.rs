@@ -221,6 +221,39 @@ impl Fetch {
         }
     }
 
+    /// The error for an answer that is not a success: transient for 408,
+    /// 429 and 5xx (with the server's Retry-After), permanent otherwise;
+    /// where a redirect led, and a redirect not followed, said.
+    fn status_error(&self, response: &reqwest::Response, url: &str, shown: &str) -> StageError {
+        let status = response.status();
+        let code = status.as_u16();
+        let mut message = format!("{shown}: HTTP {status}");
+        if response.url().as_str() != url {
+            // The answer came from where a redirect led: say where.
+            let at = redact(response.url().as_str());
+            message.push_str(&format!(" (from {at}, after a redirect)"));
+        }
+        if status.is_redirection() {
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .map(redact)
+                .unwrap_or_default();
+            message.push_str(&format!(
+                ": redirect to {location:?} not followed (only http and https are, at most {} times)",
+                self.max_redirects
+            ));
+        }
+        if code == 429 || status.is_server_error() || code == 408 {
+            StageError::transient(message)
+                .with_status(code)
+                .with_retry_after(retry_after(response.headers()))
+        } else {
+            StageError::permanent(message).with_status(code)
+        }
+    }
+
     async fn http(&self, item: &mut Item, url: &str) -> Result<Vec<u8>, StageError> {
         let shown = redact(url);
         let mut response = self
@@ -229,34 +262,8 @@ impl Fetch {
             .send()
             .await
             .map_err(|e| request_error(&shown, e))?;
-        let status = response.status();
-        if !status.is_success() {
-            let code = status.as_u16();
-            let mut message = format!("{shown}: HTTP {status}");
-            if response.url().as_str() != url {
-                // The answer came from where a redirect led: say where.
-                let at = redact(response.url().as_str());
-                message.push_str(&format!(" (from {at}, after a redirect)"));
-            }
-            if status.is_redirection() {
-                let location = response
-                    .headers()
-                    .get(reqwest::header::LOCATION)
-                    .and_then(|v| v.to_str().ok())
-                    .map(redact)
-                    .unwrap_or_default();
-                message.push_str(&format!(
-                    ": redirect to {location:?} not followed (only http and https are, at most {} times)",
-                    self.max_redirects
-                ));
-            }
-            return Err(if code == 429 || status.is_server_error() || code == 408 {
-                StageError::transient(message)
-                    .with_status(code)
-                    .with_retry_after(retry_after(response.headers()))
-            } else {
-                StageError::permanent(message).with_status(code)
-            });
+        if !response.status().is_success() {
+            return Err(self.status_error(&response, url, &shown));
         }
         let declared = response.content_length();
         if let Some(len) = declared {

@@ -8,7 +8,7 @@ use crate::common::{assert_same_raster, gdalwarp, raster_pipeline, run};
 use crate::{data, gdal, s, same_as_gdalwarp};
 
 #[test]
-fn a_world_file_gcps_and_a_source_crs_override_place_the_raster_as_gdalwarp_does() {
+fn a_world_file_places_the_raster_as_gdalwarp_does() {
     let Some(data) = data() else { return };
     let work = tempfile::tempdir().unwrap();
     let rgb = s(&data.join("RGB.byte.tif"));
@@ -36,6 +36,13 @@ fn a_world_file_gcps_and_a_source_crs_override_place_the_raster_as_gdalwarp_does
         "crs = \"EPSG:3857\"",
         &["-t_srs", "EPSG:3857"],
     );
+}
+
+#[test]
+fn gcps_and_a_source_crs_override_place_the_raster_as_gdalwarp_does() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let rgb = s(&data.join("RGB.byte.tif"));
     // Georeferenced by GCPs only.
     let gcp = work.path().join("gcp.tif");
     gdal(
@@ -116,7 +123,7 @@ fn a_world_file_gcps_and_a_source_crs_override_place_the_raster_as_gdalwarp_does
 }
 
 #[test]
-fn an_srtm_tile_in_a_zip_and_a_gzipped_geotiff_are_read_by_their_names() {
+fn an_srtm_tile_in_a_zip_is_read_by_its_name() {
     let Some(data) = data() else { return };
     let work = tempfile::tempdir().unwrap();
     let zip = work.path().join("N45E006.hgt.zip");
@@ -151,6 +158,13 @@ fn an_srtm_tile_in_a_zip_and_a_gzipped_geotiff_are_read_by_their_names() {
         "crs = \"EPSG:3857\"",
         &["-t_srs", "EPSG:3857"],
     );
+}
+
+#[test]
+fn a_named_member_of_a_zip_is_read_and_a_zip_of_two_rasters_says_how_to_name_one() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let srtm = "drivers = [\"SRTMHGT\"]";
     // Two rasters in one zip: the member is named.
     let two = work.path().join("two.zip");
     for (name, x) in [
@@ -214,6 +228,12 @@ fn an_srtm_tile_in_a_zip_and_a_gzipped_geotiff_are_read_by_their_names() {
         .unwrap()
         .path();
     assert_same_raster(&ours, &theirs, "zip member");
+}
+
+#[test]
+fn a_gzipped_geotiff_is_read_as_gdal_reads_it() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
     // A gzipped GeoTIFF.
     let gz = work.path().join("RGB.byte.tif.gz");
     let status = Command::new("gzip")
