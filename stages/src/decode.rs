@@ -57,11 +57,14 @@ pub struct Decode {
     max_decoded_bytes: u64,
 }
 
+mod refs;
+
 const DEFAULT_MAX_PIXELS: u64 = 1 << 28; // 16384 x 16384
 const DEFAULT_MAX_DECODED: u64 = 2 << 30; // 2 GiB
 
-/// Archives with more files than this are not listed in full.
-const MAX_MEMBERS_LISTED: usize = 1000;
+/// Zips with more entries than this are refused (listing one costs GDAL
+/// time and memory outside the budget).
+const MAX_MEMBERS_LISTED: usize = 10_000;
 
 /// Turns a CRS as a user writes it (EPSG code, WKT, PROJ string) into WKT,
 /// or says why PROJ does not understand it.
@@ -154,14 +157,23 @@ fn open_path(
         }
         return Ok(file.to_owned());
     };
-    let whole = format!("{}{file}", archive.prefix());
     if archive == Archive::Gzip {
         return match member {
             Some(_) => Err(fail(format!(
                 "{name} is one gzipped file: it has no members"
             ))),
-            None => Ok(whole),
+            None => Ok(format!("{}{file}", archive.prefix())),
         };
+    }
+    // In braces: GDAL finds the archive's end by them, whatever its name.
+    let whole = format!("{}{{{file}}}", archive.prefix());
+    if archive == Archive::Zip {
+        let entries = names::zip_entries(dir.bytes_of(0));
+        if entries.is_none_or(|n| n > MAX_MEMBERS_LISTED) {
+            return Err(fail(format!(
+                "{name}: a zip of more than {MAX_MEMBERS_LISTED} entries (or an unreadable directory) is not opened"
+            )));
+        }
     }
     if let Some(member) = member {
         names::check_member(member).map_err(fail)?;
@@ -197,7 +209,9 @@ fn files_of(fetched: Fetched, source: &str, id: &str) -> Result<(MemDir, String)
             .iter()
             .any(|s| s.eq_ignore_ascii_case(&sibling.suffix));
         let base = if appended { &name } else { &stem };
-        let sibling_name = names::safe_file_name(&format!("{base}{}", sibling.suffix));
+        // The suffix made safe on its own: `base` is already safe, and a
+        // long one must not be cut again (GDAL looks for `base` + suffix).
+        let sibling_name = format!("{base}.{}", names::safe_file_name(&sibling.suffix));
         dir.add(&sibling_name, sibling.bytes).map_err(fail)?;
     }
     Ok((dir, path))
@@ -213,12 +227,10 @@ fn georeferencing(ds: &Dataset) -> Option<&'static str> {
     if unsafe { sys::GDALGetGCPCount(ds.c_dataset()) } > 0 {
         return Some("gcps");
     }
-    for domain in ["RPC", "GEOLOCATION"] {
-        if ds.metadata_domain(domain).is_some_and(|m| !m.is_empty()) {
-            return Some(if domain == "RPC" { "rpc" } else { "geoloc" });
-        }
-    }
-    None
+    // Geolocation arrays are refused before this (see `refs`).
+    ds.metadata_domain("RPC")
+        .is_some_and(|m| !m.is_empty())
+        .then_some("rpc")
 }
 
 /// The CRS GDAL sees for the raster's georeferencing, if any.
@@ -230,7 +242,7 @@ fn has_crs(ds: &Dataset, how: &str) -> bool {
             let p = sys::GDALGetGCPProjection(ds.c_dataset());
             !p.is_null() && *p != 0
         },
-        // RPCs are in WGS 84; geolocation arrays carry their own SRS.
+        // RPCs are in WGS 84.
         _ => true,
     }
 }
@@ -313,6 +325,10 @@ impl Decode {
         let (dir, file) = files_of(fetched, source, &id)?;
         let path = open_path(&dir, &file, member, &id)?;
         let ds = self.open(&path, &id)?;
+        refs::refuse_references(&ds, &id)?;
+        if path.starts_with("/vsizip/") || path.starts_with("/vstar/") {
+            refs::refuse_archive_siblings(&path, &id)?;
+        }
         self.check_size(&ds, &id)?;
         let Some(how) = georeferencing(&ds) else {
             return Err(StageError::permanent(format!(

@@ -168,6 +168,18 @@ pub fn sibling_candidates(name: &str) -> Vec<(String, String)> {
     out
 }
 
+/// The number of entries a zip's end-of-central-directory record says it
+/// holds; `None` if there is none, or it is a ZIP64 count (65535).
+pub fn zip_entries(bytes: &[u8]) -> Option<usize> {
+    // The record is 22 bytes plus a comment of at most 65535.
+    let from = bytes.len().saturating_sub(22 + 65535);
+    let tail = &bytes[from..];
+    let at = tail.windows(4).rposition(|w| w == b"PK\x05\x06")?;
+    let total = tail.get(at + 10..at + 12)?;
+    let n = u16::from_le_bytes([total[0], total[1]]);
+    (n != u16::MAX).then_some(usize::from(n))
+}
+
 /// Whether bytes are a TIFF (the only form warpline reads an external
 /// mask or overview file in: a sibling is not trusted with other drivers).
 pub fn is_tiff(head: &[u8]) -> bool {

@@ -44,6 +44,8 @@ pub struct Reproject {
     bands: Option<Vec<usize>>,
     max_pixels: u64,
     warp_memory: u64,
+    /// Whether the output gets an alpha band (`dst_alpha`).
+    dst_alpha: bool,
     /// By source CRS (WKT): whether it shares its geographic CRS with the
     /// target, so that one area of interest serves every tile.
     same_datum: std::sync::Mutex<std::collections::HashMap<String, bool>>,
@@ -51,11 +53,15 @@ pub struct Reproject {
 
 /// The area of interest given to GDAL's transformers when the source and
 /// the target share their datum (see [`Reproject::area_of_interest`]).
+/// GDAL's error number for a failed allocation (`CPLE_OutOfMemory`).
+const CPLE_OUT_OF_MEMORY: sys::CPLErrorNum = 2;
+
 const WHOLE_WORLD: &str = "AREA_OF_INTEREST=-180,-90,180,90";
 
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     init();
     let p = args::parse(s)?;
+    let dst_alpha = p.args.iter().any(|a| a == "-dstalpha");
     Ok(Handler::from_blocking(Reproject {
         args: p.args,
         transformer: p.transformer,
@@ -65,6 +71,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         extent: p.extent,
         dtype: p.dtype,
         bands: p.bands,
+        dst_alpha,
         max_pixels: p.max_pixels,
         warp_memory: p.warp_memory,
         same_datum: Default::default(),
@@ -233,7 +240,15 @@ impl Reproject {
                 ))
             })
             .sum();
-        Ok(pixels.saturating_mul(band_bytes))
+        // `dst_alpha` adds a band of the output's type.
+        let alpha = match src.rasterband(1) {
+            Ok(b) if self.dst_alpha => u64::from(dtype_size(
+                self.dtype
+                    .unwrap_or(b.band_type() as sys::GDALDataType::Type),
+            )),
+            _ => 0,
+        };
+        Ok(pixels.saturating_mul(band_bytes + alpha))
     }
 
     fn take_raster(item: &mut Item) -> Result<Raster, StageError> {
@@ -324,28 +339,41 @@ impl Reproject {
                 &mut usage_error,
             )
         };
-        if out.is_null() {
-            return Err(StageError::permanent(format!(
-                "{id}: warp failed: {}",
-                last_error("GDALWarp returned nothing")
+        // SAFETY: reads this thread's last error, right after the warp.
+        let (class, number) = unsafe { (sys::CPLGetLastErrorType(), sys::CPLGetLastErrorNo()) };
+        let failed = class == sys::CPLErr::CE_Failure || class == sys::CPLErr::CE_Fatal;
+        let out = (!out.is_null()).then(|| {
+            // SAFETY: a new dataset GDALWarp handed to us; closed on drop.
+            unsafe { Dataset::from_c_dataset(out) }
+        });
+        if number == CPLE_OUT_OF_MEMORY {
+            // Not this input's fault: the machine's, maybe for a moment.
+            return Err(StageError::transient(format!(
+                "{id}: the warp ran out of memory: {}",
+                last_error("out of memory")
             )));
         }
-        // SAFETY: a new dataset GDALWarp handed to us; closed on drop.
-        let out = unsafe { Dataset::from_c_dataset(out) };
+        let out = match out {
+            Some(out) if !failed => out,
+            Some(_) => {
+                return Err(StageError::permanent(format!(
+                    "{id}: corrupt or truncated pixel data: {}",
+                    last_error("the warp could not read the source")
+                )))
+            }
+            None => {
+                return Err(StageError::permanent(format!(
+                    "{id}: warp failed: {}",
+                    last_error("GDALWarp returned nothing")
+                )))
+            }
+        };
         // The MEM route drops colour interpretation (gdalwarp's output
         // driver keeps it): copy it across.
         for i in 1..=out.raster_count().min(src.raster_count()) {
             if let (Ok(from), Ok(mut to)) = (src.rasterband(i), out.rasterband(i)) {
                 let _ = to.set_color_interpretation(from.color_interpretation());
             }
-        }
-        // SAFETY: reads this thread's last error class.
-        let class = unsafe { sys::CPLGetLastErrorType() };
-        if class == sys::CPLErr::CE_Failure || class == sys::CPLErr::CE_Fatal {
-            return Err(StageError::permanent(format!(
-                "{id}: corrupt or truncated pixel data: {}",
-                last_error("the warp could not read the source")
-            )));
         }
         Ok(out)
     }

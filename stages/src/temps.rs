@@ -63,7 +63,9 @@ fn writer(name: &str, owner: &str) -> Option<u32> {
     let (random, suffix) = rest.split_at_checked(8)?;
     let wellformed = name.starts_with('.')
         && random.bytes().all(|b| b.is_ascii_hexdigit())
-        && suffix.starts_with(".tmp");
+        // `.tmp`, a side file after it (`.tmp.aux.xml`), or a world file
+        // GDAL named after the temporary stem.
+        && (suffix.starts_with(".tmp") || matches!(suffix, ".tfw" | ".wld"));
     wellformed.then(|| pid.parse().ok()).flatten()
 }
 

@@ -406,9 +406,10 @@ impl Write {
             .filter_map(|i| raster.ds.rasterband(i).ok())
             .map(|b| b.no_data_value())
             .collect();
-        let same = values
-            .windows(2)
-            .all(|w| w[0].map(f64::to_bits) == w[1].map(f64::to_bits));
+        let same = values.windows(2).all(|w| match (w[0], w[1]) {
+            (Some(a), Some(b)) => a == b || (a.is_nan() && b.is_nan()),
+            (a, b) => a.is_none() && b.is_none(),
+        });
         if same {
             return Ok(());
         }

@@ -10,6 +10,7 @@ mod common;
 mod inputs;
 mod outputs;
 mod pixels;
+mod refused;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -131,4 +132,53 @@ pub(crate) fn pixels_differ(a: &Path, b: &Path) -> bool {
 
 pub(crate) fn s(p: &Path) -> String {
     p.display().to_string()
+}
+
+/// A zip of `entries`, stored (no compression): enough for GDAL's
+/// `/vsizip/`, without a zip tool on the machine.
+pub(crate) fn zip_stored(entries: &[(&str, Vec<u8>)]) -> Vec<u8> {
+    fn crc32(data: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in data {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0xEDB8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
+    let (mut out, mut central) = (Vec::new(), Vec::new());
+    for (name, data) in entries {
+        let (offset, crc, len) = (out.len() as u32, crc32(data), data.len() as u32);
+        let fields = |sig: u32, central: bool| {
+            let mut h = sig.to_le_bytes().to_vec();
+            if central {
+                h.extend(20u16.to_le_bytes()); // made by
+            }
+            h.extend([20u16, 0, 0, 0, 0].iter().flat_map(|v| v.to_le_bytes()));
+            h.extend([crc, len, len].iter().flat_map(|v| v.to_le_bytes()));
+            h.extend((name.len() as u16).to_le_bytes());
+            h.extend(0u16.to_le_bytes());
+            if central {
+                h.extend([0u16, 0, 0].iter().flat_map(|v| v.to_le_bytes()));
+                h.extend([0u32, offset].iter().flat_map(|v| v.to_le_bytes()));
+            }
+            h.extend(name.as_bytes());
+            h
+        };
+        out.extend(fields(0x0403_4b50, false));
+        out.extend(data);
+        central.extend(fields(0x0201_4b50, true));
+    }
+    let (at, size, n) = (out.len() as u32, central.len() as u32, entries.len() as u16);
+    out.extend(central);
+    out.extend(0x0605_4b50u32.to_le_bytes());
+    out.extend([0u16, 0, n, n].iter().flat_map(|v| v.to_le_bytes()));
+    out.extend([size, at].iter().flat_map(|v| v.to_le_bytes()));
+    out.extend(0u16.to_le_bytes());
+    out
 }

@@ -49,7 +49,7 @@ fn side_files_gdal_writes_are_renamed_with_the_output_and_nothing_else_is_left()
         &[s(&data.join("RGB.byte.tif"))],
         "crs = \"EPSG:3857\"",
         &format!(
-            "dir = {:?}\ncreation_options = {{ PROFILE = \"GeoTIFF\" }}",
+            "dir = {:?}\ncreation_options = {{ PROFILE = \"GeoTIFF\", TFW = \"YES\" }}",
             s(&out_dir)
         ),
         1,
@@ -64,7 +64,7 @@ fn side_files_gdal_writes_are_renamed_with_the_output_and_nothing_else_is_left()
         names.sort();
         assert_eq!(
             names,
-            ["RGB.byte.tif", "RGB.byte.tif.aux.xml"],
+            ["RGB.byte.tfw", "RGB.byte.tif", "RGB.byte.tif.aux.xml"],
             "round {round}"
         );
     }

@@ -51,10 +51,23 @@ impl Drop for MemFile {
 }
 
 /// A private `/vsimem/` directory of named files over bytes Rust owns.
+/// Dropped, it removes what GDAL itself wrote there too (a PAM
+/// `.aux.xml`, a `.properties` file).
 #[derive(Debug)]
 pub(crate) struct MemDir {
     dir: String,
     files: Vec<MemFile>,
+}
+
+impl Drop for MemDir {
+    fn drop(&mut self) {
+        // The files are unlinked first (their own Drop), then the rest.
+        self.files.clear();
+        if let Ok(c) = CString::new(self.dir.as_str()) {
+            // SAFETY: a valid C string naming this item's own directory.
+            unsafe { sys::VSIRmdirRecursive(c.as_ptr()) };
+        }
+    }
 }
 
 impl MemDir {
@@ -87,6 +100,14 @@ impl MemDir {
         self.files.iter().map(|f| f.data.len() as u64).sum()
     }
 
+    /// Every byte of the file `index` (0: the input itself).
+    pub(crate) fn bytes_of(&self, index: usize) -> &[u8] {
+        self.files
+            .get(index)
+            .map(|f| f.data.as_slice())
+            .unwrap_or_default()
+    }
+
     /// The first bytes of the file `index` (0: the input itself).
     pub(crate) fn head(&self, index: usize, n: usize) -> &[u8] {
         self.files
@@ -94,6 +115,23 @@ impl MemDir {
             .map(|f| &f.data[..n.min(f.data.len())])
             .unwrap_or_default()
     }
+}
+
+/// The first `n` bytes (or fewer) of a GDAL path, if it can be opened.
+pub(crate) fn vsi_head(path: &str, n: usize) -> Option<Vec<u8>> {
+    let c = CString::new(path).ok()?;
+    // SAFETY: valid C strings; the handle is closed below.
+    let fp = unsafe { sys::VSIFOpenL(c.as_ptr(), c"rb".as_ptr()) };
+    if fp.is_null() {
+        return None;
+    }
+    let mut buf = vec![0u8; n];
+    // SAFETY: `buf` has room for `n` bytes; `fp` is open.
+    let read = unsafe { sys::VSIFReadL(buf.as_mut_ptr().cast(), 1, n, fp) };
+    // SAFETY: `fp` is the handle opened above, closed once.
+    unsafe { sys::VSIFCloseL(fp) };
+    buf.truncate(read);
+    Some(buf)
 }
 
 /// The regular files inside an archive GDAL opened as a directory (a
@@ -125,13 +163,11 @@ pub(crate) fn archive_files(archive: &str, max: usize) -> Result<Vec<String>, St
     // SAFETY: the list came from VSIReadDirRecursive and is freed once.
     unsafe { sys::CSLDestroy(list) };
     // Directories: named with a slash, or the start of another's path.
-    let dirs: Vec<String> = names
+    let dirs: std::collections::HashSet<String> = names
         .iter()
-        .filter_map(|n| n.rsplit_once('/').map(|(d, _)| format!("{d}/")))
+        .filter_map(|n| n.rsplit_once('/').map(|(d, _)| d.to_owned()))
         .collect();
-    names.retain(|n| {
-        !n.ends_with('/') && !dirs.iter().any(|d| d.trim_end_matches('/') == n.as_str())
-    });
+    names.retain(|n| !n.ends_with('/') && !dirs.contains(n.as_str()));
     names.truncate(max);
     Ok(names)
 }

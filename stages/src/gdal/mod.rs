@@ -28,7 +28,7 @@ mod files;
 mod raster;
 mod translate;
 
-pub(crate) use files::{archive_files, MemDir};
+pub(crate) use files::{archive_files, vsi_head, MemDir};
 pub(crate) use raster::pixel_bytes;
 pub use raster::{DataType, Pixel, Raster, RasterError};
 pub(crate) use translate::vrt_view;
@@ -48,6 +48,7 @@ pub fn init() {
         let _ = gdal::DriverManager::count();
         gdal::config::set_error_handler(|class, code, message| {
             // Runs on whichever thread called GDAL; must never panic.
+            let message = scrub(message);
             match class {
                 gdal::errors::CplErrType::Warning => {
                     tracing::warn!(target: "gdal", code, "{message}")
@@ -174,6 +175,10 @@ pub(crate) fn scrub(message: &str) -> String {
     let mut rest = message;
     while let Some(at) = rest.find(DIR) {
         let mut before = &rest[..at];
+        let braced = before.ends_with('{');
+        if braced {
+            before = &before[..before.len() - 1];
+        }
         for prefix in ["/vsizip/", "/vsigzip/", "/vstar/"] {
             if let Some(b) = before.strip_suffix(prefix) {
                 before = b;
@@ -187,6 +192,12 @@ pub(crate) fn scrub(message: &str) -> String {
             .find(|c: char| !(c.is_ascii_digit() || c == '-'))
             .unwrap_or(after.len());
         rest = after[end..].strip_prefix('/').unwrap_or(&after[end..]);
+        if braced {
+            if let Some(close) = rest.find('}') {
+                out.push_str(&rest[..close]);
+                rest = &rest[close + 1..];
+            }
+        }
     }
     out.push_str(rest);
     out
@@ -281,6 +292,10 @@ mod tests {
         assert_eq!(
             super::scrub("`/vsizip//vsimem/warpline/1-2/x.zip/N45E006.hgt' not recognized"),
             "`x.zip/N45E006.hgt' not recognized"
+        );
+        assert_eq!(
+            super::scrub("/vsizip/{/vsimem/warpline/1-2/x.bin}/a.tif: bad"),
+            "x.bin/a.tif: bad"
         );
         assert_eq!(super::scrub("no names here"), "no names here");
     }

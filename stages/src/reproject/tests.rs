@@ -15,6 +15,7 @@ fn to(crs: &str) -> Reproject {
         bands: None,
         max_pixels: 1 << 28,
         warp_memory: DEFAULT_WARP_MEMORY,
+        dst_alpha: false,
         same_datum: Default::default(),
     }
 }
