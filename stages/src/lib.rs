@@ -4,7 +4,10 @@
 //!
 //! - [`source`]: kinds `list` (a text file of URLs and paths), `inline`
 //!   (a list in the pipeline) and `glob` (local files);
-//! - [`fetch`]: HTTP(S) with reqwest and rustls, and local files (async);
+//! - [`fetch`]: HTTP(S) with reqwest and rustls, `s3://` objects, and
+//!   local files (async);
+//! - [`store`]: S3 and S3-compatible object stores (`object_store`): the
+//!   `s3://` glob source, fetch's reads, write's uploads;
 //! - [`decode`]: bytes to pixels with GDAL, from a `/vsimem/` buffer the
 //!   engine owns, size checked before any pixel is read (blocking);
 //! - [`reproject`]: `GDALWarp` with gdalwarp's options (blocking);
@@ -27,6 +30,7 @@ pub mod gdal;
 pub mod reproject;
 pub mod samples;
 pub mod source;
+pub mod store;
 pub mod temps;
 pub mod write;
 

@@ -1,0 +1,431 @@
+//! Object stores (issue 22): `s3://` inputs (list lines, a glob over a
+//! listing) and outputs (multipart uploads), against a real S3-compatible
+//! server on loopback that checks SigV4 signatures (`s3s-fs`).
+//!
+//! Needs `WARPLINE_TEST_S3=http://127.0.0.1:PORT` (`scripts/test.sh` starts
+//! the server), its credentials in `WARPLINE_TEST_S3_KEY` and
+//! `WARPLINE_TEST_S3_SECRET` and a bucket in `WARPLINE_TEST_S3_BUCKET`
+//! (defaults: `warpline-test`, `warpline-test-secret`, `warpline-test`).
+//! Without the variable these tests say they are skipped; with it, a server
+//! that does not answer fails them. The pipelines run in the `warpline`
+//! binary, each with its own credentials in its environment; each test
+//! works under a prefix of its own.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+struct S3 {
+    endpoint: String,
+    key: String,
+    secret: String,
+    bucket: String,
+    prefix: String,
+    store: Arc<AmazonS3>,
+    rt: tokio::runtime::Runtime,
+}
+
+fn var(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+/// The test server, with a prefix of the test's own; `None` (and a message)
+/// when `WARPLINE_TEST_S3` is not set.
+fn s3(test: &str) -> Option<S3> {
+    let Ok(endpoint) = std::env::var("WARPLINE_TEST_S3") else {
+        eprintln!("WARPLINE_TEST_S3 is not set: the S3 tests are skipped");
+        return None;
+    };
+    let (key, secret) = (
+        var("WARPLINE_TEST_S3_KEY", "warpline-test"),
+        var("WARPLINE_TEST_S3_SECRET", "warpline-test-secret"),
+    );
+    let bucket = var("WARPLINE_TEST_S3_BUCKET", "warpline-test");
+    let store = AmazonS3Builder::new()
+        .with_endpoint(&endpoint)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_bucket_name(&bucket)
+        .with_access_key_id(&key)
+        .with_secret_access_key(&secret)
+        .build()
+        .unwrap();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let s3 = S3 {
+        endpoint,
+        key,
+        secret,
+        bucket,
+        prefix: format!("{test}-{}-{nanos}", std::process::id()),
+        store: Arc::new(store),
+        rt: common::runtime(),
+    };
+    // object_store asks again a few times, with backoff: a server that
+    // still does not answer is not there.
+    let answer = s3.rt.block_on(async {
+        use futures::StreamExt;
+        s3.store.list(None).next().await.transpose()
+    });
+    if let Err(e) = answer {
+        panic!(
+            "WARPLINE_TEST_S3={} is set but bucket {} does not answer: {e}",
+            s3.endpoint, s3.bucket
+        );
+    }
+    Some(s3)
+}
+
+impl S3 {
+    fn key_of(&self, name: &str) -> String {
+        format!("{}/{name}", self.prefix)
+    }
+
+    fn url(&self, name: &str) -> String {
+        format!("s3://{}/{}", self.bucket, self.key_of(name))
+    }
+
+    fn put(&self, name: &str, bytes: Vec<u8>) {
+        let path = ObjectPath::from(self.key_of(name));
+        self.rt
+            .block_on(self.store.put(&path, PutPayload::from(bytes)))
+            .unwrap();
+    }
+
+    /// The keys under `name/`, relative to it.
+    fn list(&self, name: &str) -> Vec<String> {
+        use futures::TryStreamExt;
+        let dir = ObjectPath::from(self.key_of(name));
+        let mut keys: Vec<String> = self
+            .rt
+            .block_on(self.store.list(Some(&dir)).try_collect::<Vec<_>>())
+            .unwrap()
+            .into_iter()
+            .map(|m| m.location.as_ref()[dir.as_ref().len() + 1..].to_owned())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// Downloads every object under `name/` into `to`.
+    fn download(&self, name: &str, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for key in self.list(name) {
+            let path = ObjectPath::from(self.key_of(&format!("{name}/{key}")));
+            let bytes = self
+                .rt
+                .block_on(async { self.store.get(&path).await?.bytes().await })
+                .unwrap();
+            std::fs::write(to.join(&key), bytes).unwrap();
+        }
+    }
+
+    /// The `warpline` binary with these credentials and no others.
+    fn warpline(&self, secret: &str) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AWS_") {
+                c.env_remove(k);
+            }
+        }
+        c.env_remove("WARPLINE_LOG")
+            .env("AWS_ACCESS_KEY_ID", &self.key)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("AWS_REGION", "us-east-1");
+        c
+    }
+
+    /// Runs `toml` (in `work`) and returns its report, with stdout and
+    /// stderr; the exit code must be `code`.
+    fn run(&self, work: &Path, toml: &str, secret: &str, code: i32) -> (serde_json::Value, String) {
+        let file = work.join("pipeline.toml");
+        std::fs::write(&file, toml).unwrap();
+        let report = work.join("report.json");
+        let out = self
+            .warpline(secret)
+            .current_dir(work)
+            .arg("run")
+            .arg(&file)
+            .arg("--report")
+            .arg(&report)
+            .arg("--failures")
+            .arg(work.join("failures.jsonl"))
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(code), "{text}\n{toml}");
+        let json = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+        (json, text)
+    }
+}
+
+/// fetch -> decode -> reproject -> write, from `source` (a `[source]` body)
+/// to `write` (the write stage's keys besides its kind), against `endpoint`.
+fn pipeline(source: &str, write: &str, endpoint: &str) -> String {
+    format!(
+        r#"
+[pipeline]
+flow = ["fetch", "decode", "reproject", "write"]
+[source]
+{source}
+[limits.memory]
+budget = "256MiB"
+[stages.fetch]
+kind = "fetch"
+workers = 4
+memory = "memory"
+endpoint = "{endpoint}"
+[stages.decode]
+kind = "decode"
+workers = 2
+limits = ["memory"]
+release = ["memory"]
+carry = ["memory"]
+[stages.reproject]
+kind = "reproject"
+workers = 2
+limits = ["memory"]
+release = ["memory"]
+carry = ["memory"]
+crs = "EPSG:3857"
+resampling = "bilinear"
+[stages.write]
+kind = "write"
+workers = 2
+creation_options = {{ COMPRESS = "DEFLATE" }}
+{write}
+"#
+    )
+}
+
+fn items(report: &serde_json::Value) -> [u64; 4] {
+    let n = |k: &str| report["items"][k].as_u64().unwrap();
+    [n("total"), n("done"), n("skipped"), n("failed")]
+}
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten() {
+        let p = entry.unwrap().path();
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_bucket_to_bucket_run_equals_the_local_run_and_a_rerun_skips() {
+    let Some(s3) = s3("roundtrip") else { return };
+    let Some(rasters) = common::real_rasters() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let local_in = work.path().join("in");
+    std::fs::create_dir_all(&local_in).unwrap();
+    for r in &rasters {
+        let name = r.file_name().unwrap().to_string_lossy().into_owned();
+        std::fs::copy(r, local_in.join(&name)).unwrap();
+        s3.put(&format!("in/{name}"), std::fs::read(r).unwrap());
+    }
+    // A key the pattern does not match (another extension, a deeper level).
+    s3.put("in/notes.txt", b"not a raster".to_vec());
+    s3.put("in/deeper/x.tif", b"not matched".to_vec());
+
+    // The same pipeline on local files: the oracle.
+    let local_out = work.path().join("local-out");
+    let glob = format!(
+        "kind = \"glob\"\npattern = \"{}/*.tif\"",
+        local_in.display()
+    );
+    let write = format!("dir = \"{}\"", local_out.display());
+    let (report, text) = s3.run(
+        work.path(),
+        &pipeline(&glob, &write, &s3.endpoint),
+        &s3.secret,
+        0,
+    );
+    assert_eq!(items(&report), [4, 4, 0, 0], "{text}");
+
+    let staging = work.path().join("staging");
+    let glob = format!(
+        "kind = \"glob\"\npattern = \"{}\"\nendpoint = \"{}\"",
+        s3.url("in/*.tif"),
+        s3.endpoint
+    );
+    let write = format!(
+        "dir = \"{}\"\nendpoint = \"{}\"\nstaging = \"{}\"",
+        s3.url("out"),
+        s3.endpoint,
+        staging.display()
+    );
+    let toml = pipeline(&glob, &write, &s3.endpoint);
+    let (report, text) = s3.run(work.path(), &toml, &s3.secret, 0);
+    assert_eq!(items(&report), [4, 4, 0, 0], "{text}");
+    assert!(!text.contains(&s3.secret), "the secret was printed: {text}");
+    assert_eq!(
+        files(&staging),
+        Vec::<PathBuf>::new(),
+        "the staged files are removed once uploaded"
+    );
+    let uploaded = work.path().join("uploaded");
+    s3.download("out", &uploaded);
+    let mut names: Vec<String> = s3.list("out");
+    names.sort();
+    let mut want: Vec<String> = files(&local_out)
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    want.sort();
+    assert_eq!(names, want, "one object per input, nothing else");
+    for name in &want {
+        common::assert_same_raster(&uploaded.join(name), &local_out.join(name), name);
+    }
+
+    // Again: every output is there (HEAD), so every item is skipped.
+    let (report, text) = s3.run(work.path(), &toml, &s3.secret, 0);
+    assert_eq!(items(&report), [4, 0, 4, 0], "{text}");
+}
+
+#[test]
+fn s3_lines_in_a_list_file_are_fetched_and_missing_objects_fail_clearly() {
+    let Some(s3) = s3("list") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
+    let name = tiles[0].file_name().unwrap().to_string_lossy().into_owned();
+    s3.put(&format!("in/{name}"), std::fs::read(&tiles[0]).unwrap());
+    let lines = [
+        s3.url(&format!("in/{name}")),
+        s3.url("in/missing.tif"),
+        "s3://warpline-no-such-bucket/a.tif".to_owned(),
+    ];
+    std::fs::write(work.path().join("list.txt"), lines.join("\n")).unwrap();
+    let out = work.path().join("out");
+    let source = "kind = \"list\"\npath = \"list.txt\"";
+    let write = format!("dir = \"{}\"", out.display());
+    let (report, text) = s3.run(
+        work.path(),
+        &pipeline(source, &write, &s3.endpoint),
+        &s3.secret,
+        3,
+    );
+    assert_eq!(items(&report), [3, 1, 0, 2], "{text}");
+    assert!(out.join(tiles[0].file_name().unwrap()).is_file());
+    let failures = &report["failures"];
+    for (id, says) in [
+        ("missing", "s3://".to_owned() + &s3.bucket),
+        ("a", "warpline-no-such-bucket".to_owned()),
+    ] {
+        let f = failures
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("no failure for {id}: {report}"));
+        let message = f["message"].as_str().unwrap();
+        assert!(message.contains("not found"), "{message}");
+        assert!(message.contains(&says), "{message}");
+        assert_eq!(f["kind"], "permanent", "{f}");
+        assert_eq!(f["attempts"], 1, "a missing object is not tried again: {f}");
+    }
+}
+
+#[test]
+fn wrong_credentials_fail_each_item_once_naming_the_bucket() {
+    let Some(s3) = s3("creds") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
+    let mut lines = Vec::new();
+    for t in &tiles[..3] {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        s3.put(&format!("in/{name}"), std::fs::read(t).unwrap());
+        lines.push(s3.url(&format!("in/{name}")));
+    }
+    std::fs::write(work.path().join("list.txt"), lines.join("\n")).unwrap();
+    let wrong = "qqv-wrong-secret-qqv";
+    let write = format!(
+        "dir = \"{}\"\nendpoint = \"{}\"",
+        s3.url("out"),
+        s3.endpoint
+    );
+    let source = "kind = \"list\"\npath = \"list.txt\"";
+    let started = std::time::Instant::now();
+    let (report, text) = s3.run(
+        work.path(),
+        &pipeline(source, &write, &s3.endpoint),
+        wrong,
+        3,
+    );
+    assert_eq!(items(&report), [3, 0, 0, 3], "{text}");
+    // No retry loop: a fetch tried 6 times waits 7.75 s at least.
+    assert!(started.elapsed().as_secs() < 7, "{text}");
+    let failures = std::fs::read_to_string(work.path().join("failures.jsonl")).unwrap();
+    assert_eq!(failures.lines().count(), 3, "{failures}");
+    for line in failures.lines() {
+        let f: serde_json::Value = serde_json::from_str(line).unwrap();
+        let message = f["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("access denied to bucket \"{}\"", s3.bucket)),
+            "{message}"
+        );
+        assert_eq!(f["kind"], "permanent", "{f}");
+        assert_eq!(f["attempts"], 1, "{f}");
+        assert_eq!(f["status"], 403, "{f}");
+    }
+    for shown in [&text, &failures, &report.to_string()] {
+        assert!(!shown.contains(wrong), "the secret was printed: {shown}");
+    }
+    assert!(s3.list("out").is_empty());
+
+    // A glob with the wrong secret: its listing fails once, naming it.
+    let glob = format!(
+        "kind = \"glob\"\npattern = \"{}\"\nendpoint = \"{}\"",
+        s3.url("in/*.tif"),
+        s3.endpoint
+    );
+    let (report, text) = s3.run(
+        work.path(),
+        &pipeline(&glob, &write, &s3.endpoint),
+        wrong,
+        3,
+    );
+    assert_eq!(items(&report), [1, 0, 0, 1], "{text}");
+    let message = report["failures"][0]["message"].as_str().unwrap();
+    assert!(message.contains("access denied to bucket"), "{message}");
+}
+
+#[test]
+fn a_body_over_max_bytes_fails_before_it_is_read() {
+    let Some(s3) = s3("maxbytes") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
+    let size = std::fs::metadata(&tiles[0]).unwrap().len();
+    s3.put("in/t.tif", std::fs::read(&tiles[0]).unwrap());
+    let source = format!("kind = \"inline\"\ninputs = [\"{}\"]", s3.url("in/t.tif"));
+    let write = format!("dir = \"{}\"", work.path().join("out").display());
+    let toml = pipeline(&source, &write, &s3.endpoint).replace(
+        "memory = \"memory\"\nendpoint",
+        "memory = \"memory\"\nmax_bytes = 100\nendpoint",
+    );
+    let (report, text) = s3.run(work.path(), &toml, &s3.secret, 3);
+    assert_eq!(items(&report), [1, 0, 0, 1], "{text}");
+    let message = report["failures"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("{size} bytes is over max_bytes (100 bytes)")),
+        "{message}"
+    );
+}
