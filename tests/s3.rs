@@ -429,3 +429,88 @@ fn a_body_over_max_bytes_fails_before_it_is_read() {
         "{message}"
     );
 }
+
+/// The S3 example of docs/pipeline.md, with this server and bucket.
+#[test]
+fn the_reference_s3_example_runs() {
+    let Some(s3) = s3("docs") else { return };
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/pipeline.md"))
+            .unwrap();
+    let start = doc
+        .find("```toml\n[pipeline]\nflow = [\"fetch\", \"decode\", \"reproject\", \"write\"]\n\n[source]\nkind = \"glob\"\npattern = \"s3://")
+        .expect("the S3 example in docs/pipeline.md");
+    let block = &doc[start + "```toml\n".len()..];
+    let block = &block[..block.find("```").unwrap()];
+    let toml = block
+        .replace("http://127.0.0.1:9000", &s3.endpoint)
+        .replace("s3://my-bucket/scenes", &s3.url("scenes"))
+        .replace("s3://my-bucket/warped", &s3.url("warped"));
+    assert!(!toml.contains("my-bucket"), "{toml}");
+    let work = tempfile::tempdir().unwrap();
+    let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
+    for t in &tiles {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        s3.put(&format!("scenes/{name}"), std::fs::read(t).unwrap());
+    }
+    let (report, text) = s3.run(work.path(), &toml, &s3.secret, 0);
+    let n = tiles.len() as u64;
+    assert_eq!(items(&report), [n, n, 0, 0], "{text}");
+    let got = work.path().join("got");
+    s3.download("warped", &got);
+    assert_eq!(files(&got).len(), tiles.len());
+    for f in files(&got) {
+        let ds = gdal::Dataset::open(&f).unwrap();
+        use gdal::Metadata;
+        assert_eq!(
+            ds.metadata_item("LAYOUT", "IMAGE_STRUCTURE").as_deref(),
+            Some("COG"),
+            "{}",
+            f.display()
+        );
+    }
+}
+
+/// A listing of 2,500 objects (three pages of at most 1,000 keys), of which
+/// the pattern matches 2,000: every match is an input, and nothing else.
+#[test]
+fn a_large_listing_is_read_page_by_page() {
+    let Some(s3) = s3("many") else { return };
+    use futures::StreamExt;
+    let names: Vec<String> = (0..2500)
+        .map(|i| {
+            let ext = if i % 5 == 4 { "txt" } else { "tif" };
+            format!("many/o{i:05}.{ext}")
+        })
+        .collect();
+    s3.rt.block_on(async {
+        futures::stream::iter(&names)
+            .map(|n| {
+                let path = ObjectPath::from(s3.key_of(n));
+                let store = Arc::clone(&s3.store);
+                async move { store.put(&path, PutPayload::from_static(b"x")).await }
+            })
+            .buffer_unordered(16)
+            .for_each(|r| async move {
+                r.unwrap();
+            })
+            .await
+    });
+    let work = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[pipeline]
+flow = ["sink"]
+[source]
+kind = "glob"
+pattern = "{}"
+endpoint = "{}"
+[stages.sink]
+kind = "discard"
+"#,
+        s3.url("many/*.tif"),
+        s3.endpoint
+    );
+    let (report, text) = s3.run(work.path(), &toml, &s3.secret, 0);
+    assert_eq!(items(&report), [2000, 2000, 0, 0], "{text}");
+}
