@@ -54,6 +54,8 @@ if ! (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null; then
   exit 1
 fi
 export WARPLINE_TEST_S3="http://127.0.0.1:$S3_PORT"
+# Where the server keeps its files: tests look for uploads left in progress.
+export WARPLINE_TEST_S3_ROOT="$S3_ROOT/data"
 
 status=0
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?

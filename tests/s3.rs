@@ -514,3 +514,58 @@ kind = "discard"
     let (report, text) = s3.run(work.path(), &toml, &s3.secret, 0);
     assert_eq!(items(&report), [2000, 2000, 0, 0], "{text}");
 }
+
+/// A server that cannot be reached fails an item as `transient`, tried
+/// again by the stage's retry policy. Needs no server: nothing listens.
+#[test]
+fn an_unreachable_server_is_a_transient_failure_tried_again() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let work = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[pipeline]
+flow = ["fetch"]
+[source]
+kind = "inline"
+inputs = ["s3://warpline-test/a.tif"]
+[stages.fetch]
+kind = "fetch"
+endpoint = "http://127.0.0.1:{port}"
+retry = {{ attempts = 3, base_delay = "10ms", max_delay = "20ms" }}
+"#
+    );
+    let file = work.path().join("pipeline.toml");
+    std::fs::write(&file, toml).unwrap();
+    let report = work.path().join("report.json");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") {
+            c.env_remove(k);
+        }
+    }
+    let out = c
+        .env("AWS_ACCESS_KEY_ID", "k")
+        .env("AWS_SECRET_ACCESS_KEY", "qqv-unused-secret")
+        .arg("run")
+        .arg(&file)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    let f = &json["failures"][0];
+    assert_eq!(f["kind"], "transient", "{f}");
+    assert_eq!(f["attempts"], 3, "{f}");
+    let message = f["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("s3://warpline-test/a.tif: cannot connect"),
+        "{message}"
+    );
+    assert!(!text.contains("qqv-unused-secret"));
+}

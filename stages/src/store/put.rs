@@ -166,3 +166,110 @@ async fn upload(
     parts.finish().await.map_err(|e| stage_error(&shown, &e))?;
     Ok(sent)
 }
+
+#[cfg(test)]
+mod tests {
+    //! Uploads against the test server (`WARPLINE_TEST_S3`, see tests/s3.rs);
+    //! skipped without it.
+
+    use super::*;
+    use object_store::aws::AmazonS3Builder;
+
+    fn var(name: &str, default: &str) -> String {
+        std::env::var(name).unwrap_or_else(|_| default.to_owned())
+    }
+
+    /// An output under a prefix of its own on the test server, with the
+    /// test credentials (not the environment's).
+    fn output(test: &str) -> Option<Output> {
+        let Ok(endpoint) = std::env::var("WARPLINE_TEST_S3") else {
+            eprintln!("WARPLINE_TEST_S3 is not set: the upload tests are skipped");
+            return None;
+        };
+        let bucket = var("WARPLINE_TEST_S3_BUCKET", "warpline-test");
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let dir = format!("s3://{bucket}/{test}-{}-{nanos}", std::process::id());
+        let output = Output::parse(&dir, Some(endpoint.clone())).unwrap();
+        let store = AmazonS3Builder::new()
+            .with_endpoint(&endpoint)
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_bucket_name(&bucket)
+            .with_access_key_id(var("WARPLINE_TEST_S3_KEY", "warpline-test"))
+            .with_secret_access_key(var("WARPLINE_TEST_S3_SECRET", "warpline-test-secret"))
+            .build()
+            .unwrap();
+        output
+            .stores
+            .by_bucket
+            .lock()
+            .unwrap()
+            .insert(bucket, Arc::new(store));
+        Some(output)
+    }
+
+    /// The uploads in progress on the server, if the test says where its
+    /// directory is (`WARPLINE_TEST_S3_ROOT`; s3s-fs keeps one
+    /// `.upload-ID.json` per upload there).
+    fn uploads_in_progress() -> Option<std::collections::BTreeSet<String>> {
+        let root = std::env::var("WARPLINE_TEST_S3_ROOT").ok()?;
+        Some(
+            std::fs::read_dir(root)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(".upload"))
+                .collect(),
+        )
+    }
+
+    /// One upload test at a time: the abort test counts the server's
+    /// uploads in progress.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn a_large_file_is_sent_in_parts_and_appears_whole() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(output) = output("parts") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("big.tif");
+        // 2.5 parts of bytes that differ from part to part.
+        let bytes: Vec<u8> = (0..PART * 5 / 2).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&file, &bytes).unwrap();
+        assert!(!output.exists("big.tif").unwrap());
+        assert_eq!(output.upload(&file, "big.tif").unwrap(), bytes.len() as u64);
+        assert!(output.exists("big.tif").unwrap());
+        let (store, path, _) = output.target("big.tif").unwrap();
+        let got = block_on(async move {
+            let got = store.get(&path).await.map_err(|e| stage_error("", &e))?;
+            got.bytes().await.map_err(|e| stage_error("", &e))
+        })
+        .unwrap();
+        assert!(got == bytes, "the object is not the file");
+    }
+
+    #[test]
+    fn an_upload_that_fails_is_aborted_and_leaves_no_object() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(output) = output("abort") else {
+            return;
+        };
+        let before = uploads_in_progress();
+        // A directory opens but cannot be read: the upload is begun, then
+        // its first read fails.
+        let dir = tempfile::tempdir().unwrap();
+        let error = output.upload(dir.path(), "a.tif").unwrap_err();
+        assert!(error.message.contains("cannot read"), "{}", error.message);
+        assert!(error.message.contains("/a.tif"), "{}", error.message);
+        assert!(!output.exists("a.tif").unwrap(), "no object appears");
+        if let (Some(before), Some(after)) = (before, uploads_in_progress()) {
+            assert_eq!(before, after, "the upload was not aborted");
+        } else {
+            eprintln!("WARPLINE_TEST_S3_ROOT is not set: the server's uploads are not looked at");
+        }
+    }
+}
