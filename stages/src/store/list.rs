@@ -147,3 +147,80 @@ impl Source for S3GlobRun {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use object_store::{ObjectStoreExt, PutPayload};
+
+    use super::*;
+    use crate::store::testing;
+
+    /// 2,100 keys are three pages: the first is asked for with the first
+    /// input (not when the source is opened), the next only when the
+    /// inputs of the one before are all taken.
+    #[test]
+    fn the_listing_is_asked_for_page_by_page_as_inputs_are_taken() {
+        let Some(server) = testing::server("the listing test is") else {
+            return;
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let prefix = testing::unique("pages");
+            let direct = server.client(&server.endpoint);
+            futures::stream::iter(0..2100)
+                .map(|i| {
+                    let store = Arc::clone(&direct);
+                    let path = ObjectPath::from(format!("{prefix}/k{i:05}.tif"));
+                    async move { store.put(&path, PutPayload::from_static(b"x")).await }
+                })
+                .buffer_unordered(16)
+                .for_each(|r| async move {
+                    r.unwrap();
+                })
+                .await;
+            let (endpoint, lists) = server.counting_proxy(b"list-type=2").await;
+            let stores = Stores::default();
+            stores
+                .by_bucket
+                .lock()
+                .unwrap()
+                .insert(server.bucket.clone(), server.client(&endpoint));
+            let spec = S3Glob {
+                shown: format!("s3://{}/{prefix}/*.tif", server.bucket),
+                bucket: server.bucket.clone(),
+                dir: ObjectPath::from(prefix.as_str()),
+                pattern: glob::Pattern::new(&format!("{prefix}/*.tif")).unwrap(),
+                stores: Arc::new(stores),
+            };
+            let mut source = spec.open().unwrap();
+            let asked = || lists.load(Ordering::SeqCst);
+            assert_eq!(asked(), 0, "opening the source asks nothing");
+            let first = source.next().await.unwrap().unwrap();
+            assert_eq!(
+                first.source,
+                format!("s3://{}/{prefix}/k00000.tif", server.bucket)
+            );
+            assert_eq!((first.id.as_str(), first.size_hint), ("k00000", Some(1)));
+            for _ in 1..1000 {
+                source.next().await.unwrap().unwrap();
+            }
+            assert_eq!(asked(), 1, "1,000 inputs from the first page");
+            let next = source.next().await.unwrap().unwrap();
+            assert_eq!(next.id, "k01000");
+            assert_eq!(asked(), 2, "the second page for the 1,001st input");
+            let mut rest = 0;
+            while let Some(input) = source.next().await {
+                input.unwrap();
+                rest += 1;
+            }
+            assert_eq!(rest, 1099);
+            assert_eq!(asked(), 3);
+        });
+    }
+}

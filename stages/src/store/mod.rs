@@ -20,6 +20,8 @@
 mod get;
 mod list;
 mod put;
+#[cfg(test)]
+mod testing;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -173,41 +173,21 @@ mod tests {
     //! skipped without it.
 
     use super::*;
-    use object_store::aws::AmazonS3Builder;
-
-    fn var(name: &str, default: &str) -> String {
-        std::env::var(name).unwrap_or_else(|_| default.to_owned())
-    }
+    use crate::store::testing;
 
     /// An output under a prefix of its own on the test server, with the
     /// test credentials (not the environment's).
     fn output(test: &str) -> Option<Output> {
-        let Ok(endpoint) = std::env::var("WARPLINE_TEST_S3") else {
-            eprintln!("WARPLINE_TEST_S3 is not set: the upload tests are skipped");
-            return None;
-        };
-        let bucket = var("WARPLINE_TEST_S3_BUCKET", "warpline-test");
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default();
-        let dir = format!("s3://{bucket}/{test}-{}-{nanos}", std::process::id());
-        let output = Output::parse(&dir, Some(endpoint.clone())).unwrap();
-        let store = AmazonS3Builder::new()
-            .with_endpoint(&endpoint)
-            .with_allow_http(true)
-            .with_region("us-east-1")
-            .with_bucket_name(&bucket)
-            .with_access_key_id(var("WARPLINE_TEST_S3_KEY", "warpline-test"))
-            .with_secret_access_key(var("WARPLINE_TEST_S3_SECRET", "warpline-test-secret"))
-            .build()
-            .unwrap();
+        let server = testing::server("the upload tests are")?;
+        let dir = format!("s3://{}/{}", server.bucket, testing::unique(test));
+        let output = Output::parse(&dir, Some(server.endpoint.clone())).unwrap();
+        let store = server.client(&server.endpoint);
         output
             .stores
             .by_bucket
             .lock()
             .unwrap()
-            .insert(bucket, Arc::new(store));
+            .insert(server.bucket, store);
         Some(output)
     }
 
