@@ -33,6 +33,8 @@ use object_store::client::{ClientConfigKey, HttpError, HttpErrorKind};
 use object_store::path::Path as ObjectPath;
 use object_store::{BackoffConfig, RetryConfig};
 use warpline_engine::redact::redact_text;
+#[cfg(test)]
+use warpline_engine::ErrorKind;
 use warpline_engine::StageError;
 
 pub(crate) use get::Body;
@@ -204,6 +206,10 @@ fn s3_code(text: &str) -> Option<&str> {
     Some(&text[start..start + len])
 }
 
+/// The metadata services `object_store` asks for credentials when the
+/// environment has none: an instance's (IMDS) and a container's (ECS).
+const METADATA: &[&str] = &["169.254.169.254", "169.254.170.2"];
+
 /// The HTTP status a failed request was answered with, from its text
 /// (`object_store` does not expose it).
 fn status_in(text: &str) -> Option<u16> {
@@ -238,6 +244,14 @@ pub(crate) fn stage_error(shown: &str, e: &object_store::Error) -> StageError {
         .strip_prefix("s3://")
         .and_then(|rest| rest.split('/').next())
         .unwrap_or(shown);
+    if METADATA.iter().any(|m| detail.contains(m)) {
+        // No credentials in the environment, and the machine's metadata
+        // service (an instance's, a container's) gave none either.
+        return StageError::permanent(format!(
+            "{shown}: no credentials for bucket {bucket:?}: set AWS_ACCESS_KEY_ID and \
+             AWS_SECRET_ACCESS_KEY (or a web identity token); the metadata service gave none: {detail}"
+        ));
+    }
     let status = match e {
         E::NotFound { .. } => Some(404),
         E::PermissionDenied { .. } => Some(403),
@@ -339,5 +353,55 @@ mod tests {
         assert!(loopback_http("http://localhost:9000"));
         assert!(!loopback_http("http://example.com"));
         assert!(!loopback_http("https://127.0.0.1:9000"));
+    }
+
+    /// What a server answers is classed as fetch classes HTTP answers:
+    /// 503 and 500 are tried again (with the status, so a 503 pauses the
+    /// bucket's gate), 403 and 404 are not.
+    #[test]
+    fn answers_are_classed_for_the_retry_policy() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            for (status, code, kind, number) in [
+                ("503 Slow Down", "SlowDown", ErrorKind::Transient, 503),
+                (
+                    "500 Internal Server Error",
+                    "InternalError",
+                    ErrorKind::Transient,
+                    500,
+                ),
+                ("403 Forbidden", "AccessDenied", ErrorKind::Permanent, 403),
+                ("404 Not Found", "NoSuchBucket", ErrorKind::Permanent, 404),
+            ] {
+                let endpoint = testing::refusing_server(status, code).await;
+                let server = testing::Server {
+                    endpoint,
+                    bucket: "bkt".to_owned(),
+                };
+                let stores = Stores::default();
+                stores
+                    .by_bucket
+                    .lock()
+                    .unwrap()
+                    // As fetch's: the engine tries again, not the client.
+                    .insert("bkt".to_owned(), server.client_trying(&server.endpoint, 0));
+                // The listed size skips the HEAD: the GET is answered.
+                let e = get::Body::locate(&stores, "s3://bkt/a.tif", Some(1))
+                    .await
+                    .unwrap()
+                    .read()
+                    .await
+                    .unwrap_err();
+                assert_eq!((e.kind, e.status), (kind, Some(number)), "{}", e.message);
+                assert!(e.message.starts_with("s3://bkt/a.tif: "), "{}", e.message);
+                if number != 404 && number != 403 {
+                    assert!(e.message.contains(code), "{}", e.message);
+                }
+            }
+        });
     }
 }

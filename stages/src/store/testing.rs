@@ -45,7 +45,17 @@ impl Server {
     /// A client of the bucket through `endpoint` (the server's, or a
     /// proxy's), with the test credentials.
     pub(crate) fn client(&self, endpoint: &str) -> Arc<AmazonS3> {
+        self.client_trying(endpoint, 3)
+    }
+
+    /// [`client`](Self::client), asking again `retries` times as
+    /// [`Stores`](super::Stores) is told to.
+    pub(crate) fn client_trying(&self, endpoint: &str, retries: usize) -> Arc<AmazonS3> {
         let store = AmazonS3Builder::new()
+            .with_retry(object_store::RetryConfig {
+                max_retries: retries,
+                ..Default::default()
+            })
             .with_endpoint(endpoint)
             .with_allow_http(true)
             .with_region("us-east-1")
@@ -107,4 +117,40 @@ impl Server {
         });
         (endpoint, count)
     }
+}
+
+/// A server on loopback that answers every request with `status` and an
+/// S3 error body of `code`: its endpoint.
+pub(crate) async fn refusing_server(status: &'static str, code: &'static str) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let n = match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    seen.extend_from_slice(&buf[..n]);
+                    // Requests without bodies (HEAD, GET): each ends with a
+                    // blank line.
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        let body = format!("<Error><Code>{code}</Code></Error>");
+                        let answer = format!(
+                            "HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if conn.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    endpoint
 }
