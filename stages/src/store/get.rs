@@ -87,8 +87,15 @@ impl Body {
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk.map_err(|e| {
                 let e = stage_error(shown, &e);
+                let why = e
+                    .message
+                    .strip_prefix(&format!("{shown}: "))
+                    .unwrap_or(&e.message);
                 // A body cut short is worth another try, whatever its cause.
-                StageError::transient(format!("body cut short after {} bytes: {e}", body.len()))
+                StageError::transient(format!(
+                    "{shown}: body cut short after {} bytes: {why}",
+                    body.len()
+                ))
             })?;
             if (body.len() + chunk.len()) as u64 > self.size {
                 return Err(changed((body.len() + chunk.len()) as u64));

@@ -308,8 +308,11 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime, StageError> {
         .map_err(|e| StageError::transient(format!("cannot start the S3 upload runtime: {e}")))
 }
 
-/// Runs `work` on the upload runtime and waits for it, from any thread (a
-/// write worker, or a task of the run's own runtime: it is not this one).
+/// Runs `work` on the upload runtime and waits for it, from any thread: a
+/// write worker, or a task of the run's own runtime (the `exists` check at
+/// admission runs in the first stage's worker), which is not this one. On
+/// a multi-threaded runtime the wait tells it to move its other tasks off
+/// this thread meanwhile.
 pub(crate) fn block_on<T: Send + 'static>(
     work: impl Future<Output = Result<T, StageError>> + Send + 'static,
 ) -> Result<T, StageError> {
@@ -317,8 +320,17 @@ pub(crate) fn block_on<T: Send + 'static>(
     runtime()?.spawn(async move {
         let _ = tx.send(work.await);
     });
-    rx.recv()
-        .unwrap_or_else(|_| Err(StageError::permanent("an S3 request panicked")))
+    let wait = || {
+        rx.recv()
+            .unwrap_or_else(|_| Err(StageError::permanent("an S3 request panicked")))
+    };
+    let on_many_threads = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if on_many_threads {
+        tokio::task::block_in_place(wait)
+    } else {
+        wait()
+    }
 }
 
 #[cfg(test)]

@@ -45,6 +45,8 @@ impl Output {
                 // A part, a HEAD are asked again a few times: the stage
                 // itself is not tried again by default.
                 retries: 3,
+                // For a part of 8 MiB: 28 KiB/s at least.
+                timeout: Some(std::time::Duration::from_secs(300)),
                 ..Config::default()
             }),
         })
