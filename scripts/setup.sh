@@ -23,7 +23,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-# An S3-compatible server for tests/s3.rs: s3s-fs serves a directory and
+# An S3-compatible server for tests/s3/ (and the store unit tests): s3s-fs serves a directory and
 # checks SigV4 signatures. 0.14.1 because later versions need rustc 1.96.
 # Built from source: about 2.5 minutes on 2 cores (measured: 2m12s).
 S3S_FS_VERSION=0.14.1

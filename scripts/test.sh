@@ -18,7 +18,7 @@ fi
 export WARPLINE_TEST_REDIS="redis://127.0.0.1:$REDIS_PORT"
 
 # A throwaway S3-compatible server (s3s-fs, which checks SigV4 signatures)
-# on its own port, over an empty directory with one bucket, for tests/s3.rs.
+# on its own port, over an empty directory with one bucket, for tests/s3/ and the store unit tests.
 # Known test credentials, for this server only.
 S3_PORT=${WARPLINE_TEST_S3_PORT:-8415}
 S3_ROOT=$(mktemp -d)

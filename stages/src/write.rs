@@ -271,11 +271,11 @@ fn remote_output(
         }
         return Ok((PathBuf::from(dir), None));
     }
-    let output = Output::parse(dir, endpoint).map_err(|m| ("dir", m))?;
     let staging = match staging {
         Some(s) => PathBuf::from(s),
         None => std::env::temp_dir().join("warpline-staging"),
     };
+    let output = Output::parse(dir, endpoint, &staging).map_err(|m| ("dir", m))?;
     Ok((staging, Some(output)))
 }
 

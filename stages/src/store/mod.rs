@@ -18,6 +18,7 @@
 //! every message passes through [`redact_text`].
 
 mod get;
+mod journal;
 mod list;
 mod put;
 #[cfg(test)]

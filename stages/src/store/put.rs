@@ -4,18 +4,23 @@
 //! directory) is sent with a multipart upload, parts of 8 MiB, up to 4 in
 //! flight: S3 shows the object only when the upload is completed, so no
 //! partial object is ever under the final key. An upload that fails is
-//! aborted (the parts sent are dropped by the server). `exists = "skip"`
-//! asks with a HEAD request.
+//! aborted (the parts sent are dropped by the server); one a killed run
+//! left is aborted by the next run (see [`journal`](super::journal)).
+//! `exists = "skip"` asks with a HEAD request.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
 use object_store::aws::AmazonS3;
+use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, WriteMultipart};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::io::AsyncReadExt;
 use warpline_engine::StageError;
 
+use super::journal::{self, Record};
 use super::{block_on, stage_error, Config, S3Url, Stores};
 
 /// The size of each uploaded part (S3's least is 5 MiB, but for the last).
@@ -30,11 +35,20 @@ pub(crate) struct Output {
     bucket: String,
     prefix: String,
     stores: Stores,
+    /// Where the records of uploads in progress are.
+    journal: PathBuf,
+    /// The uploads dead processes left are aborted once, before the first.
+    swept: Once,
 }
 
 impl Output {
-    /// Parses `s3://BUCKET[/PREFIX]`; `endpoint` as the stage sets it.
-    pub(crate) fn parse(dir: &str, endpoint: Option<String>) -> Result<Self, String> {
+    /// Parses `s3://BUCKET[/PREFIX]`; `endpoint` as the stage sets it;
+    /// `staging` the local directory files are written in before upload.
+    pub(crate) fn parse(
+        dir: &str,
+        endpoint: Option<String>,
+        staging: &Path,
+    ) -> Result<Self, String> {
         let url = S3Url::parse(dir)?;
         let prefix = url.key.trim_matches('/').to_owned();
         Ok(Output {
@@ -49,6 +63,8 @@ impl Output {
                 timeout: Some(std::time::Duration::from_secs(300)),
                 ..Config::default()
             }),
+            journal: journal::dir(staging),
+            swept: Once::new(),
         })
     }
 
@@ -91,11 +107,45 @@ impl Output {
         })
     }
 
-    /// Uploads `file` as the output `name`; the bytes sent.
+    /// Uploads the staged `file` as the output `name`; the bytes sent.
     pub(crate) fn upload(&self, file: &Path, name: &str) -> Result<u64, StageError> {
+        self.swept.call_once(|| self.abort_left());
         let (store, path, shown) = self.target(name)?;
-        let file = file.to_owned();
-        block_on(async move { upload(store, path, file, shown).await })
+        let (file, journal) = (file.to_owned(), self.journal.clone());
+        block_on(async move { upload(store, path, file, shown, journal).await })
+    }
+
+    /// Aborts the uploads that dead processes left.
+    fn abort_left(&self) {
+        let mut aborted = 0;
+        for left in journal::left(&self.journal) {
+            let result = S3Url::parse(&left.url)
+                .map_err(StageError::permanent)
+                .and_then(|url| Ok((self.stores.bucket(&url.bucket)?, url.path()?)))
+                .and_then(|(store, path)| {
+                    let (url, id) = (left.url.clone(), left.id.clone());
+                    block_on(async move {
+                        match store.abort_multipart(&path, &id).await {
+                            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                            Err(e) => Err(stage_error(&url, &e)),
+                        }
+                    })
+                });
+            match result {
+                Ok(()) => {
+                    let _ = std::fs::remove_file(&left.record);
+                    aborted += 1;
+                }
+                Err(e) => tracing::warn!(
+                    "cannot abort the upload a dead process left ({}): {}",
+                    left.record.display(),
+                    e.message
+                ),
+            }
+        }
+        if aborted > 0 {
+            tracing::info!("aborted {aborted} upload(s) left by processes that died");
+        }
     }
 
     /// Checks before a run that the bucket answers with these credentials
@@ -107,7 +157,6 @@ impl Output {
         };
         let shown = self.shown("");
         let result = block_on(async move {
-            use futures::StreamExt;
             match store.list(Some(&prefix)).next().await {
                 Some(Err(e)) => Err(stage_error(&shown, &e)),
                 _ => Ok(()),
@@ -125,53 +174,100 @@ async fn upload(
     path: ObjectPath,
     file: PathBuf,
     shown: String,
+    journal: PathBuf,
 ) -> Result<u64, StageError> {
     let local = |e: std::io::Error| {
         StageError::permanent(format!("{shown}: cannot read {}: {e}", file.display()))
     };
     let mut f = tokio::fs::File::open(&file).await.map_err(local)?;
-    let upload = store
-        .put_multipart(&path)
+    let id = store
+        .create_multipart(&path)
         .await
         .map_err(|e| stage_error(&shown, &e))?;
-    let mut parts = WriteMultipart::new_with_chunk_size(upload, PART);
-    let mut buf = vec![0u8; 1 << 20];
-    let mut sent = 0u64;
-    let failed = loop {
-        let n = match f.read(&mut buf).await {
-            Ok(0) => break None,
-            Ok(n) => n,
-            Err(e) => break Some(local(e)),
-        };
-        if let Err(e) = parts.wait_for_capacity(PARTS_IN_FLIGHT).await {
-            break Some(stage_error(&shown, &e));
-        }
-        parts.write(&buf[..n]);
-        sent += n as u64;
+    let record = Record::begin(&journal, &file, &shown, &id);
+    let result = match &record {
+        Err(e) => Err(StageError::permanent(format!(
+            "{shown}: cannot record the upload in {}: {e}",
+            journal.display()
+        ))),
+        Ok(_) => match send(&store, &path, &id, &mut f, &shown, &local).await {
+            Ok((parts, sent)) => store
+                .complete_multipart(&path, &id, parts)
+                .await
+                .map(|_| sent)
+                .map_err(|e| stage_error(&shown, &e)),
+            Err(e) => Err(e),
+        },
     };
-    if let Some(error) = failed {
-        // The parts sent are dropped by the server; the object never
-        // appears. An abort that fails leaves them to the bucket's
-        // lifecycle rule (AbortIncompleteMultipartUpload).
-        let aborted = parts.abort().await.map_err(|e| stage_error(&shown, &e));
-        return Err(match aborted {
-            Ok(()) => error,
-            Err(a) => StageError::new(
-                error.kind,
-                format!(
-                    "{}; the upload could not be aborted: {}",
-                    error.message, a.message
-                ),
+    let error = match result {
+        Ok(sent) => {
+            record.map(Record::end).ok();
+            return Ok(sent);
+        }
+        Err(error) => error,
+    };
+    // The parts sent are dropped by the server; the object never appears.
+    match store.abort_multipart(&path, &id).await {
+        Ok(()) => {
+            record.map(Record::end).ok();
+            Err(error)
+        }
+        // The record stays: the next run tries again.
+        Err(a) => Err(StageError::new(
+            error.kind,
+            format!(
+                "{}; the upload could not be aborted (the next run tries again): {}",
+                error.message,
+                stage_error(&shown, &a).message
             ),
-        });
+        )),
     }
-    parts.finish().await.map_err(|e| stage_error(&shown, &e))?;
-    Ok(sent)
+}
+
+/// Sends the file's parts, [`PARTS_IN_FLIGHT`] at a time; their ids in
+/// order, and the bytes sent.
+async fn send(
+    store: &AmazonS3,
+    path: &ObjectPath,
+    id: &String,
+    f: &mut tokio::fs::File,
+    shown: &str,
+    local: &impl Fn(std::io::Error) -> StageError,
+) -> Result<(Vec<PartId>, u64), StageError> {
+    let mut in_flight = FuturesUnordered::new();
+    let mut parts: Vec<Option<PartId>> = Vec::new();
+    let mut sent = 0u64;
+    loop {
+        let mut chunk = Vec::with_capacity(PART);
+        (&mut *f)
+            .take(PART as u64)
+            .read_to_end(&mut chunk)
+            .await
+            .map_err(local)?;
+        let last = chunk.len() < PART;
+        // An empty file is one empty part; else no part is empty.
+        if !chunk.is_empty() || parts.is_empty() {
+            let idx = parts.len();
+            parts.push(None);
+            sent += chunk.len() as u64;
+            let payload = PutPayload::from(chunk);
+            in_flight.push(async move { (idx, store.put_part(path, id, idx, payload).await) });
+        }
+        while in_flight.len() >= PARTS_IN_FLIGHT || (last && !in_flight.is_empty()) {
+            let Some((idx, result)) = in_flight.next().await else {
+                break;
+            };
+            parts[idx] = Some(result.map_err(|e| stage_error(shown, &e))?);
+        }
+        if last {
+            return Ok((parts.into_iter().flatten().collect(), sent));
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    //! Uploads against the test server (`WARPLINE_TEST_S3`, see tests/s3.rs);
+    //! Uploads against the test server (`WARPLINE_TEST_S3`, see tests/s3/);
     //! skipped without it.
 
     use super::*;
@@ -182,7 +278,8 @@ mod tests {
     fn output(test: &str) -> Option<Output> {
         let server = testing::server("the upload tests are")?;
         let dir = format!("s3://{}/{}", server.bucket, testing::unique(test));
-        let output = Output::parse(&dir, Some(server.endpoint.clone())).unwrap();
+        let staging = std::env::temp_dir().join(testing::unique("staging"));
+        let output = Output::parse(&dir, Some(server.endpoint.clone()), &staging).unwrap();
         let store = server.client(&server.endpoint);
         output
             .stores
