@@ -22,7 +22,6 @@
 
 use std::time::Duration;
 
-use crate::store::{self, Stores};
 use async_trait::async_trait;
 use serde::Deserialize;
 use warpline_engine::limit::{LimitError, LimiterKind};
@@ -32,6 +31,8 @@ use warpline_engine::units::{parse_duration, SizeValue};
 use warpline_engine::{
     AsyncStage, ErrorKind, Handler, Item, Limiter, Outcome, Problem, Settings, StageError, Ticket,
 };
+
+use crate::store::{self, Stores};
 
 /// What fetch hands on: the input's bytes.
 #[derive(Debug)]
