@@ -158,7 +158,6 @@ fn wrong_credentials_fail_each_item_once_naming_the_bucket() {
         s3.endpoint
     );
     let source = "kind = \"list\"\npath = \"list.txt\"";
-    let started = std::time::Instant::now();
     let (report, text) = s3.run(
         work.path(),
         &pipeline(source, &write, &s3.endpoint),
@@ -166,8 +165,6 @@ fn wrong_credentials_fail_each_item_once_naming_the_bucket() {
         3,
     );
     assert_eq!(items(&report), [3, 0, 0, 3], "{text}");
-    // No retry loop: a fetch tried 6 times waits 7.75 s at least.
-    assert!(started.elapsed().as_secs() < 7, "{text}");
     let failures = std::fs::read_to_string(work.path().join("failures.jsonl")).unwrap();
     assert_eq!(failures.lines().count(), 3, "{failures}");
     for line in failures.lines() {
@@ -178,6 +175,7 @@ fn wrong_credentials_fail_each_item_once_naming_the_bucket() {
             "{message}"
         );
         assert_eq!(f["kind"], "permanent", "{f}");
+        // No retry loop: fetch would try a transient error 6 times.
         assert_eq!(f["attempts"], 1, "{f}");
         assert_eq!(f["status"], 403, "{f}");
     }
