@@ -120,6 +120,20 @@ fn s3_lines_in_a_list_file_are_fetched_and_missing_objects_fail_clearly() {
     );
     assert_eq!(items(&report), [3, 1, 0, 2], "{text}");
     assert!(out.join(tiles[0].file_name().unwrap()).is_file());
+    // Per-host limits and the report take a bucket as a host.
+    let mut hosts: Vec<&str> = report["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["host"].as_str().unwrap())
+        .collect();
+    hosts.sort();
+    let ours = format!("s3://{}", s3.bucket);
+    assert_eq!(
+        hosts,
+        ["s3://warpline-no-such-bucket", ours.as_str()],
+        "{report}"
+    );
     let failures = &report["failures"];
     for (id, says) in [
         ("missing", "s3://".to_owned() + &s3.bucket),
