@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, then every test (unit,
 # integration, doc tests) of every crate, with a Redis server of its own for
-# the coordinator tests. Ends with one summary line.
+# the coordinator tests and an S3-compatible server (s3s-fs) for the object
+# store tests. Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -16,8 +17,46 @@ if ! redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then
 fi
 export WARPLINE_TEST_REDIS="redis://127.0.0.1:$REDIS_PORT"
 
+# A throwaway S3-compatible server (s3s-fs, which checks SigV4 signatures)
+# on its own port, over an empty directory with one bucket, for cli/tests/s3/ and the store unit tests.
+# Known test credentials, for this server only.
+S3_PORT=${WARPLINE_TEST_S3_PORT:-8415}
+S3_ROOT=$(mktemp -d)
+S3_PID=""
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+cleanup() {
+  [ -z "$S3_PID" ] || kill "$S3_PID" 2>/dev/null || true
+  rm -rf "$S3_ROOT" "$log"
+}
+trap cleanup EXIT
+if (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null; then
+  echo "test: port $S3_PORT is taken; set WARPLINE_TEST_S3_PORT to a free one" >&2
+  exit 1
+fi
+export WARPLINE_TEST_S3_KEY=warpline-test WARPLINE_TEST_S3_SECRET=warpline-test-secret
+export WARPLINE_TEST_S3_BUCKET=warpline-test
+mkdir -p "$S3_ROOT/data/$WARPLINE_TEST_S3_BUCKET"
+PATH="$PATH:${CARGO_HOME:-$HOME/.cargo}/bin" s3s-fs --host 127.0.0.1 --port "$S3_PORT" \
+  --access-key "$WARPLINE_TEST_S3_KEY" --secret-key "$WARPLINE_TEST_S3_SECRET" \
+  "$S3_ROOT/data" >"$S3_ROOT/server.log" 2>&1 &
+S3_PID=$!
+for _ in $(seq 1 100); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null && break
+  if ! kill -0 "$S3_PID" 2>/dev/null; then
+    echo "test: s3s-fs did not start:" >&2
+    cat "$S3_ROOT/server.log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+if ! (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null; then
+  echo "test: s3s-fs does not answer on port $S3_PORT after 10 s" >&2
+  exit 1
+fi
+export WARPLINE_TEST_S3="http://127.0.0.1:$S3_PORT"
+# Where the server keeps its files: tests look for uploads left in progress.
+export WARPLINE_TEST_S3_ROOT="$S3_ROOT/data"
+
 status=0
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
 passed=$(grep -oE 'test result: .* ([0-9]+) passed' "$log" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')

@@ -231,11 +231,18 @@ pub enum RunError {
 /// The remote host of a URL source, as its origin (`scheme://host:port`,
 /// the port left out when it is the scheme's default): the key of rate
 /// limiters with one bucket per host, and of the report's hosts. Two
-/// servers on one address but different ports are two hosts.
+/// servers on one address but different ports are two hosts. An object
+/// store's URL (`s3://BUCKET/KEY`) has no origin: its host is the bucket,
+/// `s3://BUCKET`.
 fn host_of(source: &str) -> Option<String> {
     let url = url::Url::parse(source).ok()?;
-    url.host_str()?;
-    Some(url.origin().ascii_serialization())
+    let host = url.host_str()?;
+    let origin = url.origin();
+    Some(if origin.is_tuple() {
+        origin.ascii_serialization()
+    } else {
+        format!("{}://{host}", url.scheme())
+    })
 }
 
 /// A panic in a stage's code, as the error of the item it was working on.
@@ -366,5 +373,10 @@ mod tests {
         );
         assert_eq!(host_of("/data/a.tif"), None);
         assert_eq!(host_of("file:///data/a.tif"), None);
+        assert_eq!(
+            host_of("s3://my-bucket/a/b.tif").as_deref(),
+            Some("s3://my-bucket")
+        );
+        assert_ne!(host_of("s3://one/a.tif"), host_of("s3://two/a.tif"));
     }
 }

@@ -1,5 +1,10 @@
 //! The `fetch` stage (async): reads each input's bytes over HTTP(S) with
-//! reqwest and rustls, or from a local file.
+//! reqwest and rustls, from S3 (`s3://`, see [`crate::store`]), or from a
+//! local file.
+//!
+//! - An `s3://` object is charged by its size (the listing's, else a HEAD
+//!   request's) before its body is asked for; its errors are classed as
+//!   HTTP's are (a wrong secret, a missing bucket or key fail at once).
 //!
 //! - Before reading a body it charges the `memory` limiter (if named) by
 //!   the Content-Length and refuses bodies over `max_bytes`; when the length
@@ -26,6 +31,8 @@ use warpline_engine::units::{parse_duration, SizeValue};
 use warpline_engine::{
     AsyncStage, ErrorKind, Handler, Item, Limiter, Outcome, Problem, Settings, StageError, Ticket,
 };
+
+use crate::store::{self, Stores};
 
 /// What fetch hands on: the input's bytes, and for a local file the
 /// siblings GDAL would read beside it.
@@ -83,6 +90,7 @@ struct FetchSettings {
     max_bytes: Option<SizeValue>,
     memory: Option<String>,
     user_agent: Option<String>,
+    endpoint: Option<String>,
 }
 
 /// The fetch stage.
@@ -92,6 +100,7 @@ pub struct Fetch {
     max_redirects: usize,
     max_bytes: u64,
     memory: Option<Limiter>,
+    stores: Stores,
 }
 
 const DEFAULT_MAX_BYTES: u64 = 256 << 20;
@@ -168,11 +177,19 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     if !problems.is_empty() {
         return Err(problems);
     }
+    let stores = Stores::new(store::Config {
+        endpoint: f.endpoint,
+        connect_timeout: Some(connect_timeout),
+        timeout: Some(timeout),
+        // The engine's retry policy tries the item again.
+        retries: 0,
+    });
     Ok(Handler::from_async(Fetch {
         client,
         max_redirects,
         max_bytes,
         memory,
+        stores,
     }))
 }
 
@@ -321,6 +338,22 @@ impl Fetch {
         Ok(body)
     }
 
+    async fn s3(&self, item: &mut Item, source: &str) -> Result<Vec<u8>, StageError> {
+        let body = store::Body::locate(&self.stores, source, item.size_hint).await?;
+        if body.size > self.max_bytes {
+            return Err(StageError::permanent(format!(
+                "{}: {} bytes is over max_bytes ({} bytes)",
+                body.shown, body.size, self.max_bytes
+            )));
+        }
+        let ticket = self.charge(&item.id, None, body.size).await?;
+        let bytes = body.read().await?;
+        if let Some(ticket) = ticket {
+            item.keep(ticket);
+        }
+        Ok(bytes)
+    }
+
     async fn file(&self, item: &mut Item, source: &str) -> Result<Fetched, StageError> {
         let path = std::path::PathBuf::from(source.strip_prefix("file://").unwrap_or(source));
         let shown = path.display().to_string();
@@ -389,6 +422,8 @@ impl AsyncStage for Fetch {
         let source = crate::names::split_member(&item.source).0.to_owned();
         let fetched = if source.starts_with("http://") || source.starts_with("https://") {
             Fetched::new(self.http(item, &source).await?)
+        } else if store::is_s3(&source) {
+            Fetched::new(self.s3(item, &source).await?)
         } else {
             self.file(item, &source).await?
         };

@@ -4,7 +4,10 @@
 //!
 //! - [`source`]: kinds `list` (a text file of URLs and paths), `inline`
 //!   (a list in the pipeline) and `glob` (local files);
-//! - [`fetch`]: HTTP(S) with reqwest and rustls, and local files (async);
+//! - [`fetch`]: HTTP(S) with reqwest and rustls, `s3://` objects, and
+//!   local files with their siblings (async);
+//! - [`store`]: S3 and S3-compatible object stores (`object_store`): the
+//!   `s3://` glob source, fetch's reads, write's uploads;
 //! - [`decode`]: the bytes opened with GDAL (blocking), under the input's
 //!   own safe file name ([`names`]) in a private `/vsimem/` directory, with
 //!   the siblings fetch read beside a local file (`siblings`), archives
@@ -36,6 +39,7 @@ pub mod reproject;
 pub mod samples;
 mod siblings;
 pub mod source;
+pub mod store;
 pub mod temps;
 pub mod write;
 

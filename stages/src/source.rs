@@ -5,11 +5,13 @@
 //!   failed item (named `FILE:LINE`), not a silent drop;
 //! - `inline`: `inputs = [...]` in the pipeline file (checked when the
 //!   pipeline is compiled);
-//! - `glob`: local files matching `pattern`, sorted.
+//! - `glob`: local files matching `pattern`, sorted; or, for an
+//!   `s3://BUCKET/PREFIX/*.tif` pattern, the objects of a bucket's listing
+//!   (see [`crate::store`]).
 //!
-//! Accepted: `http://`, `https://`, `file://` and plain local paths (the
-//! `schemes` setting narrows this). Anything else (`ftp://`, `s3://`,
-//! `/vsicurl/...`, ...) is refused: warpline never hands an input's name to
+//! Accepted: `http://`, `https://`, `s3://`, `file://` and plain local
+//! paths (the `schemes` setting narrows this). Anything else (`ftp://`,
+//! `gs://`, `/vsicurl/...`, ...) is refused: warpline never hands an input's name to
 //! GDAL, so GDAL cannot be made to open URLs or files of its own.
 //!
 //! Each input's id is its file name without the extension, made safe for
@@ -41,7 +43,7 @@ struct Schemes {
     allowed: Vec<String>,
 }
 
-const KNOWN_SCHEMES: &[&str] = &["http", "https", "file"];
+const KNOWN_SCHEMES: &[&str] = &["http", "https", "s3", "file"];
 
 impl Schemes {
     fn parse(s: &Settings, given: Option<Vec<String>>) -> Result<Self, Problem> {
@@ -51,7 +53,7 @@ impl Schemes {
             if !KNOWN_SCHEMES.contains(&scheme.as_str()) {
                 return Err(s.problem(
                     &format!("schemes[{i}]"),
-                    format!("unknown scheme {scheme:?}; warpline fetches \"http\", \"https\" and \"file\" (local paths)"),
+                    format!("unknown scheme {scheme:?}; warpline fetches \"http\", \"https\", \"s3\" and \"file\" (local paths)"),
                 ));
             }
         }
@@ -67,7 +69,7 @@ impl Schemes {
         let name = scheme.unwrap_or("file");
         if !KNOWN_SCHEMES.contains(&name) {
             return Err(format!(
-                "unsupported input {shown:?}: only http://, https://, file:// and local paths are read"
+                "unsupported input {shown:?}: only http://, https://, s3://, file:// and local paths are read"
             ));
         }
         if !self.allowed.iter().any(|a| a == name) {
@@ -81,7 +83,9 @@ impl Schemes {
                 "unsupported input {shown:?}: GDAL virtual file names are not inputs; give the URL or path itself"
             ));
         }
-        if let Some(s) = scheme {
+        if crate::store::is_s3(text) {
+            crate::store::S3Url::parse(text)?;
+        } else if let Some(s) = scheme {
             if s != "file" {
                 url::Url::parse(text).map_err(|e| format!("malformed URL {shown:?}: {e}"))?;
             }
@@ -112,7 +116,7 @@ fn scheme_of(text: &str) -> Option<&str> {
 /// `~` ([`safe_char`] turns it into `_`), and `NAME~N` is new for each
 /// `(NAME, N)`, so no id is ever given twice, whatever comes later.
 #[derive(Debug, Default)]
-struct Ids {
+pub(crate) struct Ids {
     seen: HashMap<String, u32>,
 }
 
@@ -147,7 +151,7 @@ pub fn safe_id(raw: &str) -> String {
 }
 
 impl Ids {
-    fn next(&mut self, source: &str) -> String {
+    pub(crate) fn next(&mut self, source: &str) -> String {
         // The last path segment, without query or extension.
         let path = source.split(['?', '#']).next().unwrap_or(source);
         let name = path.rsplit(['/', '\\']).next().unwrap_or(path);
@@ -386,6 +390,7 @@ impl Source for VecRun {
 #[serde(deny_unknown_fields)]
 struct GlobSettings {
     pattern: Option<String>,
+    endpoint: Option<String>,
 }
 
 #[derive(Debug)]
@@ -400,6 +405,15 @@ fn glob_source(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
             s.problem("pattern", "missing: a pattern such as \"data/*.tif\"")
         ]);
     };
+    if crate::store::is_s3(&pattern) {
+        return crate::store::glob_source(s, &pattern, g.endpoint);
+    }
+    if g.endpoint.is_some() {
+        return Err(vec![s.problem(
+            "endpoint",
+            "only for an s3:// pattern: a local glob asks no server",
+        )]);
+    }
     if let Err(e) = glob::Pattern::new(&pattern) {
         return Err(vec![
             s.problem("pattern", format!("invalid pattern {pattern:?}: {e}"))
@@ -500,7 +514,9 @@ mod tests {
         assert!(s.check("/data/a.tif").is_ok());
         assert!(s.check("data/a.tif").is_ok());
         assert!(s.check("ftp://example.com/a.tif").is_err());
-        assert!(s.check("s3://bucket/a.tif").is_err());
+        assert!(s.check("s3://bucket/a.tif").is_ok());
+        assert!(s.check("s3://Bucket_/a.tif").is_err());
+        assert!(s.check("gs://bucket/a.tif").is_err());
         assert!(s.check("/vsicurl/http://127.0.0.1:1/x").is_err());
         let only_https = Schemes {
             allowed: vec!["https".into()],

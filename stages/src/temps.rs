@@ -84,6 +84,16 @@ fn alive(pid: u32) -> bool {
     )
 }
 
+/// Whether `name` is a temporary name (or a name that starts with one)
+/// that a process of this machine and namespace made, and that process has
+/// died.
+pub(crate) fn left_by_the_dead(name: &str) -> bool {
+    let Some(owner) = owner() else {
+        return false;
+    };
+    writer(name, owner).is_some_and(|pid| pid != std::process::id() && !alive(pid))
+}
+
 /// Removes, once per directory and process, the temporary outputs of
 /// processes that died.
 #[derive(Default)]

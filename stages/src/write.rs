@@ -9,6 +9,10 @@
 //!   and renamed into place: a file at the final path is always complete.
 //!   An existing output is skipped (resume), overwritten, or an error, per
 //!   `exists`.
+//! - `dir = "s3://BUCKET/PREFIX"` uploads each output (see
+//!   [`crate::store`]): the file is written as above in a local staging
+//!   directory (`staging`), then sent with a multipart upload, so the object
+//!   appears only when complete; `exists` asks with a HEAD request.
 //! - BIGTIFF is chosen from the uncompressed size (GDAL's `IF_NEEDED`
 //!   cannot know the compressed size); INTERLEAVE is passed explicitly.
 
@@ -21,6 +25,7 @@ use warpline_engine::{BlockingStage, Handler, Item, Outcome, Problem, Settings, 
 
 use crate::gdal::{init, last_error, reset_error, CStringList, Raster};
 use crate::source::file_name_id;
+use crate::store::Output;
 use crate::temps::{temporary_name, Sweeper};
 
 mod claims;
@@ -33,7 +38,7 @@ use space::{failed, io_full, SpaceWatch};
 /// What write hands on: where the output is.
 #[derive(Debug, Clone)]
 pub struct Written {
-    /// The final path.
+    /// The final path (for an upload, the object's `s3://` URL).
     pub path: PathBuf,
 }
 
@@ -56,6 +61,8 @@ struct WriteSettings {
     format: Option<String>,
     creation_options: Option<BTreeMap<String, String>>,
     exists: Option<String>,
+    endpoint: Option<String>,
+    staging: Option<String>,
 }
 
 /// The write stage.
@@ -68,6 +75,9 @@ pub struct Write {
     exists: Exists,
     temps: Sweeper,
     claims: Claims,
+    /// Where outputs are uploaded (`dir = "s3://..."`); `dir` is then the
+    /// local staging directory.
+    remote: Option<Output>,
 }
 
 /// One creation option the driver declares.
@@ -175,10 +185,17 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     let w: WriteSettings = s.parse()?;
     let mut problems = Vec::new();
     let dir = match w.dir {
-        Some(d) if !d.trim().is_empty() => PathBuf::from(d),
+        Some(d) if !d.trim().is_empty() => d,
         _ => {
             problems.push(s.problem("dir", "missing: the directory outputs are written to"));
-            PathBuf::new()
+            String::new()
+        }
+    };
+    let (dir, remote) = match remote_output(&dir, w.endpoint, w.staging) {
+        Ok(chosen) => chosen,
+        Err((key, m)) => {
+            problems.push(s.problem(key, m));
+            (PathBuf::new(), None)
         }
     };
     let name = w.name.unwrap_or_else(|| "{id}.tif".to_owned());
@@ -233,7 +250,34 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         exists,
         temps: Sweeper::default(),
         claims: Claims::default(),
+        remote,
     }))
+}
+
+/// The local directory GDAL writes in, and the bucket it is uploaded to
+/// when `dir` is an `s3://` URL (else `endpoint` and `staging` are errors).
+fn remote_output(
+    dir: &str,
+    endpoint: Option<String>,
+    staging: Option<String>,
+) -> Result<(PathBuf, Option<Output>), (&'static str, String)> {
+    if !crate::store::is_s3(dir) {
+        if endpoint.is_some() || staging.is_some() {
+            let key = if endpoint.is_some() {
+                "endpoint"
+            } else {
+                "staging"
+            };
+            return Err((key, "only with dir = \"s3://BUCKET/PREFIX\"".to_owned()));
+        }
+        return Ok((PathBuf::from(dir), None));
+    }
+    let staging = match staging {
+        Some(s) => PathBuf::from(s),
+        None => std::env::temp_dir().join("warpline-staging"),
+    };
+    let output = Output::parse(dir, endpoint, &staging).map_err(|m| ("dir", m))?;
+    Ok((staging, Some(output)))
 }
 
 /// Removes a temporary output (and GDAL's own side files) unless kept.
@@ -254,7 +298,27 @@ impl Drop for TempGuard {
 impl Write {
     /// Where the item's output goes; always inside `dir`.
     pub fn output_path(&self, id: &str) -> PathBuf {
-        self.dir.join(self.name.replace("{id}", &file_name_id(id)))
+        self.dir.join(self.file_name(id))
+    }
+
+    fn file_name(&self, id: &str) -> String {
+        self.name.replace("{id}", &file_name_id(id))
+    }
+
+    /// The output as messages name it: its path, or its URL when uploaded.
+    fn shown(&self, id: &str, path: &Path) -> String {
+        match &self.remote {
+            Some(remote) => remote.shown(&self.file_name(id)),
+            None => path.display().to_string(),
+        }
+    }
+
+    /// Whether the output is there: on disk, or in the bucket (HEAD).
+    fn output_exists(&self, id: &str, path: &Path) -> Result<bool, StageError> {
+        match &self.remote {
+            Some(remote) => remote.exists(&self.file_name(id)),
+            None => Ok(path.exists()),
+        }
     }
 
     fn creation_options(&self, raster: &Raster) -> Vec<String> {
@@ -303,7 +367,7 @@ impl BlockingStage for Write {
             )))
         };
         match result {
-            Ok(()) => Vec::new(),
+            Ok(()) => self.remote.as_ref().map(Output::check).unwrap_or_default(),
             Err(e) => vec![format!(
                 "output directory {} cannot be written: {e}",
                 self.dir.display()
@@ -316,26 +380,27 @@ impl BlockingStage for Write {
             return None;
         }
         let path = self.output_path(&item.id);
-        if !path.exists() {
+        // An output that cannot be looked at is looked at again by process.
+        if !self.output_exists(&item.id, &path).unwrap_or(false) {
             return None;
         }
         // The output of another input of this run is not this item's: it
         // goes on, and its write fails naming both.
         self.claims.claim(&path, item).ok()?;
-        Some(format!("{} exists", path.display()))
+        Some(format!("{} exists", self.shown(&item.id, &path)))
     }
 
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         let id = item.id.clone();
         let path = self.output_path(&id);
         self.claims.claim(&path, item)?;
-        if path.exists() {
+        if self.exists != Exists::Overwrite && self.output_exists(&id, &path)? {
+            let shown = self.shown(&id, &path);
             match self.exists {
-                Exists::Skip => return Ok(Outcome::Skip(format!("{} exists", path.display()))),
+                Exists::Skip => return Ok(Outcome::Skip(format!("{shown} exists"))),
                 Exists::Error => {
                     return Err(StageError::permanent(format!(
-                        "{id}: {} already exists",
-                        path.display()
+                        "{id}: {shown} already exists"
                     )))
                 }
                 Exists::Overwrite => {}
@@ -372,6 +437,13 @@ impl BlockingStage for Write {
         let said_full = watch.said_full();
         written.map_err(|m| fail(format!("cannot write {}: {m}", path.display()), said_full))?;
         drop(raster);
+        if let Some(remote) = &self.remote {
+            // The guard removes the local file once it is sent (or not).
+            item.bytes_out += remote.upload(&tmp, &self.file_name(&id))?;
+            let url = remote.shown(&self.file_name(&id));
+            item.set_payload(Written { path: url.into() });
+            return Ok(Outcome::Continue);
+        }
         let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
         sync(&tmp)
             .and_then(|_| sidecars::rename_beside(&tmp, &path))

@@ -1,0 +1,244 @@
+//! The test server: a client of its bucket with the test credentials, and
+//! the `warpline` binary run against it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::common;
+
+pub struct S3 {
+    pub endpoint: String,
+    pub key: String,
+    pub secret: String,
+    pub bucket: String,
+    pub prefix: String,
+    pub store: Arc<AmazonS3>,
+    pub rt: tokio::runtime::Runtime,
+}
+
+fn var(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+/// The test server, with a prefix of the test's own; `None` (and a message)
+/// when `WARPLINE_TEST_S3` is not set.
+pub fn s3(test: &str) -> Option<S3> {
+    let Ok(endpoint) = std::env::var("WARPLINE_TEST_S3") else {
+        eprintln!("WARPLINE_TEST_S3 is not set: the S3 tests are skipped");
+        return None;
+    };
+    let (key, secret) = (
+        var("WARPLINE_TEST_S3_KEY", "warpline-test"),
+        var("WARPLINE_TEST_S3_SECRET", "warpline-test-secret"),
+    );
+    let bucket = var("WARPLINE_TEST_S3_BUCKET", "warpline-test");
+    let store = AmazonS3Builder::new()
+        .with_endpoint(&endpoint)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_bucket_name(&bucket)
+        .with_access_key_id(&key)
+        .with_secret_access_key(&secret)
+        // Asked again 3 times (about 1 s), not object_store's 10 (about a
+        // minute): a server that is not there fails the tests soon.
+        .with_retry(object_store::RetryConfig {
+            max_retries: 3,
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let s3 = S3 {
+        endpoint,
+        key,
+        secret,
+        bucket,
+        prefix: format!("{test}-{}-{nanos}", std::process::id()),
+        store: Arc::new(store),
+        rt: common::runtime(),
+    };
+    // A server that does not answer after a few tries is not there.
+    let answer = s3.rt.block_on(async {
+        use futures::StreamExt;
+        s3.store.list(None).next().await.transpose()
+    });
+    if let Err(e) = answer {
+        panic!(
+            "WARPLINE_TEST_S3={} is set but bucket {} does not answer: {e}",
+            s3.endpoint, s3.bucket
+        );
+    }
+    Some(s3)
+}
+
+impl S3 {
+    pub fn key_of(&self, name: &str) -> String {
+        format!("{}/{name}", self.prefix)
+    }
+
+    pub fn url(&self, name: &str) -> String {
+        format!("s3://{}/{}", self.bucket, self.key_of(name))
+    }
+
+    pub fn put(&self, name: &str, bytes: Vec<u8>) {
+        let path = ObjectPath::from(self.key_of(name));
+        self.rt
+            .block_on(self.store.put(&path, PutPayload::from(bytes)))
+            .unwrap();
+    }
+
+    /// The keys under `name/`, relative to it.
+    pub fn list(&self, name: &str) -> Vec<String> {
+        use futures::TryStreamExt;
+        let dir = ObjectPath::from(self.key_of(name));
+        let mut keys: Vec<String> = self
+            .rt
+            .block_on(self.store.list(Some(&dir)).try_collect::<Vec<_>>())
+            .unwrap()
+            .into_iter()
+            .map(|m| m.location.as_ref()[dir.as_ref().len() + 1..].to_owned())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// Downloads every object under `name/` into `to`.
+    pub fn download(&self, name: &str, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for key in self.list(name) {
+            let path = ObjectPath::from(self.key_of(&format!("{name}/{key}")));
+            let bytes = self
+                .rt
+                .block_on(async { self.store.get(&path).await?.bytes().await })
+                .unwrap();
+            std::fs::write(to.join(&key), bytes).unwrap();
+        }
+    }
+
+    /// The `warpline` binary with these credentials and no others.
+    pub fn warpline(&self, secret: &str) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("AWS_") {
+                c.env_remove(k);
+            }
+        }
+        c.env_remove("WARPLINE_LOG")
+            .env("AWS_ACCESS_KEY_ID", &self.key)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("AWS_REGION", "us-east-1");
+        c
+    }
+
+    /// Runs `toml` (in `work`) and returns its report, with stdout and
+    /// stderr; the exit code must be `code`.
+    pub fn run(
+        &self,
+        work: &Path,
+        toml: &str,
+        secret: &str,
+        code: i32,
+    ) -> (serde_json::Value, String) {
+        let file = work.join("pipeline.toml");
+        std::fs::write(&file, toml).unwrap();
+        let report = work.join("report.json");
+        let out = self
+            .warpline(secret)
+            .current_dir(work)
+            .arg("run")
+            .arg(&file)
+            .arg("--report")
+            .arg(&report)
+            .arg("--failures")
+            .arg(work.join("failures.jsonl"))
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(code), "{text}\n{toml}");
+        let json = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+        (json, text)
+    }
+}
+
+/// fetch -> decode -> reproject -> write, from `source` (a `[source]` body)
+/// to `write` (the write stage's keys besides its kind), against `endpoint`.
+pub fn pipeline(source: &str, write: &str, endpoint: &str) -> String {
+    format!(
+        r#"
+[pipeline]
+flow = ["fetch", "decode", "reproject", "write"]
+[source]
+{source}
+[limits.memory]
+budget = "256MiB"
+[stages.fetch]
+kind = "fetch"
+workers = 4
+memory = "memory"
+endpoint = "{endpoint}"
+[stages.decode]
+kind = "decode"
+workers = 2
+limits = ["memory"]
+release = ["memory"]
+carry = ["memory"]
+[stages.reproject]
+kind = "reproject"
+workers = 2
+limits = ["memory"]
+release = ["memory"]
+carry = ["memory"]
+crs = "EPSG:3857"
+resampling = "bilinear"
+[stages.write]
+kind = "write"
+workers = 2
+creation_options = {{ COMPRESS = "DEFLATE" }}
+{write}
+"#
+    )
+}
+
+pub fn items(report: &serde_json::Value) -> [u64; 4] {
+    let n = |k: &str| report["items"][k].as_u64().unwrap();
+    [n("total"), n("done"), n("skipped"), n("failed")]
+}
+
+pub fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten() {
+        let p = entry.unwrap().path();
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The uploads in progress at the server, when the test says where its
+/// directory is (`WARPLINE_TEST_S3_ROOT`: s3s-fs keeps `.upload-ID.json`
+/// there for each).
+pub fn uploads_in_progress() -> Option<std::collections::BTreeSet<String>> {
+    let root = std::env::var("WARPLINE_TEST_S3_ROOT").ok()?;
+    Some(
+        std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".upload-"))
+            .collect(),
+    )
+}
