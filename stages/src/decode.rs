@@ -179,8 +179,18 @@ fn open_path(
         names::check_member(member).map_err(fail)?;
         return Ok(format!("{whole}/{member}"));
     }
-    let files = archive_files(&whole, MAX_MEMBERS_LISTED)
+    let mut files = archive_files(&whole, MAX_MEMBERS_LISTED)
         .map_err(|m| fail(format!("{name}: not a readable archive: {}", m)))?;
+    // Files that go with a raster (metadata, world files, notes) are not
+    // candidates for the one to open.
+    let rasters: Vec<String> = files
+        .iter()
+        .filter(|f| !names::is_companion(f))
+        .cloned()
+        .collect();
+    if rasters.len() == 1 {
+        files = rasters;
+    }
     match files.as_slice() {
         [one] => Ok(format!("{whole}/{one}")),
         [] => Err(fail(format!("{name}: the archive holds no file"))),

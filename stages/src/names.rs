@@ -180,6 +180,16 @@ pub fn zip_entries(bytes: &[u8]) -> Option<usize> {
     (n != u16::MAX).then_some(usize::from(n))
 }
 
+/// Whether a file in an archive goes with a raster rather than being one:
+/// metadata, masks, overviews, world files, projection and text files.
+pub fn is_companion(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    APPENDED
+        .iter()
+        .chain(&[".aux", ".prj", ".wld", ".tfw", ".tifw", ".xml", ".txt", ".md"])
+        .any(|s| lower.ends_with(s))
+}
+
 /// Whether bytes are a TIFF (the only form warpline reads an external
 /// mask or overview file in: a sibling is not trusted with other drivers).
 pub fn is_tiff(head: &[u8]) -> bool {
@@ -258,5 +268,7 @@ mod tests {
         assert!(names.contains(&"a.TFW".to_owned()));
         assert!(replaced_extensions("b.png").contains(&"pgw".to_owned()));
         assert!(is_tiff(b"II*\0...") && !is_tiff(b"<VRTDataset>"));
+        assert!(is_companion("N45E006.hgt.aux.xml") && is_companion("a.TFW"));
+        assert!(!is_companion("N45E006.hgt") && !is_companion("a.tif"));
     }
 }
