@@ -54,6 +54,7 @@ mod start;
 mod watch;
 mod worker;
 
+use crate::live::{LimiterSnapshot, Snapshot, StageSnapshot};
 pub(crate) use crate::report::{HostStats, Ledger, StageStats};
 use admit::{drive_source, forward};
 use ledger::{add_ns, Shared};
@@ -140,6 +141,9 @@ pub struct RunOptions {
     /// for several jobs at once gives each its own (a job id), so that
     /// their series stay apart.
     pub metrics_label: Option<String>,
+    /// Reads live [`Snapshot`](crate::live::Snapshot)s of the run (its
+    /// mailboxes, workers and limiters) while it lasts.
+    pub probe: Option<crate::live::Probe>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -151,6 +155,7 @@ impl std::fmt::Debug for RunOptions {
             .field("sample", &self.sample)
             .field("shard", &self.shard)
             .field("metrics_label", &self.metrics_label)
+            .field("probe", &self.probe.is_some())
             .finish()
     }
 }
@@ -279,6 +284,11 @@ pub(crate) async fn run(
         .sample
         .map(|every| Sampler::start(pipeline, &receivers, &shared, every));
     let stalls = watch_stalls(pipeline, &receivers, &shared);
+    if let Some(probe) = &options.probe {
+        let (receivers, shared) = (receivers.clone(), Arc::clone(&shared));
+        let (length, limiters) = (length, pipeline.limits.iter().cloned().collect::<Vec<_>>());
+        probe.attach(move || watch::snapshot(started, length, &receivers, &shared, &limiters));
+    }
 
     let source_panic = match (&spawn_error, first) {
         (Some(_), _) => {
@@ -301,6 +311,9 @@ pub(crate) async fn run(
     // Every worker has finished when the last `_alive` sender is dropped.
     let _ = alive_rx.recv().await;
     watchdog.abort();
+    if let Some(probe) = &options.probe {
+        probe.detach();
+    }
 
     end::settle(pipeline, &shared, &receivers);
     if let Some(err) = spawn_error {
