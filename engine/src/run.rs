@@ -141,7 +141,7 @@ pub struct RunOptions {
     /// for several jobs at once gives each its own (a job id), so that
     /// their series stay apart.
     pub metrics_label: Option<String>,
-    /// Reads live [`Snapshot`](crate::live::Snapshot)s of the run (its
+    /// Reads live snapshots ([`Snapshot`]) of the run (its
     /// mailboxes, workers and limiters) while it lasts.
     pub probe: Option<crate::live::Probe>,
 }
