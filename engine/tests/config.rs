@@ -154,6 +154,18 @@ fn a_value_of_the_wrong_type_is_said_in_the_files_terms() {
 }
 
 #[test]
+fn a_bad_value_in_pipeline_does_not_hide_its_good_flow() {
+    let e = errors(&with(
+        r#"flow = ["work", "sink"]"#,
+        "flow = [\"work\", \"sink\"]\nshutdown_deadline = [1]\non_error = 5",
+    ));
+    assert_problem(&e, "pipeline.shutdown_deadline", "got a list");
+    assert_problem(&e, "pipeline.on_error", r#"got "5""#);
+    // Only those two: the flow was read, nothing else follows from them.
+    assert_eq!(e.problems.len(), 2, "{e}");
+}
+
+#[test]
 fn malformed_durations_are_errors() {
     let e = errors(&with(r#"duration = "1ms""#, r#"duration = "a while""#));
     assert_problem(&e, "stages.work.duration", "\"a while\"");
