@@ -21,21 +21,23 @@ pub(super) struct RedisArgs {
     /// pipeline's name).
     #[arg(long, value_name = "NAME")]
     pub(super) run: Option<String>,
-    /// This worker's name (default: HOST-PID).
+    /// With --coordinator: this worker's name (default: HOST-PID).
     #[arg(long, value_name = "NAME")]
     consumer: Option<String>,
-    /// Deliveries of an item before it goes to the dead-letter stream (an
-    /// item failed by a permanent error goes there at once).
+    /// With --coordinator: deliveries of an item before it goes to the
+    /// dead-letter stream (an item failed by a permanent error goes there
+    /// at once).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_DELIVERIES)]
     max_deliveries: u32,
-    /// Claim an item from another worker when it has been pending this
-    /// long: a live worker renews its items' claims every third of it, so
+    /// With --coordinator: claim an item from another worker when it has
+    /// been pending this long: a live worker renews its items' claims every third of it, so
     /// only a dead worker's go idle; they move within 1.25x this.
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     reclaim_after: String,
-    /// How long this worker keeps trying while Redis is out of reach
-    /// (restarting, frozen, cut off) before it gives up with exit code 5.
-    /// What finished meanwhile is acknowledged once Redis is back.
+    /// With --coordinator: how long this worker keeps trying while Redis
+    /// is out of reach (restarting, frozen, cut off) before it gives up
+    /// with exit code 5. What finished meanwhile is acknowledged once Redis
+    /// is back.
     #[arg(long, value_name = "DURATION", default_value = "120s")]
     redis_timeout: String,
 }
