@@ -98,9 +98,9 @@ enum Format {
 enum ProgressMode {
     /// A bar on a terminal; otherwise a summary line in the log every 10 s.
     Auto,
-    /// On a terminal, a live view per stage (items queued, working, passed
-    /// on, failed, rate), per limiter (use) and of the failures, redrawn
-    /// every second; otherwise as `auto`.
+    /// A live view per stage (items queued, working, passed on, failed,
+    /// rate), per limiter (use) and of the failures: redrawn every second
+    /// on a terminal, otherwise in the log every 10 s.
     Stages,
     /// Never a bar; the summary line only.
     Log,

@@ -1,5 +1,6 @@
 //! `warpline run --progress stages`: a live view of the run in the
-//! terminal, as Vector's `top`, redrawn every second: per stage, the items
+//! terminal, as Vector's `top`, redrawn every second (in the log every
+//! 10 s when stderr is not a terminal): per stage, the items
 //! in its mailbox and in its workers, those it passed on and failed, and
 //! its rate; per count or byte limiter, its use; the failures so far and
 //! the last of them. It reads [`Snapshot`]s from the run's [`Probe`] and
@@ -13,18 +14,18 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use warpline_engine::live::{LimiterSnapshot, Probe, Snapshot};
 use warpline_engine::{Event, EventKind, EventSink, LimiterKind};
 
-/// Rates are measured over the last this many frames (one a second).
+/// Rates are measured over the last this many frames.
 const RATE_FRAMES: usize = 5;
 
 /// The longest a stage's or a limiter's name is shown.
 const NAME_WIDTH: usize = 18;
 
 /// The live view: a probe to read the run, the failures seen, and the
-/// lines drawn on the terminal (log lines go above them).
+/// lines drawn on the terminal (log lines go above them), if there is one.
 #[derive(Debug)]
 pub struct Top {
     probe: Probe,
-    bar: ProgressBar,
+    bar: Option<ProgressBar>,
     state: Mutex<State>,
 }
 
@@ -38,13 +39,18 @@ struct State {
 }
 
 impl Top {
-    /// A view drawn on stderr (a terminal).
-    pub fn new() -> Arc<Self> {
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template("{msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        crate::progress::draw_above(Some(bar.clone()));
+    /// A view drawn on stderr when it is a `terminal`; otherwise each
+    /// [`tick`](Self::tick) only returns the frame (for the log).
+    pub fn new(terminal: bool) -> Arc<Self> {
+        let bar = terminal.then(|| {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template("{msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            crate::progress::draw_above(Some(bar.clone()));
+            bar
+        });
         Arc::new(Top {
             probe: Probe::new(),
             bar,
@@ -61,32 +67,34 @@ impl Top {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Reads the run and draws a frame (nothing before it started).
-    pub fn tick(&self) {
-        let Some(now) = self.probe.snapshot() else {
-            return;
-        };
+    /// Reads the run and draws a frame on the terminal, and returns it
+    /// (`None` before the run started and after it ended).
+    pub fn tick(&self) -> Option<String> {
+        let now = self.probe.snapshot()?;
         let text = {
             let mut s = self.state();
-            let text = frame(
-                &s.pipeline,
-                &now,
-                s.history.front(),
-                s.last_failure.as_deref(),
-            );
+            // The first frame's rates are since the start (all zeros).
+            let start = Snapshot::default();
+            let before = s.history.front().unwrap_or(&start);
+            let text = frame(&s.pipeline, &now, Some(before), s.last_failure.as_deref());
             s.history.push_back(now);
             if s.history.len() > RATE_FRAMES {
                 s.history.pop_front();
             }
             text
         };
-        self.bar.set_message(text);
+        if let Some(bar) = &self.bar {
+            bar.set_message(text.clone());
+        }
+        Some(text)
     }
 
     /// Clears the view; log lines go straight to stderr again.
     pub fn finish(&self) {
-        crate::progress::draw_above(None);
-        self.bar.finish_and_clear();
+        if let Some(bar) = &self.bar {
+            crate::progress::draw_above(None);
+            bar.finish_and_clear();
+        }
     }
 }
 

@@ -22,7 +22,7 @@ use super::{
 struct Outputs {
     sinks: Vec<Arc<dyn EventSink>>,
     progress: Option<Arc<Progress>>,
-    /// `--progress stages` on a terminal.
+    /// `--progress stages`.
     top: Option<Arc<Top>>,
     terminal: bool,
     events: Option<Arc<EventsFile>>,
@@ -45,7 +45,7 @@ impl Outputs {
         if let Some(p) = &progress {
             sinks.push(p.clone());
         }
-        let top = (terminal && args.progress == ProgressMode::Stages).then(Top::new);
+        let top = (args.progress == ProgressMode::Stages).then(|| Top::new(terminal));
         if let Some(t) = &top {
             sinks.push(t.clone());
         }
@@ -165,14 +165,23 @@ pub(super) async fn execute(
                     control.stop();
                 }
             }
-            _ = redraw.tick(), if outputs.top.is_some() => {
+            _ = redraw.tick(), if outputs.top.is_some() && outputs.terminal => {
                 if let Some(t) = &outputs.top {
                     t.tick();
                 }
             }
             _ = summary.tick(), if summaries => {
-                if let Some(p) = &outputs.progress {
-                    tracing::info!(target: "warpline::progress", "{}", p.summary());
+                // The per-stage view in the log, or the one-line summary.
+                match (&outputs.top, &outputs.progress) {
+                    (Some(t), _) => {
+                        if let Some(frame) = t.tick() {
+                            tracing::info!(target: "warpline::progress", "\n{frame}");
+                        }
+                    }
+                    (None, Some(p)) => {
+                        tracing::info!(target: "warpline::progress", "{}", p.summary());
+                    }
+                    (None, None) => {}
                 }
             }
         }
