@@ -54,7 +54,7 @@ mod start;
 mod watch;
 mod worker;
 
-use crate::live::{LimiterSnapshot, Snapshot, StageSnapshot};
+use crate::live::{LimiterSnapshot, Probe, Snapshot, StageSnapshot};
 pub(crate) use crate::report::{HostStats, Ledger, StageStats};
 use admit::{drive_source, forward};
 use ledger::{add_ns, Shared};
@@ -284,11 +284,9 @@ pub(crate) async fn run(
         .sample
         .map(|every| Sampler::start(pipeline, &receivers, &shared, every));
     let stalls = watch_stalls(pipeline, &receivers, &shared);
-    if let Some(probe) = &options.probe {
-        let (receivers, shared) = (receivers.clone(), Arc::clone(&shared));
-        let (length, limiters) = (length, pipeline.limits.iter().cloned().collect::<Vec<_>>());
-        probe.attach(move || watch::snapshot(started, length, &receivers, &shared, &limiters));
-    }
+    // Read until the run returns (the guard detaches the probe).
+    let _probe = (options.probe.as_ref())
+        .map(|p| watch::attach(p, pipeline, started, length, &receivers, &shared));
 
     let source_panic = match (&spawn_error, first) {
         (Some(_), _) => {
@@ -311,9 +309,6 @@ pub(crate) async fn run(
     // Every worker has finished when the last `_alive` sender is dropped.
     let _ = alive_rx.recv().await;
     watchdog.abort();
-    if let Some(probe) = &options.probe {
-        probe.detach();
-    }
 
     end::settle(pipeline, &shared, &receivers);
     if let Some(err) = spawn_error {

@@ -80,6 +80,20 @@ impl Outputs {
         })
     }
 
+    /// Where the run stands, in the log: the per-stage view, or the
+    /// one-line summary.
+    fn log_progress(&self) {
+        match (&self.top, &self.progress) {
+            (Some(t), _) => {
+                if let Some(frame) = t.tick() {
+                    tracing::info!(target: "warpline::progress", "\n{frame}");
+                }
+            }
+            (None, Some(p)) => tracing::info!(target: "warpline::progress", "{}", p.summary()),
+            (None, None) => {}
+        }
+    }
+
     /// Prints the report and writes its files.
     fn finish(self, report: &RunReport) -> anyhow::Result<()> {
         if let Some(p) = &self.progress {
@@ -170,20 +184,7 @@ pub(super) async fn execute(
                     t.tick();
                 }
             }
-            _ = summary.tick(), if summaries => {
-                // The per-stage view in the log, or the one-line summary.
-                match (&outputs.top, &outputs.progress) {
-                    (Some(t), _) => {
-                        if let Some(frame) = t.tick() {
-                            tracing::info!(target: "warpline::progress", "\n{frame}");
-                        }
-                    }
-                    (None, Some(p)) => {
-                        tracing::info!(target: "warpline::progress", "{}", p.summary());
-                    }
-                    (None, None) => {}
-                }
-            }
+            _ = summary.tick(), if summaries => outputs.log_progress(),
         }
     };
     outputs.finish(&report)?;

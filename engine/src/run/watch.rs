@@ -96,8 +96,32 @@ fn set_gauges(
     }
 }
 
-/// Where the run stands now, for a [`Probe`](crate::live::Probe).
-pub(super) fn snapshot(
+/// A probe attached to a run; detached when dropped.
+pub(super) struct Attached(Probe);
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.0.detach();
+    }
+}
+
+/// Lets `probe` read the run's snapshots until the guard is dropped.
+pub(super) fn attach(
+    probe: &Probe,
+    pipeline: &Pipeline,
+    started: tokio::time::Instant,
+    total: Option<u64>,
+    receivers: &[Receiver<Item>],
+    shared: &Arc<Shared>,
+) -> Attached {
+    let (receivers, shared) = (receivers.to_vec(), Arc::clone(shared));
+    let limiters: Vec<Limiter> = pipeline.limits.iter().cloned().collect();
+    probe.attach(move || snapshot(started, total, &receivers, &shared, &limiters));
+    Attached(probe.clone())
+}
+
+/// Where the run stands now, for a [`Probe`].
+fn snapshot(
     started: tokio::time::Instant,
     total: Option<u64>,
     receivers: &[Receiver<Item>],
