@@ -158,6 +158,9 @@ async fn status(State(service): State<Arc<Service>>, Path(id): Path<u64>) -> Res
         "id": id,
         "status": state,
         "progress": job.watch.progress(),
+        // Per stage items queued and working, per limiter its use; `null`
+        // once the run has ended.
+        "live": job.watch.snapshot(),
         "report": report,
         "error": error,
     }))

@@ -32,7 +32,7 @@ mod check;
 mod coordinated;
 mod execute;
 use check::{plan, validate};
-use coordinated::{enqueue, status, RedisArgs};
+use coordinated::{enqueue, status, EnqueueArgs, NamedRunArgs, RedisArgs};
 use execute::execute;
 
 /// Every input ended done or skipped.
@@ -98,6 +98,10 @@ enum Format {
 enum ProgressMode {
     /// A bar on a terminal; otherwise a summary line in the log every 10 s.
     Auto,
+    /// A live view per stage (items queued, working, passed on, failed,
+    /// rate), per limiter (use) and of the failures: redrawn every second
+    /// on a terminal, otherwise in the log every 10 s.
+    Stages,
     /// Never a bar; the summary line only.
     Log,
     /// Nothing.
@@ -192,12 +196,12 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
         #[command(flatten)]
-        redis: RedisArgs,
+        redis: EnqueueArgs,
     },
     /// Show a Redis-coordinated run's progress across workers.
     Status {
         #[command(flatten)]
-        redis: RedisArgs,
+        redis: NamedRunArgs,
         /// Text for people, JSON for tools.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -206,7 +210,7 @@ enum Command {
     /// deliveries and last error.
     Dead {
         #[command(flatten)]
-        redis: RedisArgs,
+        redis: NamedRunArgs,
         /// Text for people, JSON for tools.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
@@ -215,7 +219,7 @@ enum Command {
     /// (their deliveries counted from 0 again); then start workers.
     Requeue {
         #[command(flatten)]
-        redis: RedisArgs,
+        redis: NamedRunArgs,
         /// The items to move (their ids, as `dead` lists them).
         #[arg(
             value_name = "ID",

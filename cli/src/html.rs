@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use warpline_engine::observe::Timeline;
-use warpline_engine::RunReport;
+use warpline_engine::{LimiterKind, RunReport};
 
 const PALETTE: &[&str] = &[
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -39,62 +39,181 @@ fn code_spans(text: &str) -> String {
     out
 }
 
-/// One line chart: `series` of (name, values at each sample time).
-fn chart(title: &str, unit: &str, times: &[f64], series: &[(String, Vec<f64>)]) -> String {
-    let (w, h, left, bottom) = (860.0, 240.0, 50.0, 30.0);
-    let tmax = times.last().copied().unwrap_or(0.0).max(1e-9);
+/// A step of 1, 2 or 5 times a power of ten that cuts `0..=max` into at
+/// most about `n` parts.
+fn nice_step(max: f64, n: f64) -> f64 {
+    let raw = (max / n).max(1e-9);
+    let power = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * power)
+        .find(|step| *step >= raw)
+        .unwrap_or(10.0 * power)
+}
+
+/// Tick values from 0 to the first multiple of `step` at or over `max`.
+fn ticks(max: f64, step: f64) -> Vec<f64> {
+    let n = (max / step).ceil().max(1.0) as usize;
+    (0..=n).map(|i| i as f64 * step).collect()
+}
+
+/// A tick's label, with as many decimals as the step has.
+fn tick_label(v: f64, step: f64) -> String {
+    let decimals = (-step.log10().floor()).clamp(0.0, 6.0) as usize;
+    format!("{v:.decimals$}")
+}
+
+/// What a chart's y axis shows.
+struct YAxis {
+    /// Its title, with the unit (`items`, `% of capacity`).
+    title: &'static str,
+    /// A fixed top (100 for a share), or `None` to fit the values.
+    fixed_max: Option<f64>,
+}
+
+/// A chart's plot area and scales: `left`, `top`, `w`, `h` in SVG units;
+/// times up to `tend` s across, values up to `vend` up.
+struct Plot {
+    left: f64,
+    top: f64,
+    w: f64,
+    h: f64,
+    tend: f64,
+    vend: f64,
+}
+
+impl Plot {
+    fn x(&self, t: f64) -> f64 {
+        self.left + t / self.tend * self.w
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        self.top + self.h - v.min(self.vend) / self.vend * self.h
+    }
+
+    /// Horizontal grid lines with the value of each on the left.
+    fn y_ticks(&self, svg: &mut String, step: f64) {
+        for v in ticks(self.vend, step) {
+            let _ = write!(
+                svg,
+                r##"<line x1="{l}" y1="{py:.1}" x2="{r}" y2="{py:.1}" stroke="#e4e4e4"/><text x="{lx}" y="{ty:.1}" text-anchor="end">{label}</text>"##,
+                l = self.left,
+                py = self.y(v),
+                r = self.left + self.w,
+                lx = self.left - 6.0,
+                ty = self.y(v) + 4.0,
+                label = tick_label(v, step)
+            );
+        }
+    }
+
+    /// The time axis's ticks, labelled.
+    fn x_ticks(&self, svg: &mut String, times: &[f64], step: f64) {
+        let b = self.top + self.h;
+        for t in times {
+            let _ = write!(
+                svg,
+                r##"<line x1="{px:.1}" y1="{b}" x2="{px:.1}" y2="{tb}" stroke="#888"/><text x="{px:.1}" y="{ly}" text-anchor="middle">{label}</text>"##,
+                px = self.x(*t),
+                tb = b + 5.0,
+                ly = b + 18.0,
+                label = tick_label(*t, step)
+            );
+        }
+    }
+
+    /// One line per series, its name as its tooltip.
+    fn lines(&self, svg: &mut String, times: &[f64], series: &[(String, Vec<f64>)]) {
+        for (i, (name, values)) in series.iter().enumerate() {
+            let points: Vec<String> = times
+                .iter()
+                .zip(values)
+                .map(|(t, v)| format!("{:.1},{:.1}", self.x(*t), self.y(*v)))
+                .collect();
+            let _ = write!(
+                *svg,
+                r##"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{p}"><title>{n}</title></polyline>"##,
+                c = PALETTE[i % PALETTE.len()],
+                p = points.join(" "),
+                n = esc(name)
+            );
+        }
+    }
+
+    /// Both axes' lines and titles.
+    fn axes(&self, svg: &mut String, y_title: &str) {
+        let b = self.top + self.h;
+        let _ = write!(
+            svg,
+            r##"<line x1="{l}" y1="{b}" x2="{r}" y2="{b}" stroke="#888"/><line x1="{l}" y1="{t}" x2="{l}" y2="{b}" stroke="#888"/><text x="{cx}" y="{ly}" text-anchor="middle">time since the run started (s)</text><text transform="translate(14 {cy}) rotate(-90)" text-anchor="middle">{y_title}</text>"##,
+            l = self.left,
+            t = self.top,
+            r = self.left + self.w,
+            cx = self.left + self.w / 2.0,
+            ly = b + 38.0,
+            cy = self.top + self.h / 2.0,
+        );
+    }
+}
+
+/// The value axis's tick step and top: `y`'s fixed top, or the values'
+/// largest rounded up to a tick.
+fn y_scale(y: &YAxis, series: &[(String, Vec<f64>)]) -> (f64, f64) {
     let vmax = series
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
-        .fold(0.0f64, f64::max)
-        .max(1.0);
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r##"<figure><figcaption>{}</figcaption><svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}">"##,
-        esc(title),
-        w + left + 10.0,
-        h + bottom + 10.0,
-        esc(title)
-    );
-    let _ = write!(
-        svg,
-        r##"<line x1="{left}" y1="{h}" x2="{}" y2="{h}" stroke="#888"/><line x1="{left}" y1="0" x2="{left}" y2="{h}" stroke="#888"/>"##,
-        left + w
-    );
-    let _ = write!(
-        svg,
-        r##"<text x="{}" y="12" text-anchor="end">{vmax:.0}{unit}</text><text x="{}" y="{h}" text-anchor="end">0</text><text x="{}" y="{}" text-anchor="end">{tmax:.1} s</text>"##,
-        left - 4.0,
-        left - 4.0,
-        left + w,
-        h + 20.0
-    );
-    for (i, (name, values)) in series.iter().enumerate() {
-        let points: Vec<String> = times
-            .iter()
-            .zip(values)
-            .map(|(t, v)| format!("{:.1},{:.1}", left + t / tmax * w, h - v / vmax * h))
-            .collect();
-        let color = PALETTE[i % PALETTE.len()];
-        let _ = write!(
-            svg,
-            r##"<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{}"><title>{}</title></polyline>"##,
-            points.join(" "),
-            esc(name)
-        );
+        .fold(1.0f64, f64::max);
+    match y.fixed_max {
+        Some(m) => (m / 4.0, m),
+        None => {
+            let step = nice_step(vmax, 5.0).max(1.0);
+            (step, ticks(vmax, step).last().copied().unwrap_or(vmax))
+        }
     }
-    svg.push_str("</svg><div class=\"legend\">");
+}
+
+/// One line chart: `series` of (name, values at each sample time), with
+/// ticked and labelled axes.
+fn chart(title: &str, y: &YAxis, times: &[f64], series: &[(String, Vec<f64>)]) -> String {
+    let tmax = times.last().copied().unwrap_or(0.0).max(1e-9);
+    let tstep = nice_step(tmax, 8.0);
+    // The axis ends with the run; ticks past its end are left out.
+    let mut xticks = ticks(tmax, tstep);
+    xticks.retain(|t| *t <= tmax * 1.0001);
+    let (vstep, vend) = y_scale(y, series);
+    let plot = Plot {
+        left: 64.0,
+        top: 10.0,
+        w: 800.0,
+        h: 220.0,
+        tend: tmax,
+        vend,
+    };
+    let mut svg = format!(
+        r##"<figure><figcaption>{t}</figcaption><svg class="chart" viewBox="0 0 {vw} {vh}" role="img" aria-label="{t}">"##,
+        t = esc(title),
+        vw = plot.left + plot.w + 20.0,
+        vh = plot.top + plot.h + 44.0
+    );
+    plot.y_ticks(&mut svg, vstep);
+    plot.x_ticks(&mut svg, &xticks, tstep);
+    plot.axes(&mut svg, y.title);
+    plot.lines(&mut svg, times, series);
+    svg.push_str("</svg>");
+    svg + &legend(series) + "</figure>"
+}
+
+fn legend(series: &[(String, Vec<f64>)]) -> String {
+    let mut out = String::from("<div class=\"legend\">");
     for (i, (name, _)) in series.iter().enumerate() {
         let _ = write!(
-            svg,
+            out,
             r#"<span><i style="background:{}"></i>{}</span>"#,
             PALETTE[i % PALETTE.len()],
             esc(name)
         );
     }
-    svg.push_str("</div></figure>");
-    svg
+    out + "</div>"
 }
 
 fn charts(t: &Timeline) -> String {
@@ -125,12 +244,35 @@ fn charts(t: &Timeline) -> String {
             (name.clone(), v)
         })
         .collect();
+    let every = format!("the most in each {} interval", seconds(t.interval_s));
+    let items = YAxis {
+        title: "items",
+        fixed_max: None,
+    };
+    let share = YAxis {
+        title: "% of capacity",
+        fixed_max: Some(100.0),
+    };
     chart(
-        "Items in flight per stage (working + queued)",
-        "",
+        &format!("Items in flight per stage, working + queued ({every})"),
+        &items,
         &times,
         &stages,
-    ) + &chart("Limiter use (% of capacity)", "%", &times, &limiters)
+    ) + &chart(
+        &format!("Limiter use, % of capacity ({every})"),
+        &share,
+        &times,
+        &limiters,
+    )
+}
+
+/// `0.1 s`, `2 s`.
+fn seconds(s: f64) -> String {
+    if s < 10.0 {
+        format!("{s:.1} s")
+    } else {
+        format!("{s:.0} s")
+    }
 }
 
 /// The report as a self-contained HTML page.
@@ -141,7 +283,7 @@ pub fn render(report: &RunReport) -> String {
         page,
         r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><title>warpline: {name}</title>
 <style>body{{font:14px system-ui,sans-serif;margin:2em;max-width:960px}}table{{border-collapse:collapse;margin:1em 0}}
-td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f4f4f4}}td:first-child{{text-align:left}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f4f4f4;text-align:center}}td:first-child{{text-align:left}}
 .chart{{width:100%;height:auto;font-size:11px}}.legend span{{margin-right:1em}}.legend i{{display:inline-block;width:10px;height:10px;margin-right:4px}}
 .diagnosis{{font-size:16px;padding:.6em;background:#fff7e0;border-left:4px solid #f0a000}}</style></head><body>
 <h1>warpline: pipeline <code>{name}</code></h1>
@@ -164,6 +306,16 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f
     tables(&mut page, report);
     page.push_str("</body></html>\n");
     page
+}
+
+/// A limiter's capacity or use as people read it: `8.0 MiB` for a byte
+/// budget, `5000/s burst 50` for a rate, the slots for a count.
+fn limiter_size(kind: LimiterKind, n: u64, per_second: Option<f64>) -> String {
+    match (kind, per_second) {
+        (LimiterKind::Bytes, _) => bytesize::ByteSize(n).display().iec().to_string(),
+        (LimiterKind::Rate, Some(r)) => format!("{r}/s burst {n}"),
+        _ => n.to_string(),
+    }
 }
 
 /// The report's tables: stages, limiters, hosts, failures.
@@ -191,8 +343,9 @@ fn tables(page: &mut String, report: &RunReport) {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.2}</td><td>{:.3}</td></tr>",
             esc(&l.name),
             l.kind,
-            l.capacity,
-            l.peak_in_use.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            limiter_size(l.kind, l.capacity, l.per_second),
+            l.peak_in_use
+                .map_or_else(|| "-".into(), |p| limiter_size(l.kind, p, None)),
             l.share_at_capacity * 100.0,
             l.wait_s,
             l.p95_wait_s
@@ -232,7 +385,55 @@ fn tables(page: &mut String, report: &RunReport) {
 
 #[cfg(test)]
 mod tests {
-    use super::code_spans;
+    use super::{charts, code_spans, nice_step};
+    use warpline_engine::observe::{Sample, Timeline};
+
+    #[test]
+    fn ticks_are_round_numbers() {
+        assert_eq!(nice_step(4.1, 8.0), 1.0);
+        assert_eq!(nice_step(1.48, 8.0), 0.2);
+        assert_eq!(nice_step(32.0, 5.0), 10.0);
+        assert_eq!(nice_step(130.0, 5.0), 50.0);
+    }
+
+    #[test]
+    fn charts_have_ticked_axes_with_units_and_limiters_on_0_to_100_percent() {
+        let sample = |t_s: f64, working: u64, in_use: u64| Sample {
+            t_s,
+            working: vec![working],
+            queued: vec![0],
+            in_use: vec![in_use],
+        };
+        let t = Timeline {
+            interval_s: 0.1,
+            stages: vec!["fetch".into()],
+            // At most 3 of 25 held: 12%, drawn on a 0-100% axis.
+            limiters: vec![("connections".into(), 25)],
+            samples: vec![sample(0.0, 0, 0), sample(2.0, 7, 3), sample(4.1, 2, 1)],
+        };
+        let html = charts(&t);
+        let texts: Vec<&str> = html
+            .split("</text>")
+            .filter_map(|s| s.rsplit('>').next())
+            .collect();
+        for label in [
+            "0",
+            "1",
+            "2",
+            "3",
+            "4",
+            "time since the run started (s)",
+            "items",
+        ] {
+            assert!(texts.contains(&label), "no tick {label:?} in {texts:?}");
+        }
+        // The time axis ends with the run: no tick at 5 s.
+        assert!(!texts.contains(&"5"), "{texts:?}");
+        for label in ["25", "50", "75", "100", "% of capacity"] {
+            assert!(texts.contains(&label), "no tick {label:?} in {texts:?}");
+        }
+        assert!(html.contains("the most in each 0.1 s interval"), "{html}");
+    }
 
     #[test]
     fn the_diagnosis_shows_code_not_backticks() {

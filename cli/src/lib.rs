@@ -10,6 +10,7 @@
 //! - [`coordinator`]: runs across machines on Redis (a shared work queue,
 //!   global rate limits);
 //! - [`progress`]: the progress bar, the log summary and `--events`;
+//! - [`top`]: `--progress stages`, the live per-stage view;
 //! - [`html`]: `--report-html`, the report as one HTML page.
 //!
 //! An embedder depends on the `warpline` library, not on this crate.
@@ -21,3 +22,4 @@ pub mod demo;
 pub mod html;
 pub mod plan;
 pub mod progress;
+pub mod top;

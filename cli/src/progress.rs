@@ -62,6 +62,11 @@ impl Drop for LogLine {
     }
 }
 
+/// Makes `bar` the lines log lines are printed above (`None`: none now).
+pub(crate) fn draw_above(bar: Option<ProgressBar>) {
+    *BAR.lock().unwrap_or_else(|p| p.into_inner()) = bar;
+}
+
 /// Counts outcomes and drives a progress bar (when there is one).
 #[derive(Debug)]
 pub struct Progress {
@@ -91,7 +96,7 @@ impl Progress {
                     },
                 ),
             );
-            *BAR.lock().unwrap_or_else(|p| p.into_inner()) = Some(bar.clone());
+            draw_above(Some(bar.clone()));
             bar
         });
         Arc::new(Progress {
@@ -120,7 +125,7 @@ impl Progress {
     /// Clears the bar; log lines go straight to stderr again.
     pub fn finish(&self) {
         if let Some(bar) = &self.bar {
-            BAR.lock().unwrap_or_else(|p| p.into_inner()).take();
+            draw_above(None);
             bar.finish_and_clear();
         }
     }

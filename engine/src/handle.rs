@@ -13,6 +13,7 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use crate::live::{Probe, Snapshot};
 use crate::observe::{Event, EventKind, EventSink};
 use crate::pipeline::Pipeline;
 use crate::report::RunReport;
@@ -165,6 +166,7 @@ pub struct RunWatch {
     control: RunControl,
     counts: Arc<Counts>,
     events: broadcast::Sender<Event>,
+    probe: Probe,
 }
 
 impl Pipeline {
@@ -211,8 +213,10 @@ impl Pipeline {
             events: events.clone(),
             user: options.events.clone(),
         };
+        let probe = options.probe.clone().unwrap_or_default();
         let options = RunOptions {
             events: Some(Arc::new(sink)),
+            probe: Some(probe.clone()),
             ..options
         };
         let run_control = control.clone();
@@ -222,6 +226,7 @@ impl Pipeline {
                 control,
                 counts,
                 events,
+                probe,
             },
             task,
         }
@@ -303,6 +308,13 @@ impl RunWatch {
                 working: n.load(Ordering::Relaxed),
             })
             .collect()
+    }
+
+    /// Where every stage (items queued and in its workers, passed on and
+    /// failed) and every count or byte limiter stand now; `None` before
+    /// the run started and after it ended.
+    pub fn snapshot(&self) -> Option<Snapshot> {
+        self.probe.snapshot()
     }
 
     /// Items ended (done, skipped or failed) per second since the run

@@ -27,6 +27,8 @@
 //!   URLs hidden before anything is shown, for URLs that do not parse too;
 //! - [`observe`]: [`Event`]s and the
 //!   [`Timeline`](observe::Timeline) of a run;
+//! - [`live`]: a [`Probe`] that reads a [`Snapshot`] of a running
+//!   pipeline (mailboxes, workers, limiters) when asked;
 //! - [`synthetic`]: the `generate` source and the `hold` and `discard` stages,
 //!   for exercising and benchmarking the engine;
 //! - [`stall`]: the watchdog that says what waits for what when no item
@@ -37,7 +39,7 @@
 //! The modules form layers with no import circle (a module uses only the
 //! ones below it): leaves (`units`, `redact`, `shard`, `stall`, `adapt`,
 //! the panic guard, the retry policy, a config `Problem`); then [`limit`],
-//! [`item`] and [`observe`]; [`stage`]; [`pipeline`] (the compiled plan);
+//! [`item`], [`observe`] and [`live`]; [`stage`]; [`pipeline`] (the compiled plan);
 //! [`registry`] and [`synthetic`]; [`config`] (which compiles a file into
 //! a pipeline); [`report`]; [`run`]; and on top [`handle`] and [`builder`].
 //! `Pipeline::from_toml_str` lives in `config` and `Pipeline::run` in `run`,
@@ -75,6 +77,7 @@ mod guard;
 pub mod handle;
 pub mod item;
 pub mod limit;
+pub mod live;
 pub mod observe;
 pub mod pipeline;
 mod problem;
@@ -96,6 +99,7 @@ pub use config::{ConfigErrors, Loader, Problem, Tier};
 pub use handle::{Progress, RunHandle, RunWatch, StageProgress};
 pub use item::{ErrorKind, Input, Item, Outcome, StageError};
 pub use limit::{Limiter, LimiterKind, Limits, Ticket};
+pub use live::{Probe, Snapshot};
 pub use observe::{Event, EventKind, EventSink, TryOutcome};
 pub use pipeline::Pipeline;
 pub use registry::{Registry, Settings};

@@ -260,7 +260,7 @@ impl Emitter {
 }
 
 /// Samples over time: items in flight per stage (working or queued), and
-/// what each count or bytes limiter holds.
+/// what each count or bytes limiter holds, as the peak of each interval.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Timeline {
     /// Seconds between samples (it doubles as a long run goes on, so a
@@ -274,17 +274,33 @@ pub struct Timeline {
     pub samples: Vec<Sample>,
 }
 
-/// One moment of a [`Timeline`].
+/// One interval of a [`Timeline`], ending at `t_s`: each figure is the
+/// most seen during the interval, so a burst shorter than an interval
+/// still shows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sample {
     /// Seconds since the run started.
     pub t_s: f64,
-    /// Per stage: items in its workers.
+    /// Per stage: the most items in its workers.
     pub working: Vec<u64>,
-    /// Per stage: items in its mailbox.
+    /// Per stage: the most items in its mailbox.
     pub queued: Vec<u64>,
-    /// Per limiter: slots or bytes held.
+    /// Per limiter: the most slots or bytes held.
     pub in_use: Vec<u64>,
+}
+
+impl Sample {
+    /// One sample for two consecutive intervals: the later time, the
+    /// larger figures.
+    fn merge(&self, later: &Sample) -> Sample {
+        let max = |a: &[u64], b: &[u64]| a.iter().zip(b).map(|(x, y)| *x.max(y)).collect();
+        Sample {
+            t_s: later.t_s,
+            working: max(&self.working, &later.working),
+            queued: max(&self.queued, &later.queued),
+            in_use: max(&self.in_use, &later.in_use),
+        }
+    }
 }
 
 /// The most samples a timeline keeps before it halves its resolution.
@@ -294,7 +310,12 @@ impl Timeline {
     pub(crate) fn push(&mut self, sample: Sample, interval: &mut Duration) {
         self.samples.push(sample);
         if self.samples.len() >= MAX_SAMPLES {
-            let kept: Vec<Sample> = self.samples.iter().step_by(2).cloned().collect();
+            // Pairs merged, keeping their peaks (an odd last one alone).
+            let kept: Vec<Sample> = self
+                .samples
+                .chunks(2)
+                .filter_map(|pair| pair.iter().cloned().reduce(|a, b| a.merge(&b)))
+                .collect();
             self.samples = kept;
             *interval *= 2;
         }

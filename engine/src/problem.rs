@@ -77,7 +77,7 @@ pub(crate) fn problem_from(path: &str, error: config::ConfigError, also: &[&str]
     } = error
     {
         let inner = error.to_string();
-        let message = unknown_field(&inner, &[]).unwrap_or(inner);
+        let message = unknown_field(&inner, &[]).unwrap_or_else(|| plain(inner));
         return Problem::new(join(path, &key), message);
     }
     if let Some(message) = unknown_field(&error.to_string(), also) {
@@ -91,10 +91,62 @@ pub(crate) fn problem_from(path: &str, error: config::ConfigError, also: &[&str]
             ..
         } => Problem::new(
             join(path, &key),
-            format!("invalid type: {unexpected}, expected {expected}"),
+            type_message(&unexpected.to_string(), expected),
         ),
-        other => Problem::new(path, other.to_string()),
+        other => Problem::new(path, plain(other.to_string())),
     }
+}
+
+/// A message from serde with its "invalid type: X, expected Y" said as
+/// [`type_message`] says it; any other as it is.
+fn plain(message: String) -> String {
+    let parts = message
+        .strip_prefix("invalid type: ")
+        .and_then(|rest| rest.split_once(", expected "));
+    match parts {
+        Some((unexpected, expected)) => type_message(unexpected, expected),
+        None => message,
+    }
+}
+
+/// serde's "invalid type: 64-bit integer `-1`, expected an unsigned 64 bit
+/// or less integer" in the file's terms: `expected a whole number (0 or
+/// more), got -1`.
+fn type_message(unexpected: &str, expected: &str) -> String {
+    // The crate's `Unexpected` is not public: read its text, `string
+    // "x"`, `64-bit integer `-1``, `boolean `true``, `sequence`, `map`.
+    let text = unexpected.to_owned();
+    let got = if let Some(s) = text.strip_prefix("string ") {
+        s.to_owned()
+    } else if let Some((_, v)) = text.split_once('`') {
+        v.trim_end_matches('`').to_owned()
+    } else {
+        match text.as_str() {
+            "sequence" => "a list".to_owned(),
+            "map" => "a table".to_owned(),
+            "unit value" => "nothing".to_owned(),
+            _ => text,
+        }
+    };
+    let has = |word: &str| expected.contains(word);
+    let wanted = if has("floating point") || matches!(expected, "f32" | "f64") {
+        "a number"
+    } else if has("unsigned") || matches!(expected, "u8" | "u16" | "u32" | "u64") {
+        "a whole number (0 or more)"
+    } else if has("integer") || matches!(expected, "i8" | "i16" | "i32" | "i64") {
+        "a whole number"
+    } else if has("sequence") {
+        "a list, e.g. [\"a\", \"b\"]"
+    } else if has("map") || has("struct") {
+        "a table"
+    } else if has("bool") {
+        "true or false"
+    } else if has("string") || has("char") {
+        "text in quotes"
+    } else {
+        expected
+    };
+    format!("expected {wanted}, got {got}")
 }
 
 /// The known name nearest to a misspelt `name`, if one is near enough: by

@@ -54,6 +54,7 @@ mod start;
 mod watch;
 mod worker;
 
+use crate::live::{LimiterSnapshot, Probe, Snapshot, StageSnapshot};
 pub(crate) use crate::report::{HostStats, Ledger, StageStats};
 use admit::{drive_source, forward};
 use ledger::{add_ns, Shared};
@@ -140,6 +141,9 @@ pub struct RunOptions {
     /// for several jobs at once gives each its own (a job id), so that
     /// their series stay apart.
     pub metrics_label: Option<String>,
+    /// Reads live snapshots ([`Snapshot`]) of the run (its
+    /// mailboxes, workers and limiters) while it lasts.
+    pub probe: Option<crate::live::Probe>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -151,6 +155,7 @@ impl std::fmt::Debug for RunOptions {
             .field("sample", &self.sample)
             .field("shard", &self.shard)
             .field("metrics_label", &self.metrics_label)
+            .field("probe", &self.probe.is_some())
             .finish()
     }
 }
@@ -286,6 +291,9 @@ pub(crate) async fn run(
         .sample
         .map(|every| Sampler::start(pipeline, &receivers, &shared, every));
     let stalls = watch_stalls(pipeline, &receivers, &shared);
+    // Read until the run returns (the guard detaches the probe).
+    let _probe = (options.probe.as_ref())
+        .map(|p| watch::attach(p, pipeline, started, length, &receivers, &shared));
 
     let source_panic = match (&spawn_error, first) {
         (Some(_), _) => {

@@ -126,6 +126,46 @@ fn malformed_sizes_are_errors() {
 }
 
 #[test]
+fn a_value_of_the_wrong_type_is_said_in_the_files_terms() {
+    let e = errors(&with("per_second = 10", r#"per_second = "fast""#));
+    assert_problem(
+        &e,
+        "limits.api.per_second",
+        r#"expected a number, got "fast""#,
+    );
+    let e = errors(&with("count = 10", "count = -1"));
+    assert_problem(
+        &e,
+        "source.count",
+        "expected a whole number (0 or more), got -1",
+    );
+    let e = errors(&with(
+        r#"limits = ["cpu", "memory", "api"]"#,
+        r#"limits = "cpu""#,
+    ));
+    assert_problem(&e, "stages.work.limits", r#"got "cpu""#);
+    // No serde internals (`invalid type`, `64-bit integer`, `sequence`).
+    for e in [&e, &errors(&with("count = 10", "count = -1"))] {
+        let text = e.to_string();
+        for internal in ["invalid type", "64-bit", "sequence", "floating point"] {
+            assert!(!text.contains(internal), "{text}");
+        }
+    }
+}
+
+#[test]
+fn a_bad_value_in_pipeline_does_not_hide_its_good_flow() {
+    let e = errors(&with(
+        r#"flow = ["work", "sink"]"#,
+        "flow = [\"work\", \"sink\"]\nshutdown_deadline = [1]\non_error = 5",
+    ));
+    assert_problem(&e, "pipeline.shutdown_deadline", "got a list");
+    assert_problem(&e, "pipeline.on_error", r#"got "5""#);
+    // Only those two: the flow was read, nothing else follows from them.
+    assert_eq!(e.problems.len(), 2, "{e}");
+}
+
+#[test]
 fn malformed_durations_are_errors() {
     let e = errors(&with(r#"duration = "1ms""#, r#"duration = "a while""#));
     assert_problem(&e, "stages.work.duration", "\"a while\"");
@@ -255,7 +295,12 @@ fn flow_must_name_every_stage_once() {
         .filter(|p| p.path == "pipeline.flow")
         .collect();
     assert_eq!(at_flow.len(), 1, "{e}");
-    assert!(at_flow[0].message.contains("expected a sequence"), "{e}");
+    assert!(
+        at_flow[0]
+            .message
+            .contains(r#"expected a list, e.g. ["a", "b"], got "work""#),
+        "{e}"
+    );
 }
 
 #[test]

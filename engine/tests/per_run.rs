@@ -200,3 +200,18 @@ async fn a_watch_shows_each_stages_items_in_workers_and_the_rate() {
     assert!(watch.stages().iter().all(|s| s.working == 0));
     assert!(watch.rate_per_s() > 0.0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn one_item_is_said_in_the_singular() {
+    let pipeline = Loader::from_toml_str(
+        "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 1\n\
+         [stages.a]\nkind = \"discard\"\n",
+    )
+    .load(&Registry::with_builtins())
+    .unwrap();
+    let text = pipeline.run().await.unwrap().to_string();
+    assert!(
+        text.contains(": 1 item, 1 done, 0 skipped, 0 failed"),
+        "{text}"
+    );
+}

@@ -11,6 +11,7 @@ use warpline::engine::report::RunOutcome;
 use warpline::engine::EventSink;
 use warpline::{Pipeline, RunControl, RunOptions, RunReport};
 use warpline_cli::progress::{EventsFile, Fanout, Progress};
+use warpline_cli::top::Top;
 
 use super::{
     ProgressMode, RunArgs, EXIT_ABORTED_ON_ERROR, EXIT_INTERRUPTED, EXIT_ITEMS_FAILED, EXIT_OK,
@@ -21,6 +22,8 @@ use super::{
 struct Outputs {
     sinks: Vec<Arc<dyn EventSink>>,
     progress: Option<Arc<Progress>>,
+    /// `--progress stages`.
+    top: Option<Arc<Top>>,
     terminal: bool,
     events: Option<Arc<EventsFile>>,
     report_file: Option<(PathBuf, std::fs::File)>,
@@ -41,6 +44,10 @@ impl Outputs {
             .then(|| Progress::new(terminal && args.progress == ProgressMode::Auto));
         if let Some(p) = &progress {
             sinks.push(p.clone());
+        }
+        let top = (args.progress == ProgressMode::Stages).then(|| Top::new(terminal));
+        if let Some(t) = &top {
+            sinks.push(t.clone());
         }
         let events = match &args.events {
             None => None,
@@ -65,6 +72,7 @@ impl Outputs {
         Ok(Outputs {
             sinks,
             progress,
+            top,
             terminal,
             events,
             report_file: create(&args.report, "report")?,
@@ -72,10 +80,27 @@ impl Outputs {
         })
     }
 
+    /// Where the run stands, in the log: the per-stage view, or the
+    /// one-line summary.
+    fn log_progress(&self) {
+        match (&self.top, &self.progress) {
+            (Some(t), _) => {
+                if let Some(frame) = t.tick() {
+                    tracing::info!(target: "warpline::progress", "\n{frame}");
+                }
+            }
+            (None, Some(p)) => tracing::info!(target: "warpline::progress", "{}", p.summary()),
+            (None, None) => {}
+        }
+    }
+
     /// Prints the report and writes its files.
     fn finish(self, report: &RunReport) -> anyhow::Result<()> {
         if let Some(p) = &self.progress {
             p.finish();
+        }
+        if let Some(t) = &self.top {
+            t.finish();
         }
         if let Some(e) = self.events {
             e.flush().context("cannot write the events file")?;
@@ -123,6 +148,7 @@ pub(super) async fn execute(
         sample,
         shard: args.shard,
         metrics_label: None,
+        probe: outputs.top.as_ref().map(|t| t.probe()),
     };
 
     let control = RunControl::new();
@@ -133,6 +159,7 @@ pub(super) async fn execute(
     tokio::pin!(run);
     let mut summary = tokio::time::interval(Duration::from_secs(10));
     summary.tick().await;
+    let mut redraw = tokio::time::interval(Duration::from_secs(1));
     let summaries =
         outputs.progress.is_some() && (!outputs.terminal || args.progress == ProgressMode::Log);
     let report = loop {
@@ -152,11 +179,12 @@ pub(super) async fn execute(
                     control.stop();
                 }
             }
-            _ = summary.tick(), if summaries => {
-                if let Some(p) = &outputs.progress {
-                    tracing::info!(target: "warpline::progress", "{}", p.summary());
+            _ = redraw.tick(), if outputs.top.is_some() && outputs.terminal => {
+                if let Some(t) = &outputs.top {
+                    t.tick();
                 }
             }
+            _ = summary.tick(), if summaries => outputs.log_progress(),
         }
     };
     outputs.finish(&report)?;

@@ -4,6 +4,7 @@
 //! leaves: files, logs, metrics).
 
 mod check;
+mod help;
 mod outputs;
 mod run;
 

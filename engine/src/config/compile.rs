@@ -210,19 +210,34 @@ fn check_sections(root: &Map<String, Value>, problems: &mut Vec<Problem>) {
     }
 }
 
-/// `[pipeline]`, read as it is (empty when missing or unreadable).
+/// `[pipeline]`, read as it is (empty when missing or not a table). One
+/// bad value fails the whole table at once, so then each key is read
+/// alone: a good `flow` is still read (not said to be missing), and every
+/// bad key is said, not only the first.
 fn pipeline_section(value: Option<Value>, problems: &mut Vec<Problem>) -> PipelineSection {
-    match value {
-        Some(v) => parse("pipeline", v, problems),
-        None => None,
+    let Some(value) = value else {
+        return PipelineSection::default();
+    };
+    let mut whole = Vec::new();
+    if let Some(section) = parse("pipeline", value.clone(), &mut whole) {
+        return section;
     }
-    .unwrap_or(PipelineSection {
-        name: None,
-        flow: None,
-        on_error: None,
-        shutdown_deadline: None,
-        stall_warning: None,
-    })
+    let Ok(keys) = value.clone().into_table() else {
+        problems.append(&mut whole);
+        return PipelineSection::default();
+    };
+    let mut section = PipelineSection::default();
+    for (key, v) in keys {
+        let alone = Value::new(None, Map::from([(key, v)]));
+        if let Some(s) = parse::<PipelineSection>("pipeline", alone, problems) {
+            section.name = section.name.or(s.name);
+            section.flow = section.flow.or(s.flow);
+            section.on_error = section.on_error.or(s.on_error);
+            section.shutdown_deadline = section.shutdown_deadline.or(s.shutdown_deadline);
+            section.stall_warning = section.stall_warning.or(s.stall_warning);
+        }
+    }
+    section
 }
 
 /// What `[pipeline]` says of the run as a whole.

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use crate::units::{CountValue, SizeValue};
 
 /// `[pipeline]`: the run as a whole.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineSection {
     /// A name for logs and reports; defaults to the file's stem.

@@ -244,6 +244,14 @@ impl Window {
     }
 }
 
+impl Window {
+    /// The most held at once since the window opened or this was last
+    /// called; the peak starts again from `now` (what is held now).
+    pub fn take_peak(&self, now: u64) -> u64 {
+        self.peak.swap(now, Ordering::AcqRel).max(now)
+    }
+}
+
 impl Drop for Window {
     fn drop(&mut self) {
         self.gauge.open.fetch_sub(1, Ordering::AcqRel);

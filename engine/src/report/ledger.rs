@@ -21,6 +21,14 @@ pub(crate) struct StageStats {
     pub blocked_ns: AtomicU64,
     /// Items in the stage's workers right now.
     pub working: AtomicU64,
+    /// The most items in its workers since the sampler last looked.
+    pub peak_working: AtomicU64,
+    /// The most items in its mailbox since the sampler last looked.
+    pub peak_queued: AtomicU64,
+    /// Items its code finished with and passed on (or ended).
+    pub passed: AtomicU64,
+    /// Items that failed at this stage.
+    pub failed: AtomicU64,
 }
 
 /// Requests to one host.

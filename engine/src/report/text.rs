@@ -45,8 +45,15 @@ impl RunReport {
         let i = &self.items;
         writeln!(
             f,
-            "pipeline `{}` {} in {:.2}s: {} items, {} done, {} skipped, {} failed",
-            self.pipeline, self.outcome, self.elapsed_s, i.total, i.done, i.skipped, i.failed
+            "pipeline `{}` {} in {:.2}s: {} item{}, {} done, {} skipped, {} failed",
+            self.pipeline,
+            self.outcome,
+            self.elapsed_s,
+            i.total,
+            if i.total == 1 { "" } else { "s" },
+            i.done,
+            i.skipped,
+            i.failed
         )?;
         if let Some(n) = i.not_admitted.filter(|n| *n > 0) {
             writeln!(

@@ -17,8 +17,14 @@ pub(super) async fn forward(
     // From here until a worker of the next stage takes it, the item cannot
     // move on its own: a byte budget counts its share as parked there.
     item.set_parked(Some(next));
+    // The most items the next mailbox held, for the timeline's peaks.
+    let peak = |shared: &Shared| {
+        if let Some(s) = usize::try_from(next).ok().and_then(|i| shared.stats.get(i)) {
+            s.peak_queued.fetch_max(tx.len() as u64, Ordering::Relaxed);
+        }
+    };
     let item = match tx.try_send(item) {
-        Ok(()) => return,
+        Ok(()) => return peak(shared),
         Err(TrySendError::Full(item)) => item,
         Err(TrySendError::Closed(item)) => {
             shared.interrupted(item, stage, "before the next stage could take the item");
@@ -34,8 +40,9 @@ pub(super) async fn forward(
             &id, &source, stage, attempts,
             StageError::new(ErrorKind::Interrupted, "run aborted while handing the item on"),
         ),
-        sent = tx.send(item) => if let Err(e) = sent {
-            shared.interrupted(e.into_inner(), stage, "before the next stage could take the item");
+        sent = tx.send(item) => match sent {
+            Ok(()) => peak(shared),
+            Err(e) => shared.interrupted(e.into_inner(), stage, "before the next stage could take the item"),
         },
     }
     if let Some(s) = stats {

@@ -14,6 +14,8 @@ pub(super) struct Shared {
     /// Failure records, one JSON line each.
     pub(super) failures_file: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
     pub(super) stats: Vec<StageStats>,
+    /// The stages' names, in the order of `stats`.
+    pub(super) names: Vec<String>,
     pub(super) control: RunControl,
     pub(super) on_error: OnError,
     pub(super) aborted_on_error: AtomicBool,
@@ -106,6 +108,10 @@ impl Shared {
             ),
         }
         self.ledger.failed.fetch_add(1, Ordering::AcqRel);
+        let at = self.names.iter().position(|n| n == stage);
+        if let Some(s) = at.and_then(|i| self.stats.get(i)) {
+            s.failed.fetch_add(1, Ordering::Relaxed);
+        }
         self.moved.notify_waiters();
         {
             let mut failures = self

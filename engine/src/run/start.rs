@@ -57,6 +57,7 @@ pub(super) fn share(
             .iter()
             .map(|_| StageStats::default())
             .collect(),
+        names: pipeline.stages.iter().map(|s| s.name.clone()).collect(),
         control: control.clone(),
         on_error: pipeline.on_error,
         aborted_on_error: AtomicBool::new(false),

@@ -96,6 +96,75 @@ fn set_gauges(
     }
 }
 
+/// A probe attached to a run; detached when dropped.
+pub(super) struct Attached(Probe);
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        self.0.detach();
+    }
+}
+
+/// Lets `probe` read the run's snapshots until the guard is dropped.
+pub(super) fn attach(
+    probe: &Probe,
+    pipeline: &Pipeline,
+    started: tokio::time::Instant,
+    total: Option<u64>,
+    receivers: &[Receiver<Item>],
+    shared: &Arc<Shared>,
+) -> Attached {
+    let (receivers, shared) = (receivers.to_vec(), Arc::clone(shared));
+    let limiters: Vec<Limiter> = pipeline.limits.iter().cloned().collect();
+    probe.attach(move || snapshot(started, total, &receivers, &shared, &limiters));
+    Attached(probe.clone())
+}
+
+/// Where the run stands now, for a [`Probe`].
+fn snapshot(
+    started: tokio::time::Instant,
+    total: Option<u64>,
+    receivers: &[Receiver<Item>],
+    shared: &Shared,
+    limiters: &[Limiter],
+) -> Snapshot {
+    let l = &shared.ledger;
+    let stages = shared
+        .names
+        .iter()
+        .zip(&shared.stats)
+        .zip(receivers)
+        .map(|((name, s), rx)| StageSnapshot {
+            name: name.clone(),
+            queued: rx.len() as u64,
+            working: s.working.load(Ordering::Relaxed),
+            passed: s.passed.load(Ordering::Relaxed),
+            failed: s.failed.load(Ordering::Relaxed),
+        })
+        .collect();
+    let limiters = limiters
+        .iter()
+        .filter(|l| l.kind() != LimiterKind::Rate)
+        .map(|l| LimiterSnapshot {
+            name: l.name().to_owned(),
+            kind: l.kind(),
+            in_use: l.in_use(),
+            capacity: l.capacity(),
+            waiters: l.waiters(),
+        })
+        .collect();
+    Snapshot {
+        t_s: started.elapsed().as_secs_f64(),
+        admitted: l.total.load(Ordering::Relaxed),
+        done: l.done.load(Ordering::Relaxed),
+        skipped: l.skipped.load(Ordering::Relaxed),
+        failed: l.failed.load(Ordering::Relaxed),
+        total,
+        stages,
+        limiters,
+    }
+}
+
 /// Samples the pipeline every so often (see [`RunOptions::sample`]).
 pub(super) struct Sampler {
     stop: CancellationToken,
@@ -128,7 +197,14 @@ impl Sampler {
                         .collect(),
                     samples: Vec::new(),
                 };
-                let mut interval = every;
+                let (mut interval, mut last) = (every, false);
+                // The sampler's own windows: each sample takes the peak
+                // held since the one before.
+                let windows: Vec<(Limiter, crate::limit::Window)> = limiters
+                    .iter()
+                    .filter(|l| l.kind() != LimiterKind::Rate)
+                    .map(|l| (l.clone(), l.window()))
+                    .collect();
                 loop {
                     let working: Vec<u64> = shared
                         .stats
@@ -137,22 +213,22 @@ impl Sampler {
                         .collect();
                     let queued: Vec<u64> = receivers.iter().map(|r| r.len() as u64).collect();
                     set_gauges(&shared.label, &names, &queued, &working, &limiters);
-                    let in_use = limiters
-                        .iter()
-                        .filter(|l| l.kind() != LimiterKind::Rate)
-                        .map(|l| l.in_use())
-                        .collect();
-                    timeline.push(
-                        Sample {
-                            t_s: started.elapsed().as_secs_f64(),
-                            working,
-                            queued,
-                            in_use,
-                        },
-                        &mut interval,
-                    );
+                    let sample = Sample {
+                        t_s: started.elapsed().as_secs_f64(),
+                        working: peaks(&shared.stats, &working, |s| &s.peak_working),
+                        queued: peaks(&shared.stats, &queued, |s| &s.peak_queued),
+                        in_use: windows
+                            .iter()
+                            .map(|(l, w)| w.take_peak(l.in_use()))
+                            .collect(),
+                    };
+                    timeline.push(sample, &mut interval);
+                    if last {
+                        break;
+                    }
+                    // One more sample at the end: the peaks since the last.
                     tokio::select! {
-                        _ = stop.cancelled() => break,
+                        _ = stop.cancelled() => last = true,
                         _ = tokio::time::sleep(interval) => {}
                     }
                 }
@@ -166,4 +242,14 @@ impl Sampler {
         self.stop.cancel();
         self.task.await.unwrap_or_default()
     }
+}
+
+/// Per stage, the most the counter `peak` saw since the last sample (at
+/// least `now`), starting it again from `now`.
+fn peaks(stats: &[StageStats], now: &[u64], peak: impl Fn(&StageStats) -> &AtomicU64) -> Vec<u64> {
+    stats
+        .iter()
+        .zip(now)
+        .map(|(s, &now)| peak(s).swap(now, Ordering::Relaxed).max(now))
+        .collect()
 }

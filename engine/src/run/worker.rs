@@ -58,7 +58,8 @@ impl Worker {
                 );
                 break;
             }
-            stats.working.fetch_add(1, Ordering::Relaxed);
+            let working = stats.working.fetch_add(1, Ordering::Relaxed) + 1;
+            stats.peak_working.fetch_max(working, Ordering::Relaxed);
             // At ERROR level so the span is kept whatever level the filter lets
             // through: every line inside an item's work carries its id and stage.
             let span = tracing::error_span!("item", id = %item.id, stage = %self.plan.name);
@@ -95,11 +96,14 @@ impl Worker {
             }
         }
 
+        let stats = &shared.stats[self.index];
+        if matches!(result, Ok(Outcome::Continue)) {
+            stats.passed.fetch_add(1, Ordering::Relaxed);
+        }
         match result {
             Ok(Outcome::Continue) => match &self.tx {
                 None => shared.done(&item),
                 Some(tx) => {
-                    let stats = &shared.stats[self.index];
                     let next = u32::try_from(self.index + 1).unwrap_or(u32::MAX);
                     forward(tx, item, next, shared, abort, stage, Some(stats)).await
                 }
