@@ -186,7 +186,9 @@ pub fn is_companion(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     APPENDED
         .iter()
-        .chain(&[".aux", ".prj", ".wld", ".tfw", ".tifw", ".xml", ".txt", ".md"])
+        .chain(&[
+            ".aux", ".prj", ".wld", ".tfw", ".tifw", ".xml", ".txt", ".md",
+        ])
         .any(|s| lower.ends_with(s))
 }
 
