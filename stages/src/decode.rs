@@ -223,8 +223,7 @@ fn georeferencing(ds: &Dataset) -> Option<&'static str> {
     if ds.geo_transform().is_ok() {
         return Some("geotransform");
     }
-    // SAFETY: a valid open dataset; a plain getter.
-    if unsafe { sys::GDALGetGCPCount(ds.c_dataset()) } > 0 {
+    if !ds.gcps().is_empty() {
         return Some("gcps");
     }
     // Geolocation arrays are refused before this (see `refs`).
@@ -237,11 +236,7 @@ fn georeferencing(ds: &Dataset) -> Option<&'static str> {
 fn has_crs(ds: &Dataset, how: &str) -> bool {
     match how {
         "geotransform" => !ds.projection().is_empty(),
-        // SAFETY: a valid open dataset; the string is GDAL's, read at once.
-        "gcps" => unsafe {
-            let p = sys::GDALGetGCPProjection(ds.c_dataset());
-            !p.is_null() && *p != 0
-        },
+        "gcps" => ds.gcp_projection().is_some_and(|p| !p.is_empty()),
         // RPCs are in WGS 84.
         _ => true,
     }
