@@ -29,7 +29,9 @@ use gdal_sys as sys;
 use serde::Deserialize;
 use warpline_engine::limit::LimiterKind;
 use warpline_engine::units::SizeValue;
-use warpline_engine::{BlockingStage, Handler, Item, Outcome, Problem, Settings, StageError};
+use warpline_engine::{
+    BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
+};
 
 use crate::fetch::Fetched;
 use crate::gdal::{
@@ -353,6 +355,14 @@ impl Decode {
 }
 
 impl BlockingStage for Decode {
+    fn takes(&self) -> Payload {
+        crate::payloads::fetched()
+    }
+
+    fn hands_on(&self) -> Payload {
+        crate::payloads::raster()
+    }
+
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         let raster = self.open_header(item)?;
         // The input's bytes (and siblings), as fetched: no pixel is read

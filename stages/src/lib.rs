@@ -27,7 +27,9 @@
 //!
 //! What travels between them is an [`Item`](warpline_engine::Item) whose
 //! payload is [`Fetched`](fetch::Fetched) bytes, then a
-//! [`Raster`](gdal::Raster), then a [`Written`](write::Written) path.
+//! [`Raster`](gdal::Raster), then a [`Written`](write::Written) path; each
+//! stage declares what it takes and hands on ([`payloads`]), checked when
+//! the pipeline compiles.
 
 #![warn(missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -40,6 +42,7 @@ pub mod fetch;
 #[allow(unsafe_code)]
 pub mod gdal;
 pub mod names;
+pub mod payloads;
 pub mod reproject;
 pub mod samples;
 mod siblings;

@@ -16,7 +16,9 @@
 
 use gdal::Dataset;
 use gdal_sys as sys;
-use warpline_engine::{BlockingStage, Handler, Item, Outcome, Problem, Settings, StageError};
+use warpline_engine::{
+    BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
+};
 
 use crate::gdal::{
     dtype_size, init, pixel_bytes, same_geog_cs, suggested_output, vrt_view, warp, Raster,
@@ -224,6 +226,14 @@ struct Checked {
 }
 
 impl BlockingStage for Reproject {
+    fn takes(&self) -> Payload {
+        crate::payloads::raster()
+    }
+
+    fn hands_on(&self) -> Payload {
+        crate::payloads::raster()
+    }
+
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         let id = item.id.clone();
         let raster = Self::take_raster(item)?;

@@ -20,7 +20,9 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
-use warpline_engine::{BlockingStage, Handler, Item, Outcome, Problem, Settings, StageError};
+use warpline_engine::{
+    BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
+};
 
 use crate::gdal::{init, Raster};
 use crate::source::file_name_id;
@@ -342,6 +344,14 @@ impl Write {
 }
 
 impl BlockingStage for Write {
+    fn takes(&self) -> Payload {
+        crate::payloads::raster()
+    }
+
+    fn hands_on(&self) -> Payload {
+        crate::payloads::written()
+    }
+
     fn check_environment(&self) -> Vec<String> {
         // The directory, or the nearest ancestor that exists (it would be
         // created there): a file can be made and removed in it.
