@@ -1,11 +1,12 @@
-//! The `reproject` stage (blocking): `GDALWarp` through `gdal-sys`, with
-//! the options of the `gdalwarp` command, warping to an in-memory dataset.
+//! The `reproject` stage (blocking): `GDALWarp` (through [`crate::gdal`]),
+//! with the options of the `gdalwarp` command, warping to an in-memory
+//! dataset.
 //!
 //! Everything that changes pixels is an explicit setting with gdalwarp's
 //! default: the resampling method, the transformer error threshold (`-et`,
 //! 0.125 px) and the warp memory (`-wm`, 64 MiB), which decides how the warp
 //! is chunked. So an output is reproduced exactly by `gdalwarp` with the
-//! arguments [`Reproject::gdalwarp_args`] returns, and never depends on
+//! arguments the settings map onto (see `args.rs`), and never depends on
 //! memory pressure. The output size comes from `GDALSuggestedWarpOutput2`
 //! before warping, to charge the `memory` limiter and check `max_pixels`.
 //! Where the source and the target share their datum, every tile's
@@ -76,12 +77,6 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
 }
 
 impl Reproject {
-    /// The arguments of `gdalwarp` that reproduce this stage's output (add
-    /// the source and destination files, and `-of` for the format).
-    pub fn gdalwarp_args(&self) -> &[String] {
-        &self.args
-    }
-
     /// The output's size as `GDALSuggestedWarpOutput2` sees it, adjusted
     /// for `size`, `resolution` and `extent` as gdalwarp does.
     fn suggested_size(
