@@ -17,7 +17,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 use warpline::stages::gdal::Raster;
-use warpline::{BlockingStage, Handler, Item, Outcome, Problem, Settings, StageError};
+use warpline::stages::payloads;
+use warpline::{BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError};
 
 /// The `ndvi` stage: which bands are `a` and `b` (from 1).
 #[derive(Debug)]
@@ -43,6 +44,16 @@ pub fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
 }
 
 impl BlockingStage for Ndvi {
+    /// Takes a decoded raster and hands one on: checked against its
+    /// neighbours in the flow when the pipeline compiles.
+    fn takes(&self) -> Payload {
+        payloads::raster()
+    }
+
+    fn hands_on(&self) -> Payload {
+        payloads::raster()
+    }
+
     /// What this stage holds at its peak: the decoded input it keeps, two
     /// bands read as f32 and the result (one f32 band), and the new
     /// raster's own copy of it.

@@ -120,3 +120,35 @@ fn a_stage_that_cannot_be_read_hides_no_problem_and_makes_up_none() {
         "{json:#}"
     );
 }
+
+#[test]
+fn a_flow_that_hands_write_fetched_bytes_fails_validation() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[pipeline]\nflow = [\"fetch\", \"write\"]\n[source]\nkind = \"generate\"\ncount = 1\n\
+         [stages.fetch]\nkind = \"fetch\"\n[stages.write]\nkind = \"write\"\ndir = {:?}\n",
+        dir.path().join("out")
+    );
+    let (code, json) = validate(&file(dir.path(), "no_decode.toml", &text));
+    assert_eq!(code, Some(2), "{json:#}");
+    let problems = json["files"][0]["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{json:#}");
+    assert_eq!(problems[0]["path"], "pipeline.flow[1]", "{json:#}");
+    let message = problems[0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "stage `write` takes a raster (warpline_stages::gdal::Raster) but `fetch` hands on \
+             fetched bytes (warpline_stages::fetch::Fetched)"
+        ),
+        "{json:#}"
+    );
+    // With decode between them, the flow is right.
+    let fixed = text
+        .replace("\"fetch\", \"write\"", "\"fetch\", \"decode\", \"write\"")
+        .replace(
+            "[stages.write]",
+            "[stages.decode]\nkind = \"decode\"\n[stages.write]",
+        );
+    let (code, json) = validate(&file(dir.path(), "fixed.toml", &fixed));
+    assert_eq!(code, Some(0), "{json:#}");
+}

@@ -233,18 +233,47 @@ impl Pipeline {
     }
 }
 
-impl std::ops::Deref for RunHandle {
-    type Target = RunWatch;
-
-    fn deref(&self) -> &RunWatch {
-        &self.watch
-    }
-}
-
+/// What a handle offers besides the report is its [`RunWatch`]'s, named
+/// here rather than reached through `Deref` (which is for smart pointers).
 impl RunHandle {
     /// A clonable view of the run: progress, events, stop and cancel.
     pub fn watch(&self) -> RunWatch {
         self.watch.clone()
+    }
+
+    /// See [`RunWatch::stop`].
+    pub fn stop(&self) {
+        self.watch.stop();
+    }
+
+    /// See [`RunWatch::cancel`].
+    pub fn cancel(&self) {
+        self.watch.cancel();
+    }
+
+    /// See [`RunWatch::cancellation_token`].
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.watch.cancellation_token()
+    }
+
+    /// See [`RunWatch::progress`].
+    pub fn progress(&self) -> Progress {
+        self.watch.progress()
+    }
+
+    /// See [`RunWatch::stages`].
+    pub fn stages(&self) -> Vec<StageProgress> {
+        self.watch.stages()
+    }
+
+    /// See [`RunWatch::rate_per_s`].
+    pub fn rate_per_s(&self) -> f64 {
+        self.watch.rate_per_s()
+    }
+
+    /// See [`RunWatch::events`]: subscribe before the run gets far.
+    pub fn events(&self) -> BoxStream<'static, Event> {
+        self.watch.events()
     }
 
     /// Whether the run has ended.

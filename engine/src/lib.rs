@@ -18,6 +18,8 @@
 //!   give their share back on drop;
 //! - [`stage`]: the [`AsyncStage`], [`BlockingStage`] and [`Source`] traits a
 //!   kind implements;
+//! - [`payload`]: the [`Payload`] a stage declares it takes and hands on,
+//!   checked between neighbours when the pipeline compiles;
 //! - [`item`]: the [`Item`] that travels, its [`Outcome`] and [`StageError`];
 //! - [`config`]: loading a TOML file with overrides, and the compile step
 //!   that reports every problem at once;
@@ -38,8 +40,8 @@
 //!
 //! The modules form layers with no import circle (a module uses only the
 //! ones below it): leaves (`units`, `redact`, `shard`, `stall`, `adapt`,
-//! the panic guard, the retry policy, a config `Problem`); then [`limit`],
-//! [`item`], [`observe`] and [`live`]; [`stage`]; [`pipeline`] (the compiled plan);
+//! `payload`, the panic guard, the retry policy, a config `Problem`); then
+//! [`limit`], [`item`], [`observe`] and [`live`]; [`stage`]; [`pipeline`] (the compiled plan);
 //! [`registry`] and [`synthetic`]; [`config`] (which compiles a file into
 //! a pipeline); [`report`]; [`run`]; and on top [`handle`] and [`builder`].
 //! `Pipeline::from_toml_str` lives in `config` and `Pipeline::run` in `run`,
@@ -79,6 +81,7 @@ pub mod item;
 pub mod limit;
 pub mod live;
 pub mod observe;
+pub mod payload;
 pub mod pipeline;
 mod problem;
 pub mod redact;
@@ -101,6 +104,7 @@ pub use item::{ErrorKind, Input, Item, Outcome, StageError};
 pub use limit::{Limiter, LimiterKind, Limits, Ticket};
 pub use live::{Probe, Snapshot};
 pub use observe::{Event, EventKind, EventSink, TryOutcome};
+pub use payload::Payload;
 pub use pipeline::Pipeline;
 pub use registry::{Registry, Settings};
 pub use report::RunReport;

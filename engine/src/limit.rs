@@ -293,17 +293,6 @@ impl Limiter {
         Self::rate_with(name, per_second, burst, key, Some(backend))
     }
 
-    /// Whether the bucket is kept outside this process.
-    pub fn is_global(&self) -> bool {
-        matches!(
-            &self.inner.state,
-            State::Rate {
-                external: Some(_),
-                ..
-            }
-        )
-    }
-
     /// The resource name (`cpu`, `memory`, `connections`, ...).
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -470,17 +459,6 @@ impl Limiter {
                 Ok(None)
             }
         }
-    }
-
-    /// [`acquire`](Self::acquire) for blocking stages: parks the calling
-    /// thread (a blocking worker's own OS thread) until the share is free.
-    /// Never call it on an async runtime thread.
-    pub fn acquire_blocking(
-        &self,
-        amount: u64,
-        key: Option<&str>,
-    ) -> Result<Option<Ticket>, LimitError> {
-        futures::executor::block_on(self.acquire(amount, key))
     }
 
     /// Tells a rate limiter to hand out no token for `key` before `delay` has

@@ -505,9 +505,4 @@ impl RunReport {
     pub fn limiter(&self, name: &str) -> Option<&LimiterReport> {
         self.limiters.iter().find(|l| l.name == name)
     }
-
-    /// Whether every admitted item ended done or skipped.
-    pub fn all_ok(&self) -> bool {
-        self.items.failed == 0
-    }
 }

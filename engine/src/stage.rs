@@ -12,6 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::item::{Input, Item, Outcome, StageError};
+use crate::payload::Payload;
 use crate::retry::RetryPolicy;
 
 /// A stage whose work is asynchronous I/O. Runs on tokio tasks.
@@ -54,6 +55,19 @@ pub trait AsyncStage: Send + Sync + 'static {
     fn check_environment(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// The payload this stage takes from the stage before it: checked
+    /// against what that stage [hands on](Self::hands_on) when the pipeline
+    /// compiles. [`Payload::ANY`] by default.
+    fn takes(&self) -> Payload {
+        Payload::ANY
+    }
+
+    /// The payload this stage hands on to the next. [`Payload::ANY`] by
+    /// default.
+    fn hands_on(&self) -> Payload {
+        Payload::ANY
+    }
 }
 
 /// A stage whose work blocks (CPU, GDAL, file I/O). Runs on OS threads the
@@ -95,6 +109,19 @@ pub trait BlockingStage: Send + Sync + 'static {
     /// can be written). Each message is a problem; none by default.
     fn check_environment(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// The payload this stage takes from the stage before it: checked
+    /// against what that stage [hands on](Self::hands_on) when the pipeline
+    /// compiles. [`Payload::ANY`] by default.
+    fn takes(&self) -> Payload {
+        Payload::ANY
+    }
+
+    /// The payload this stage hands on to the next. [`Payload::ANY`] by
+    /// default.
+    fn hands_on(&self) -> Payload {
+        Payload::ANY
     }
 }
 
@@ -157,6 +184,22 @@ impl Handler {
         match self {
             Handler::Async(s) => s.skip_check(item),
             Handler::Blocking(s) => s.skip_check(item),
+        }
+    }
+
+    /// The payload the stage takes (see [`AsyncStage::takes`]).
+    pub fn takes(&self) -> Payload {
+        match self {
+            Handler::Async(s) => s.takes(),
+            Handler::Blocking(s) => s.takes(),
+        }
+    }
+
+    /// The payload the stage hands on (see [`AsyncStage::hands_on`]).
+    pub fn hands_on(&self) -> Payload {
+        match self {
+            Handler::Async(s) => s.hands_on(),
+            Handler::Blocking(s) => s.hands_on(),
         }
     }
 

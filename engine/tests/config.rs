@@ -596,3 +596,6 @@ fn a_pipeline_given_as_text_can_be_named() {
         .unwrap();
     assert_eq!(p.name(), "mine");
 }
+
+#[path = "config/payloads.rs"]
+mod payloads;

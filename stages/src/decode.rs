@@ -29,7 +29,9 @@ use gdal_sys as sys;
 use serde::Deserialize;
 use warpline_engine::limit::LimiterKind;
 use warpline_engine::units::SizeValue;
-use warpline_engine::{BlockingStage, Handler, Item, Outcome, Problem, Settings, StageError};
+use warpline_engine::{
+    BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
+};
 
 use crate::fetch::Fetched;
 use crate::gdal::{
@@ -233,8 +235,7 @@ fn georeferencing(ds: &Dataset) -> Option<&'static str> {
     if ds.geo_transform().is_ok() {
         return Some("geotransform");
     }
-    // SAFETY: a valid open dataset; a plain getter.
-    if unsafe { sys::GDALGetGCPCount(ds.c_dataset()) } > 0 {
+    if !ds.gcps().is_empty() {
         return Some("gcps");
     }
     // Geolocation arrays are refused before this (see `refs`).
@@ -247,11 +248,7 @@ fn georeferencing(ds: &Dataset) -> Option<&'static str> {
 fn has_crs(ds: &Dataset, how: &str) -> bool {
     match how {
         "geotransform" => !ds.projection().is_empty(),
-        // SAFETY: a valid open dataset; the string is GDAL's, read at once.
-        "gcps" => unsafe {
-            let p = sys::GDALGetGCPProjection(ds.c_dataset());
-            !p.is_null() && *p != 0
-        },
+        "gcps" => ds.gcp_projection().is_some_and(|p| !p.is_empty()),
         // RPCs are in WGS 84.
         _ => true,
     }
@@ -368,6 +365,14 @@ impl Decode {
 }
 
 impl BlockingStage for Decode {
+    fn takes(&self) -> Payload {
+        crate::payloads::fetched()
+    }
+
+    fn hands_on(&self) -> Payload {
+        crate::payloads::raster()
+    }
+
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         let raster = self.open_header(item)?;
         // The input's bytes (and siblings), as fetched: no pixel is read

@@ -29,7 +29,8 @@ use warpline_engine::pipeline::RetryPolicy;
 use warpline_engine::report::redact;
 use warpline_engine::units::{parse_duration, SizeValue};
 use warpline_engine::{
-    AsyncStage, ErrorKind, Handler, Item, Limiter, Outcome, Problem, Settings, StageError, Ticket,
+    AsyncStage, ErrorKind, Handler, Item, Limiter, Outcome, Payload, Problem, Settings, StageError,
+    Ticket,
 };
 
 use crate::store::{self, Stores};
@@ -413,6 +414,10 @@ fn request_error(shown: &str, e: reqwest::Error) -> StageError {
 
 #[async_trait]
 impl AsyncStage for Fetch {
+    fn hands_on(&self) -> Payload {
+        crate::payloads::fetched()
+    }
+
     async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         // A retry starts afresh: give back what an earlier try charged.
         if let Some(m) = &self.memory {

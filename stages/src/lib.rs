@@ -19,22 +19,30 @@
 //! - [`write`](mod@write): GeoTIFF or COG, written to a temporary name, synced and
 //!   renamed into place (blocking); [`temps`]: the temporary names, and
 //!   the removal of those a killed process left;
-//! - [`gdal`]: the one place that calls GDAL's C API, and
+//! - [`gdal`]: the one place that calls GDAL's C API (the only module
+//!   allowed `unsafe`), and
 //!   [`Raster`](gdal::Raster) with typed band access for stages of your own
 //!   (examples/ndvi.rs);
 //! - [`samples`]: small georeferenced tiles for the demo and the tests.
 //!
 //! What travels between them is an [`Item`](warpline_engine::Item) whose
 //! payload is [`Fetched`](fetch::Fetched) bytes, then a
-//! [`Raster`](gdal::Raster), then a [`Written`](write::Written) path.
+//! [`Raster`](gdal::Raster), then a [`Written`](write::Written) path; each
+//! stage declares what it takes and hands on ([`payloads`]), checked when
+//! the pipeline compiles.
 
 #![warn(missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
+// GDAL in one room: only `gdal` may call the C API (or write `unsafe` at
+// all); every other module uses its safe functions.
+#![deny(unsafe_code)]
 
 pub mod decode;
 pub mod fetch;
+#[allow(unsafe_code)]
 pub mod gdal;
 pub mod names;
+pub mod payloads;
 pub mod reproject;
 pub mod samples;
 mod siblings;

@@ -1,11 +1,12 @@
-//! The `reproject` stage (blocking): `GDALWarp` through `gdal-sys`, with
-//! the options of the `gdalwarp` command, warping to an in-memory dataset.
+//! The `reproject` stage (blocking): `GDALWarp` (through [`crate::gdal`]),
+//! with the options of the `gdalwarp` command, warping to an in-memory
+//! dataset.
 //!
 //! Everything that changes pixels is an explicit setting with gdalwarp's
 //! default: the resampling method, the transformer error threshold (`-et`,
 //! 0.125 px) and the warp memory (`-wm`, 64 MiB), which decides how the warp
 //! is chunked. So an output is reproduced exactly by `gdalwarp` with the
-//! arguments [`Reproject::gdalwarp_args`] returns, and never depends on
+//! arguments the settings map onto (see `args.rs`), and never depends on
 //! memory pressure. The output size comes from `GDALSuggestedWarpOutput2`
 //! before warping, to charge the `memory` limiter and check `max_pixels`.
 //! Where the source and the target share their datum, every tile's
@@ -14,15 +15,15 @@
 //! as gdalwarp's per-tile area, without PROJ searching its database for
 //! each tile).
 
-use std::ptr;
-
 use gdal::Dataset;
 use gdal_sys as sys;
-use warpline_engine::{BlockingStage, Handler, Item, Outcome, Problem, Settings, StageError};
+use warpline_engine::{
+    BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
+};
 
 use crate::gdal::{
-    dtype_size, init, last_error, pixel_bytes, reset_error, vrt_view, CStringList, Raster,
-    WarpOptions,
+    dtype_size, init, pixel_bytes, same_geog_cs, suggested_output, vrt_view, warp, Raster,
+    Suggested, WarpError, WarpOptions,
 };
 
 mod args;
@@ -53,9 +54,6 @@ pub struct Reproject {
 
 /// The area of interest given to GDAL's transformers when the source and
 /// the target share their datum (see [`Reproject::area_of_interest`]).
-/// GDAL's error number for a failed allocation (`CPLE_OutOfMemory`).
-const CPLE_OUT_OF_MEMORY: sys::CPLErrorNum = 2;
-
 const WHOLE_WORLD: &str = "AREA_OF_INTEREST=-180,-90,180,90";
 
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
@@ -79,12 +77,6 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
 }
 
 impl Reproject {
-    /// The arguments of `gdalwarp` that reproduce this stage's output (add
-    /// the source and destination files, and `-of` for the format).
-    pub fn gdalwarp_args(&self) -> &[String] {
-        &self.args
-    }
-
     /// The output's size as `GDALSuggestedWarpOutput2` sees it, adjusted
     /// for `size`, `resolution` and `extent` as gdalwarp does.
     fn suggested_size(
@@ -96,49 +88,13 @@ impl Reproject {
         let mut items = self.transformer.clone();
         items.push(format!("DST_SRS={}", self.target_wkt));
         items.extend(aoi.map(str::to_owned));
-        let mut options =
-            CStringList::new(&items).map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
-        reset_error();
-        // SAFETY: `src` is a valid dataset; `options` a NULL-terminated list
-        // alive for the call. The transformer is destroyed below.
-        let transformer = unsafe {
-            sys::GDALCreateGenImgProjTransformer2(
-                src.c_dataset(),
-                ptr::null_mut(),
-                options.as_ptr(),
-            )
-        };
-        if transformer.is_null() {
-            return Err(StageError::permanent(format!(
-                "{id}: cannot transform to the target CRS: {}",
-                last_error("no transformation")
-            )));
-        }
-        let mut gt = [0f64; 6];
-        let mut extent = [0f64; 4];
-        let (mut px, mut ln) = (0i32, 0i32);
-        // SAFETY: all out-pointers are to locals of the right sizes; the
-        // transformer was made for this source.
-        let err = unsafe {
-            sys::GDALSuggestedWarpOutput2(
-                src.c_dataset(),
-                Some(sys::GDALGenImgProjTransform),
-                transformer,
-                gt.as_mut_ptr(),
-                &mut px,
-                &mut ln,
-                extent.as_mut_ptr(),
-                0,
-            )
-        };
-        // SAFETY: made by GDALCreateGenImgProjTransformer2, destroyed once.
-        unsafe { sys::GDALDestroyGenImgProjTransformer(transformer) };
-        if err != sys::CPLErr::CE_None {
-            return Err(StageError::permanent(format!(
-                "{id}: cannot work out the output of the warp: {}",
-                last_error("no suggestion")
-            )));
-        }
+        let Suggested {
+            geo_transform: gt,
+            pixels: px,
+            lines: ln,
+            extent,
+        } = suggested_output(src, &items)
+            .map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
         let ext = self.extent.unwrap_or(extent);
         let (w, h) = match (self.size, self.resolution) {
             (Some((w, h)), _) => {
@@ -183,11 +139,7 @@ impl Reproject {
             gdal::spatial_ref::SpatialRef::from_wkt(&wkt),
             gdal::spatial_ref::SpatialRef::from_wkt(&self.target_wkt),
         ) {
-            (Ok(a), Ok(b)) if !a.is_compound() && !b.is_compound() => {
-                // SAFETY: both handles are valid for the call (owned by
-                // `a` and `b`); OSRIsSameGeogCS only reads them.
-                unsafe { sys::OSRIsSameGeogCS(a.to_c_hsrs(), b.to_c_hsrs()) != 0 }
-            }
+            (Ok(a), Ok(b)) if !a.is_compound() && !b.is_compound() => same_geog_cs(&a, &b),
             _ => false,
         };
         if known.len() >= 64 {
@@ -269,6 +221,14 @@ struct Checked {
 }
 
 impl BlockingStage for Reproject {
+    fn takes(&self) -> Payload {
+        crate::payloads::raster()
+    }
+
+    fn hands_on(&self) -> Payload {
+        crate::payloads::raster()
+    }
+
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         let id = item.id.clone();
         let raster = Self::take_raster(item)?;
@@ -324,50 +284,16 @@ impl Reproject {
         }
         let options =
             WarpOptions::new(&args).map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
-        let mut sources = [src.c_dataset()];
-        let mut usage_error = 0;
-        reset_error();
-        // SAFETY: one valid source dataset; valid options; "" names the MEM
-        // output, which GDALWarp creates and we own (wrapped at once).
-        let out = unsafe {
-            sys::GDALWarp(
-                c"".as_ptr(),
-                ptr::null_mut(),
-                1,
-                sources.as_mut_ptr(),
-                options.0,
-                &mut usage_error,
-            )
-        };
-        // SAFETY: reads this thread's last error, right after the warp.
-        let (class, number) = unsafe { (sys::CPLGetLastErrorType(), sys::CPLGetLastErrorNo()) };
-        let failed = class == sys::CPLErr::CE_Failure || class == sys::CPLErr::CE_Fatal;
-        let out = (!out.is_null()).then(|| {
-            // SAFETY: a new dataset GDALWarp handed to us; closed on drop.
-            unsafe { Dataset::from_c_dataset(out) }
-        });
-        if number == CPLE_OUT_OF_MEMORY {
+        let out = warp(src, &options).map_err(|e| match e {
             // Not this input's fault: the machine's, maybe for a moment.
-            return Err(StageError::transient(format!(
-                "{id}: the warp ran out of memory: {}",
-                last_error("out of memory")
-            )));
-        }
-        let out = match out {
-            Some(out) if !failed => out,
-            Some(_) => {
-                return Err(StageError::permanent(format!(
-                    "{id}: corrupt or truncated pixel data: {}",
-                    last_error("the warp could not read the source")
-                )))
+            WarpError::OutOfMemory(m) => {
+                StageError::transient(format!("{id}: the warp ran out of memory: {m}"))
             }
-            None => {
-                return Err(StageError::permanent(format!(
-                    "{id}: warp failed: {}",
-                    last_error("GDALWarp returned nothing")
-                )))
+            WarpError::Unreadable(m) => {
+                StageError::permanent(format!("{id}: corrupt or truncated pixel data: {m}"))
             }
-        };
+            WarpError::Failed(m) => StageError::permanent(format!("{id}: warp failed: {m}")),
+        })?;
         // The MEM route drops colour interpretation (gdalwarp's output
         // driver keeps it): copy it across.
         for i in 1..=out.raster_count().min(src.raster_count()) {

@@ -2,13 +2,10 @@
 //! tests: a few CRSs, three Byte bands with gradients and a checkerboard, a
 //! nodata border. No file or network is needed to make them.
 
-use std::ffi::CString;
-
 use gdal::raster::Buffer;
 use gdal::spatial_ref::SpatialRef;
-use gdal_sys as sys;
 
-use crate::gdal::{init, last_error};
+use crate::gdal::{error_message, init};
 
 /// One sample tile.
 #[derive(Debug, Clone)]
@@ -86,19 +83,6 @@ fn make_tile(
                 .map_err(|e| e.to_string())?;
         }
     }
-    let c_path = CString::new(path).map_err(|e| e.to_string())?;
-    let mut len: sys::vsi_l_offset = 0;
-    // SAFETY: with bUnlinkAndSeize = TRUE, GDAL hands us the buffer of the
-    // (closed) /vsimem file and forgets the file; we copy it and free it
-    // with VSIFree, as GDAL allocated it.
-    let bytes = unsafe {
-        let ptr = sys::VSIGetMemFileBuffer(c_path.as_ptr(), &mut len, 1);
-        if ptr.is_null() {
-            return Err(last_error("the tile was not written"));
-        }
-        let bytes = std::slice::from_raw_parts(ptr, len as usize).to_vec();
-        sys::VSIFree(ptr.cast());
-        bytes
-    };
-    Ok(bytes)
+    gdal::vsi::get_vsi_mem_file_bytes_owned(&path)
+        .map_err(|e| error_message(e, "the tile was not written"))
 }

@@ -19,11 +19,12 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
-use gdal_sys as sys;
 use serde::Deserialize;
-use warpline_engine::{BlockingStage, Handler, Item, Outcome, Problem, Settings, StageError};
+use warpline_engine::{
+    BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
+};
 
-use crate::gdal::{init, last_error, reset_error, CStringList, Raster};
+use crate::gdal::{init, Raster};
 use crate::source::file_name_id;
 use crate::store::Output;
 use crate::temps::{temporary_name, Sweeper};
@@ -343,6 +344,14 @@ impl Write {
 }
 
 impl BlockingStage for Write {
+    fn takes(&self) -> Payload {
+        crate::payloads::raster()
+    }
+
+    fn hands_on(&self) -> Payload {
+        crate::payloads::written()
+    }
+
     fn check_environment(&self) -> Vec<String> {
         // The directory, or the nearest ancestor that exists (it would be
         // created there): a file can be made and removed in it.
@@ -499,40 +508,11 @@ impl Write {
 
     /// Writes `raster` to `tmp` with GDAL; GDAL's last message on failure.
     fn create_copy(&self, raster: &Raster, tmp: &Path) -> Result<(), String> {
-        let driver =
-            gdal::DriverManager::get_driver_by_name(&self.driver).map_err(|e| e.to_string())?;
         let mut options = self.creation_options(raster);
         // The temporary name is new: CreateCopy need not look for an
         // existing dataset there to delete (it asks every driver: ~0.35 ms).
         options.push("QUIET_DELETE_ON_CREATE_COPY=NO".to_owned());
-        let mut options = CStringList::new(&options)?;
-        let c_tmp = std::ffi::CString::new(tmp.to_string_lossy().as_bytes())
-            .map_err(|_| "the output path has a NUL byte".to_owned())?;
-        reset_error();
-        // SAFETY: valid driver, path, source dataset and option list; the
-        // new dataset is closed right below.
-        let out = unsafe {
-            sys::GDALCreateCopy(
-                driver.c_driver(),
-                c_tmp.as_ptr(),
-                raster.ds.c_dataset(),
-                0,
-                options.as_ptr(),
-                None,
-                std::ptr::null_mut(),
-            )
-        };
-        if out.is_null() {
-            return Err(last_error("GDALCreateCopy failed"));
-        }
-        // SAFETY: `out` is the dataset just created; closing flushes it.
-        unsafe { sys::GDALClose(out) };
-        // SAFETY: reads this thread's last error class.
-        let class = unsafe { sys::CPLGetLastErrorType() };
-        if class == sys::CPLErr::CE_Failure || class == sys::CPLErr::CE_Fatal {
-            return Err(last_error("write failed"));
-        }
-        Ok(())
+        crate::gdal::create_copy(&self.driver, &raster.ds, tmp, &options)
     }
 }
 

@@ -24,7 +24,7 @@ use crate::units::{parse_duration, CountValue};
 mod flow;
 mod limiters;
 mod stage;
-use flow::{check_along_flow, check_used, order_by_flow};
+use flow::{check_along_flow, check_payloads, check_used, order_by_flow};
 use limiters::{build_limiter, resolve_limits, take_shared, Declared};
 use stage::build_stage;
 
@@ -151,6 +151,7 @@ pub(super) fn compile(
         names,
     } = declared;
     let stages = order_by_flow(section.flow.as_deref(), plans, &names, &mut problems);
+    check_payloads(section.flow.as_deref(), &stages, &mut problems);
     let DeclaredLimits {
         limits, implicit, ..
     } = declared_limits;

@@ -14,24 +14,38 @@
 //!   selection, an assumed CRS;
 //! - [`Raster`]: the input as GDAL opened it, or the MEM dataset the warp
 //!   made;
-//! - `CStringList`: argument and option lists for the C API.
+//! - `warp`: the warp itself, the output size GDAL suggests for it, and
+//!   whether two CRSs share their datum;
+//! - `copy`: an output file written by a driver (`GDALCreateCopy`);
+//! - `watch`: GDAL's messages on one thread, listened to for a while
+//!   (`write` listens for a full disk);
+//! - `string_list`: argument and option lists for the C API, as the gdal
+//!   crate's `CslStringList`.
 
 use std::ffi::{CStr, CString};
-use std::os::raw::c_char;
-use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 
+use gdal::cpl::CslStringList;
+use gdal::errors::GdalError;
 use gdal_sys as sys;
 
+mod copy;
 mod files;
 mod raster;
 mod translate;
+mod warp;
+mod watch;
 
+pub(crate) use copy::create_copy;
 pub(crate) use files::{archive_files, vsi_head, MemDir};
 pub(crate) use raster::pixel_bytes;
 pub use raster::{DataType, Pixel, Raster, RasterError};
 pub(crate) use translate::vrt_view;
+pub(crate) use warp::{same_geog_cs, suggested_output, warp, Suggested, WarpError, WarpOptions};
+#[cfg(test)]
+pub(crate) use watch::report_failure;
+pub(crate) use watch::MessageWatch;
 
 static INIT: Once = Once::new();
 
@@ -210,32 +224,26 @@ pub(crate) fn reset_error() {
     unsafe { sys::CPLErrorReset() };
 }
 
-/// A NULL-terminated list of C strings (`char **`) that owns its strings.
-#[derive(Debug, Default)]
-pub(crate) struct CStringList {
-    strings: Vec<CString>,
-    pointers: Vec<*mut c_char>,
+/// A GDAL string list (`char **`) of `items`, each copied as it is: an
+/// item with `=` is not split into a name and a value (the gdal crate's
+/// `FromIterator` would, and drop an item such as `+proj=longlat` whose
+/// "name" GDAL would refuse).
+pub(crate) fn string_list<S: AsRef<str>>(items: &[S]) -> Result<CslStringList, String> {
+    let mut list = CslStringList::new();
+    for s in items {
+        let s = s.as_ref();
+        list.add_string(s)
+            .map_err(|_| format!("{s:?} contains a NUL byte"))?;
+    }
+    Ok(list)
 }
 
-impl CStringList {
-    pub(crate) fn new<S: AsRef<str>>(items: &[S]) -> Result<Self, String> {
-        let strings = items
-            .iter()
-            .map(|s| {
-                CString::new(s.as_ref())
-                    .map_err(|_| format!("{:?} contains a NUL byte", s.as_ref()))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut pointers: Vec<*mut c_char> =
-            strings.iter().map(|s| s.as_ptr() as *mut c_char).collect();
-        pointers.push(ptr::null_mut());
-        Ok(CStringList { strings, pointers })
-    }
-
-    /// The `char **` for GDAL; valid while `self` lives. GDAL only reads it.
-    pub(crate) fn as_ptr(&mut self) -> *mut *mut c_char {
-        debug_assert_eq!(self.pointers.len(), self.strings.len() + 1);
-        self.pointers.as_mut_ptr()
+/// GDAL's message in an error of the gdal crate (which takes GDAL's last
+/// message into its error and resets GDAL's own), or `fallback`.
+pub(crate) fn error_message(e: GdalError, fallback: &str) -> String {
+    match e {
+        GdalError::NullPointer { msg, .. } if !msg.trim().is_empty() => scrub(msg.trim()),
+        _ => fallback.to_owned(),
     }
 }
 
@@ -252,33 +260,6 @@ pub(crate) fn dtype_by_name(name: &str) -> Option<sys::GDALDataType::Type> {
     // SAFETY: `c` is a valid C string for the call's duration.
     let t = unsafe { sys::GDALGetDataTypeByName(c.as_ptr()) };
     (t != sys::GDALDataType::GDT_Unknown).then_some(t)
-}
-
-/// `GDALWarpAppOptions`, freed on drop.
-pub(crate) struct WarpOptions(pub(crate) *mut sys::GDALWarpAppOptions);
-
-impl WarpOptions {
-    /// Options from `gdalwarp` arguments, warping to a MEM dataset.
-    pub(crate) fn new(args: &[String]) -> Result<Self, String> {
-        let mut argv: Vec<String> = args.to_vec();
-        argv.extend(["-of".to_owned(), "MEM".to_owned()]);
-        let mut list = CStringList::new(&argv)?;
-        reset_error();
-        // SAFETY: `list` is a NULL-terminated argument list alive for the
-        // call; GDAL copies what it needs.
-        let options = unsafe { sys::GDALWarpAppOptionsNew(list.as_ptr(), ptr::null_mut()) };
-        if options.is_null() {
-            return Err(last_error("invalid warp options"));
-        }
-        Ok(WarpOptions(options))
-    }
-}
-
-impl Drop for WarpOptions {
-    fn drop(&mut self) {
-        // SAFETY: created by GDALWarpAppOptionsNew, freed once.
-        unsafe { sys::GDALWarpAppOptionsFree(self.0) };
-    }
 }
 
 #[cfg(test)]

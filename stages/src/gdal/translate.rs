@@ -12,17 +12,17 @@ use std::ptr;
 use gdal::Dataset;
 use gdal_sys as sys;
 
-use super::{last_error, reset_error, CStringList};
+use super::{last_error, reset_error, string_list};
 
 /// `gdal_translate -of VRT <args>` of `src`, in memory. The view refers to
 /// `src`, which must outlive it.
 pub(crate) fn vrt_view(src: &Dataset, args: &[String]) -> Result<Dataset, String> {
     let mut argv: Vec<String> = vec!["-of".to_owned(), "VRT".to_owned()];
     argv.extend(args.iter().cloned());
-    let mut list = CStringList::new(&argv)?;
+    let list = string_list(&argv)?;
     reset_error();
     // SAFETY: `list` is a NULL-terminated argument list alive for the
-    // call; GDAL copies what it needs. Freed below.
+    // call; GDAL only reads it and copies what it needs. Freed below.
     let options = unsafe { sys::GDALTranslateOptionsNew(list.as_ptr(), ptr::null_mut()) };
     if options.is_null() {
         return Err(last_error("invalid translate options"));

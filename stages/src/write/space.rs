@@ -6,13 +6,11 @@
 //! watches every GDAL message of its call, and looks at the free space
 //! before its temporary file is removed.
 
-use std::ffi::{c_char, CStr};
-use std::marker::PhantomData;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use gdal_sys as sys;
 use warpline_engine::StageError;
+
+use crate::gdal::MessageWatch;
 
 /// What the C library's `strerror` says for ENOSPC and EDQUOT (glibc and
 /// musl alike), and GDAL's own free-space check when it creates a GTiff.
@@ -33,77 +31,20 @@ pub(super) fn io_full(e: &std::io::Error) -> bool {
     matches!(e.kind(), StorageFull | QuotaExceeded)
 }
 
-/// While it lives, GDAL's messages on this thread go through [`watch`],
-/// which notes one that says the device is full and forwards every message
-/// to `tracing` as the process-wide handler does (see `crate::gdal::init`).
-/// Not `Send`: GDAL's handler stack is per thread.
-pub(super) struct SpaceWatch {
-    /// Boxed: GDAL holds its address until the handler is popped.
-    said: Box<AtomicBool>,
-    pushed: bool,
-    _one_thread: PhantomData<*const ()>,
-}
+/// While it lives, GDAL's messages on this thread are watched for one that
+/// says the device is full (and forwarded to `tracing` as the process-wide
+/// handler does, see `crate::gdal::init`). Not `Send`: GDAL's handler stack
+/// is per thread.
+pub(super) struct SpaceWatch(MessageWatch);
 
 impl SpaceWatch {
     pub(super) fn start() -> Self {
-        let said = Box::new(AtomicBool::new(false));
-        let data: *const AtomicBool = &*said;
-        // SAFETY: `watch` never unwinds; `data` points into the box this
-        // watch owns, which outlives the handler: `Drop` pops it first.
-        unsafe { sys::CPLPushErrorHandlerEx(Some(watch), data as *mut std::ffi::c_void) };
-        SpaceWatch {
-            said,
-            pushed: true,
-            _one_thread: PhantomData,
-        }
+        SpaceWatch(MessageWatch::start(says_full))
     }
 
     /// Stops watching; whether a message said the device is full.
-    pub(super) fn said_full(mut self) -> bool {
-        self.pop();
-        self.said.load(Ordering::Relaxed)
-    }
-
-    fn pop(&mut self) {
-        if std::mem::take(&mut self.pushed) {
-            // SAFETY: pops the handler this watch pushed on this thread (it
-            // is not `Send`); GDAL pushes and pops its own in pairs.
-            unsafe { sys::CPLPopErrorHandler() };
-        }
-    }
-}
-
-impl Drop for SpaceWatch {
-    fn drop(&mut self) {
-        self.pop();
-    }
-}
-
-/// The handler a [`SpaceWatch`] pushes. Must never panic: it is called
-/// from C.
-unsafe extern "C" fn watch(class: sys::CPLErr::Type, code: sys::CPLErrorNum, msg: *const c_char) {
-    if msg.is_null() {
-        return;
-    }
-    // SAFETY: GDAL passes its message as a NUL-terminated string valid for
-    // this call.
-    let message = unsafe { CStr::from_ptr(msg) }.to_string_lossy();
-    if says_full(&message) {
-        // SAFETY: the user data is the flag of the `SpaceWatch` that pushed
-        // this handler, alive until that watch pops it.
-        let said = unsafe { sys::CPLGetErrorHandlerUserData() } as *const AtomicBool;
-        // SAFETY: as above; null only if GDAL lost the user data.
-        if let Some(said) = unsafe { said.as_ref() } {
-            said.store(true, Ordering::Relaxed);
-        }
-    }
-    match class {
-        sys::CPLErr::CE_Warning => tracing::warn!(target: "gdal", code, "{message}"),
-        sys::CPLErr::CE_Debug | sys::CPLErr::CE_None => {
-            tracing::trace!(target: "gdal", code, "{message}")
-        }
-        // Failures reach the item's error through `last_error`.
-        _ => tracing::debug!(target: "gdal", code, "{message}"),
+    pub(super) fn said_full(self) -> bool {
+        self.0.matched()
     }
 }
 
@@ -162,9 +103,7 @@ mod tests {
         crate::gdal::init();
         let said = |text: &str| {
             let watch = SpaceWatch::start();
-            let c = std::ffi::CString::new(text).unwrap();
-            // SAFETY: a constant format and one string argument.
-            unsafe { sys::CPLError(sys::CPLErr::CE_Failure, 1, c"%s".as_ptr(), c.as_ptr()) };
+            crate::gdal::report_failure(text);
             watch.said_full()
         };
         assert!(said("_tiffWriteProc:No space left on device"));

@@ -137,3 +137,36 @@ pub(super) fn check_used(
         }
     }
 }
+
+/// Each stage takes the payload the stage before it in the flow hands on
+/// (see [`crate::payload`]): checked for every adjacent pair of stages that
+/// both compiled. A stage that declares nothing takes and hands on any
+/// payload. The first stage is not checked: what the source makes is an
+/// input, not a payload.
+pub(super) fn check_payloads(
+    flow: Option<&[String]>,
+    stages: &[StagePlan],
+    problems: &mut Vec<Problem>,
+) {
+    let Some(flow) = flow else { return };
+    let plan = |name: &str| stages.iter().find(|s| s.name == name);
+    for (i, pair) in flow.windows(2).enumerate() {
+        let (Some(before), Some(after)) = (plan(&pair[0]), plan(&pair[1])) else {
+            continue;
+        };
+        if before.name == after.name {
+            continue;
+        }
+        let (handed, takes) = (before.handler.hands_on(), after.handler.takes());
+        if !takes.accepts(&handed) {
+            problems.push(Problem::graph(
+                format!("pipeline.flow[{}]", i + 1),
+                format!(
+                    "stage `{}` takes {takes} but `{}` hands on {handed}: put a stage that \
+                     makes one from the other between them, or change the order",
+                    after.name, before.name
+                ),
+            ));
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! A dataset copied to a file by a driver (`GDALCreateCopy`, as
+//! `gdal_translate -of <driver>` writes it): how `write` makes its
+//! outputs.
+
+use std::path::Path;
+
+use gdal::Dataset;
+use gdal_sys as sys;
+
+use super::{last_error, reset_error, string_list};
+
+/// Writes `src` to `path` with the driver named `driver` and its creation
+/// `options` (`NAME=VALUE`), and closes the new file (which flushes it).
+/// The error is GDAL's last message.
+pub(crate) fn create_copy(
+    driver: &str,
+    src: &Dataset,
+    path: &Path,
+    options: &[String],
+) -> Result<(), String> {
+    let driver = gdal::DriverManager::get_driver_by_name(driver).map_err(|e| e.to_string())?;
+    let options = string_list(options)?;
+    let c_path = std::ffi::CString::new(path.to_string_lossy().as_bytes())
+        .map_err(|_| "the output path has a NUL byte".to_owned())?;
+    reset_error();
+    // SAFETY: valid driver, path, source dataset and option list (only
+    // read); the new dataset is closed right below.
+    let out = unsafe {
+        sys::GDALCreateCopy(
+            driver.c_driver(),
+            c_path.as_ptr(),
+            src.c_dataset(),
+            0,
+            options.as_ptr(),
+            None,
+            std::ptr::null_mut(),
+        )
+    };
+    if out.is_null() {
+        return Err(last_error("GDALCreateCopy failed"));
+    }
+    // SAFETY: `out` is the dataset just created; closing flushes it.
+    unsafe { sys::GDALClose(out) };
+    // SAFETY: reads this thread's last error class.
+    let class = unsafe { sys::CPLGetLastErrorType() };
+    if class == sys::CPLErr::CE_Failure || class == sys::CPLErr::CE_Fatal {
+        return Err(last_error("write failed"));
+    }
+    Ok(())
+}

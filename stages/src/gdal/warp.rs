@@ -1,0 +1,158 @@
+//! The warp (`GDALWarp` to a MEM dataset, as `gdalwarp -of MEM` runs it),
+//! the output size GDAL suggests for it (`GDALSuggestedWarpOutput2`), and
+//! whether two CRSs share their geographic CRS (`OSRIsSameGeogCS`). The
+//! `reproject` stage decides what to ask; this file only asks GDAL.
+
+use std::ptr;
+
+use gdal::spatial_ref::SpatialRef;
+use gdal::Dataset;
+use gdal_sys as sys;
+
+use super::{last_error, reset_error, string_list};
+
+/// GDAL's error number for a failed allocation (`CPLE_OutOfMemory`).
+const CPLE_OUT_OF_MEMORY: sys::CPLErrorNum = 2;
+
+/// `GDALWarpAppOptions`, freed on drop.
+pub(crate) struct WarpOptions(*mut sys::GDALWarpAppOptions);
+
+impl WarpOptions {
+    /// Options from `gdalwarp` arguments, warping to a MEM dataset.
+    pub(crate) fn new(args: &[String]) -> Result<Self, String> {
+        let mut argv: Vec<String> = args.to_vec();
+        argv.extend(["-of".to_owned(), "MEM".to_owned()]);
+        let list = string_list(&argv)?;
+        reset_error();
+        // SAFETY: `list` is a NULL-terminated argument list alive for the
+        // call; GDAL only reads it and copies what it needs.
+        let options = unsafe { sys::GDALWarpAppOptionsNew(list.as_ptr(), ptr::null_mut()) };
+        if options.is_null() {
+            return Err(last_error("invalid warp options"));
+        }
+        Ok(WarpOptions(options))
+    }
+}
+
+impl Drop for WarpOptions {
+    fn drop(&mut self) {
+        // SAFETY: created by GDALWarpAppOptionsNew, freed once.
+        unsafe { sys::GDALWarpAppOptionsFree(self.0) };
+    }
+}
+
+/// What `GDALSuggestedWarpOutput2` says of a warp: the output's
+/// geotransform, size in pixels and lines, and extent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Suggested {
+    pub(crate) geo_transform: [f64; 6],
+    pub(crate) pixels: i32,
+    pub(crate) lines: i32,
+    pub(crate) extent: [f64; 4],
+}
+
+/// The output GDAL suggests for warping `src` with a general image
+/// projection transformer made with `options` (`NAME=VALUE` items such as
+/// `DST_SRS=...`). The error says which step failed, with GDAL's message.
+pub(crate) fn suggested_output(src: &Dataset, options: &[String]) -> Result<Suggested, String> {
+    let options = string_list(options)?;
+    reset_error();
+    // SAFETY: `src` is a valid dataset; `options` a NULL-terminated list
+    // alive for the call, only read. The transformer is destroyed below.
+    let transformer = unsafe {
+        sys::GDALCreateGenImgProjTransformer2(src.c_dataset(), ptr::null_mut(), options.as_ptr())
+    };
+    if transformer.is_null() {
+        return Err(format!(
+            "cannot transform to the target CRS: {}",
+            last_error("no transformation")
+        ));
+    }
+    let mut geo_transform = [0f64; 6];
+    let mut extent = [0f64; 4];
+    let (mut pixels, mut lines) = (0i32, 0i32);
+    // SAFETY: all out-pointers are to locals of the right sizes; the
+    // transformer was made for this source.
+    let err = unsafe {
+        sys::GDALSuggestedWarpOutput2(
+            src.c_dataset(),
+            Some(sys::GDALGenImgProjTransform),
+            transformer,
+            geo_transform.as_mut_ptr(),
+            &mut pixels,
+            &mut lines,
+            extent.as_mut_ptr(),
+            0,
+        )
+    };
+    // SAFETY: made by GDALCreateGenImgProjTransformer2, destroyed once.
+    unsafe { sys::GDALDestroyGenImgProjTransformer(transformer) };
+    if err != sys::CPLErr::CE_None {
+        return Err(format!(
+            "cannot work out the output of the warp: {}",
+            last_error("no suggestion")
+        ));
+    }
+    Ok(Suggested {
+        geo_transform,
+        pixels,
+        lines,
+        extent,
+    })
+}
+
+/// Whether `a` and `b` share their geographic CRS (datum, ellipsoid,
+/// prime meridian).
+pub(crate) fn same_geog_cs(a: &SpatialRef, b: &SpatialRef) -> bool {
+    // SAFETY: both handles are valid for the call (owned by `a` and `b`);
+    // OSRIsSameGeogCS only reads them.
+    unsafe { sys::OSRIsSameGeogCS(a.to_c_hsrs(), b.to_c_hsrs()) != 0 }
+}
+
+/// Why a warp gave no usable output, with GDAL's message.
+#[derive(Debug)]
+pub(crate) enum WarpError {
+    /// GDAL ran out of memory: not the input's fault.
+    OutOfMemory(String),
+    /// An output came back, but GDAL failed reading the source's pixels.
+    Unreadable(String),
+    /// No output at all.
+    Failed(String),
+}
+
+/// `gdalwarp` of `src` with `options`, to a new MEM dataset. GDAL's last
+/// error is read right after the warp.
+pub(crate) fn warp(src: &Dataset, options: &WarpOptions) -> Result<Dataset, WarpError> {
+    let mut sources = [src.c_dataset()];
+    let mut usage_error = 0;
+    reset_error();
+    // SAFETY: one valid source dataset; valid options; "" names the MEM
+    // output, which GDALWarp creates and we own (wrapped at once).
+    let out = unsafe {
+        sys::GDALWarp(
+            c"".as_ptr(),
+            ptr::null_mut(),
+            1,
+            sources.as_mut_ptr(),
+            options.0,
+            &mut usage_error,
+        )
+    };
+    // SAFETY: reads this thread's last error, right after the warp.
+    let (class, number) = unsafe { (sys::CPLGetLastErrorType(), sys::CPLGetLastErrorNo()) };
+    let failed = class == sys::CPLErr::CE_Failure || class == sys::CPLErr::CE_Fatal;
+    let out = (!out.is_null()).then(|| {
+        // SAFETY: a new dataset GDALWarp handed to us; closed on drop.
+        unsafe { Dataset::from_c_dataset(out) }
+    });
+    if number == CPLE_OUT_OF_MEMORY {
+        return Err(WarpError::OutOfMemory(last_error("out of memory")));
+    }
+    match out {
+        Some(out) if !failed => Ok(out),
+        Some(_) => Err(WarpError::Unreadable(last_error(
+            "the warp could not read the source",
+        ))),
+        None => Err(WarpError::Failed(last_error("GDALWarp returned nothing"))),
+    }
+}
