@@ -2,14 +2,14 @@
 //! an S3-compatible server, through the `object_store` crate (SigV4
 //! signing, paginated listings, multipart uploads).
 //!
-//! - [`S3Url`]: an object's address;
-//! - [`Stores`]: one client per bucket, made from the environment's
+//! - `S3Url`: an object's address;
+//! - `Stores`: one client per bucket, made from the environment's
 //!   credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
 //!   `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL`, ...; then the
 //!   container or instance metadata where `object_store` supports them) and
 //!   an optional `endpoint` setting; an `http://` endpoint on a loopback
 //!   address is allowed without `AWS_ALLOW_HTTP`;
-//! - [`stage_error`]: an `object_store` error as a stage error, classed for
+//! - `stage_error`: an `object_store` error as a stage error, classed for
 //!   the retry policy as fetch classes HTTP errors, its text redacted;
 //! - `list`: the `glob` source over a listing; `get`: fetch's reads;
 //!   `put`: write's uploads.
