@@ -127,27 +127,10 @@ fn an_srtm_tile_in_a_zip_is_read_by_its_name() {
     let Some(data) = data() else { return };
     let work = tempfile::tempdir().unwrap();
     let zip = work.path().join("N45E006.hgt.zip");
-    gdal(
-        "gdal_translate",
-        &[
-            "-q",
-            "-of",
-            "SRTMHGT",
-            "-ot",
-            "Int16",
-            "-a_srs",
-            "EPSG:4326",
-            "-a_ullr",
-            "5.9995833333333",
-            "46.0004166666667",
-            "7.0004166666667",
-            "44.9995833333333",
-            "-outsize",
-            "1201",
-            "1201",
-            &s(&data.join("shade.tif")),
-            &format!("/vsizip/{}/N45E006.hgt", s(&zip)),
-        ],
+    srtm_tile(
+        &data.join("shade.tif"),
+        6,
+        &format!("/vsizip/{}/N45E006.hgt", s(&zip)),
     );
     let srtm = "drivers = [\"SRTMHGT\"]";
     same_as_gdalwarp(
@@ -167,32 +150,11 @@ fn a_named_member_of_a_zip_is_read_and_a_zip_of_two_rasters_says_how_to_name_one
     let srtm = "drivers = [\"SRTMHGT\"]";
     // Two rasters in one zip: the member is named.
     let two = work.path().join("two.zip");
-    for (name, x) in [
-        ("N45E006.hgt", "5.9995833333333"),
-        ("N45E007.hgt", "6.9995833333333"),
-    ] {
-        let east = format!("{}", x.parse::<f64>().unwrap() + 1.0008333333334);
-        gdal(
-            "gdal_translate",
-            &[
-                "-q",
-                "-of",
-                "SRTMHGT",
-                "-ot",
-                "Int16",
-                "-a_srs",
-                "EPSG:4326",
-                "-a_ullr",
-                x,
-                "46.0004166666667",
-                &east,
-                "44.9995833333333",
-                "-outsize",
-                "1201",
-                "1201",
-                &s(&data.join("shade.tif")),
-                &format!("/vsizip/{}/{name}", s(&two)),
-            ],
+    for (name, east) in [("N45E006.hgt", 6), ("N45E007.hgt", 7)] {
+        srtm_tile(
+            &data.join("shade.tif"),
+            east,
+            &format!("/vsizip/{}/{name}", s(&two)),
         );
     }
     let member = format!("{}!/N45E007.hgt", s(&two));
@@ -264,4 +226,27 @@ fn a_gzipped_geotiff_is_read_as_gdal_reads_it() {
         .unwrap()
         .path();
     assert_same_raster(&ours, &theirs, "gzip");
+}
+
+/// An SRTM 1201 x 1201 Int16 tile of the degree N45 E`east` at `dest`
+/// (a `/vsizip/` path: GDAL writes the zip), its heights from `src`.
+fn srtm_tile(src: &Path, east: u32, dest: &str) {
+    let half = 0.5 / 1200.0;
+    let (w, e) = (f64::from(east) - half, f64::from(east) + 1.0 + half);
+    let (n, s_) = (46.0 + half, 45.0 - half);
+    let bounds: Vec<String> = [w, n, e, s_].iter().map(|v| format!("{v:.13}")).collect();
+    let mut args = vec![
+        "-q",
+        "-of",
+        "SRTMHGT",
+        "-ot",
+        "Int16",
+        "-a_srs",
+        "EPSG:4326",
+    ];
+    args.push("-a_ullr");
+    args.extend(bounds.iter().map(String::as_str));
+    let src = s(src);
+    args.extend(["-outsize", "1201", "1201", &src, dest]);
+    gdal("gdal_translate", &args);
 }
