@@ -177,19 +177,8 @@ fn a_named_member_of_a_zip_is_read_and_a_zip_of_two_rasters_says_how_to_name_one
         "an archive of two rasters says how to name one: {}",
         f.message
     );
-    let theirs = work.path().join("member-gdalwarp.tif");
-    gdalwarp(
-        &["-t_srs".into(), "EPSG:3857".into()],
-        Path::new(&format!("/vsizip/{}/N45E007.hgt", s(&two))),
-        &theirs,
-    );
-    let ours = std::fs::read_dir(&out_dir)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    assert_same_raster(&ours, &theirs, "zip member");
+    let member = format!("/vsizip/{}/N45E007.hgt", s(&two));
+    the_only_output_equals_gdalwarp_of(&out_dir, &member, "zip member");
 }
 
 #[test]
@@ -213,19 +202,7 @@ fn a_gzipped_geotiff_is_read_as_gdal_reads_it() {
         1,
     );
     assert_eq!(run(&toml).items.done, 1);
-    let theirs = work.path().join("gz-gdalwarp.tif");
-    gdalwarp(
-        &["-t_srs".into(), "EPSG:3857".into()],
-        Path::new(&format!("/vsigzip/{}", s(&gz))),
-        &theirs,
-    );
-    let ours = std::fs::read_dir(&out_dir)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    assert_same_raster(&ours, &theirs, "gzip");
+    the_only_output_equals_gdalwarp_of(&out_dir, &format!("/vsigzip/{}", s(&gz)), "gzip");
 }
 
 /// An SRTM 1201 x 1201 Int16 tile of the degree N45 E`east` at `dest`
@@ -249,4 +226,17 @@ fn srtm_tile(src: &Path, east: u32, dest: &str) {
     let src = s(src);
     args.extend(["-outsize", "1201", "1201", &src, dest]);
     gdal("gdal_translate", &args);
+}
+
+/// The one file in `out_dir` equals `gdalwarp -t_srs EPSG:3857` of the
+/// GDAL path `source` (a `/vsizip/` or `/vsigzip/` path).
+fn the_only_output_equals_gdalwarp_of(out_dir: &Path, source: &str, what: &str) {
+    let theirs = out_dir.with_extension("gdalwarp.tif");
+    gdalwarp(
+        &["-t_srs".into(), "EPSG:3857".into()],
+        Path::new(source),
+        &theirs,
+    );
+    let ours = std::fs::read_dir(out_dir).unwrap().next().unwrap().unwrap();
+    assert_same_raster(&ours.path(), &theirs, what);
 }
