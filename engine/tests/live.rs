@@ -9,6 +9,32 @@ use std::time::Duration;
 use warpline_engine::live::{LimiterSnapshot, StageSnapshot};
 use warpline_engine::{LimiterKind, Loader, Pipeline, Registry, RunControl, RunOptions};
 
+/// The first snapshot in which `held`'s mailbox holds 2 and one worker
+/// waits for a `slots` permit: waited for by counts, not by time.
+async fn full_mailbox_and_a_waiter(
+    watch: &warpline_engine::RunWatch,
+) -> warpline_engine::live::Snapshot {
+    let mut last = None;
+    let waited = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            last = watch.snapshot();
+            if let Some(s) = &last {
+                let slots = s.limiters.iter().find(|l| l.name == "slots");
+                if s.stages[0].queued == 2 && slots.is_some_and(|l| l.waiters == 1) {
+                    return;
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "the mailbox fills and a worker waits for a slot: {last:?}"
+    );
+    last.expect("read")
+}
+
 #[tokio::test]
 async fn a_snapshot_shows_each_stages_mailbox_workers_and_limiters() {
     let (p, gate, inside) = (
@@ -43,25 +69,7 @@ async fn a_snapshot_shows_each_stages_mailbox_workers_and_limiters() {
     // waiting for a slot, and the mailbox full behind them: waited for by
     // counts, not by time.
     gate.wait_entered(2).await;
-    let mut last = None;
-    let waited = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            last = watch.snapshot();
-            if let Some(s) = &last {
-                let slots = s.limiters.iter().find(|l| l.name == "slots");
-                if s.stages[0].queued == 2 && slots.is_some_and(|l| l.waiters == 1) {
-                    return;
-                }
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    assert!(
-        waited.is_ok(),
-        "the mailbox fills and a worker waits for a slot: {last:?}"
-    );
-    let snapshot = last.expect("read");
+    let snapshot = full_mailbox_and_a_waiter(&watch).await;
     assert_eq!(
         snapshot.stages,
         [

@@ -149,26 +149,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         ));
     }
     let max_redirects = f.max_redirects.unwrap_or(5) as usize;
-    let redirects = reqwest::redirect::Policy::custom(move |attempt| {
-        if attempt.previous().len() > max_redirects {
-            attempt.error(format!("more than {max_redirects} redirects"))
-        } else if !matches!(attempt.url().scheme(), "http" | "https") {
-            let scheme = attempt.url().scheme().to_owned();
-            attempt.error(format!("redirect to a {scheme} URL refused"))
-        } else {
-            attempt.follow()
-        }
-    });
-    let client = reqwest::Client::builder()
-        .connect_timeout(connect_timeout)
-        .timeout(timeout)
-        .redirect(redirects)
-        .user_agent(
-            f.user_agent
-                .unwrap_or_else(|| format!("warpline/{}", env!("CARGO_PKG_VERSION"))),
-        )
-        .build();
-    let client = match client {
+    let client = match http_client(connect_timeout, timeout, max_redirects, f.user_agent) {
         Ok(c) => c,
         Err(e) => {
             problems.push(s.problem("", format!("cannot build the HTTP client: {e}")));
@@ -192,6 +173,32 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         memory,
         stores,
     }))
+}
+
+/// The HTTP client: timeouts, at most `max_redirects` redirects and only
+/// to http(s), the User-Agent.
+fn http_client(
+    connect_timeout: Duration,
+    timeout: Duration,
+    max_redirects: usize,
+    user_agent: Option<String>,
+) -> reqwest::Result<reqwest::Client> {
+    let redirects = reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() > max_redirects {
+            attempt.error(format!("more than {max_redirects} redirects"))
+        } else if !matches!(attempt.url().scheme(), "http" | "https") {
+            let scheme = attempt.url().scheme().to_owned();
+            attempt.error(format!("redirect to a {scheme} URL refused"))
+        } else {
+            attempt.follow()
+        }
+    });
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .timeout(timeout)
+        .redirect(redirects)
+        .user_agent(user_agent.unwrap_or_else(|| format!("warpline/{}", env!("CARGO_PKG_VERSION"))))
+        .build()
 }
 
 /// The longest `Retry-After` obeyed: a server that asks for more (a date

@@ -39,7 +39,7 @@ fn a_world_file_places_the_raster_as_gdalwarp_does() {
 }
 
 #[test]
-fn gcps_and_a_source_crs_override_place_the_raster_as_gdalwarp_does() {
+fn gcps_place_the_raster_as_gdalwarp_does() {
     let Some(data) = data() else { return };
     let work = tempfile::tempdir().unwrap();
     let rgb = s(&data.join("RGB.byte.tif"));
@@ -112,6 +112,13 @@ fn gcps_and_a_source_crs_override_place_the_raster_as_gdalwarp_does() {
             "4",
         ],
     );
+}
+
+#[test]
+fn a_source_crs_override_places_the_raster_as_gdalwarp_s_srs_does() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let rgb = s(&data.join("RGB.byte.tif"));
     same_as_gdalwarp(
         work.path(),
         "s_srs",
