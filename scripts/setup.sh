@@ -23,13 +23,15 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-# An S3-compatible server for cli/tests/s3/ (and the store unit tests): s3s-fs serves a directory and
+# An S3-compatible server for cli/tests/s3/ (and the store unit tests),
+# only for the tests (scripts/test.sh sets WARPLINE_SETUP_S3=1; the demo and
+# the benches do not need it): s3s-fs serves a directory and
 # checks SigV4 signatures. 0.14.1 because later versions need rustc 1.96.
 # Built from source, once: measured 1m45s to 2m12s on 2 cores (1m45s with
 # an empty cargo home: index and crates downloaded too).
 S3S_FS_VERSION=0.14.1
 CARGO_BIN="${CARGO_HOME:-$HOME/.cargo}/bin"
-if ! command -v s3s-fs >/dev/null 2>&1 && [ ! -x "$CARGO_BIN/s3s-fs" ]; then
+if [ "${WARPLINE_SETUP_S3:-0}" = 1 ] && ! command -v s3s-fs >/dev/null 2>&1 && [ ! -x "$CARGO_BIN/s3s-fs" ]; then
   echo "setup: installing s3s-fs $S3S_FS_VERSION (cargo install, about 2-3 minutes)" >&2
   cargo install s3s-fs --version "$S3S_FS_VERSION" --features binary --locked --quiet
 fi

@@ -5,7 +5,7 @@
 # store tests. Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+WARPLINE_SETUP_S3=1 bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
@@ -25,7 +25,10 @@ S3_ROOT=$(mktemp -d)
 S3_PID=""
 log=$(mktemp)
 cleanup() {
-  [ -z "$S3_PID" ] || kill "$S3_PID" 2>/dev/null || true
+  if [ -n "$S3_PID" ]; then
+    kill "$S3_PID" 2>/dev/null || true
+    wait "$S3_PID" 2>/dev/null || true
+  fi
   rm -rf "$S3_ROOT" "$log"
 }
 trap cleanup EXIT

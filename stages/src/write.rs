@@ -275,7 +275,7 @@ fn remote_output(
     }
     let staging = match staging {
         Some(s) => PathBuf::from(s),
-        None => std::env::temp_dir().join("warpline-staging"),
+        None => crate::store::default_staging().map_err(|m| ("staging", m))?,
     };
     let output = Output::parse(dir, endpoint, &staging).map_err(|m| ("dir", m))?;
     Ok((staging, Some(output)))
@@ -447,8 +447,14 @@ impl BlockingStage for Write {
         written.map_err(|m| fail(format!("cannot write {}: {m}", path.display()), said_full))?;
         drop(raster);
         if let Some(remote) = &self.remote {
-            // The guard removes the local file once it is sent (or not).
-            item.bytes_out += remote.upload(&tmp, &self.file_name(&id))?;
+            // The side files first, the output last (its object appears
+            // last, as a final name does on disk). The guard removes the
+            // local files once they are sent (or not).
+            let name = self.file_name(&id);
+            for (side, to) in sidecars::beside_name(&tmp, Path::new(&name)) {
+                item.bytes_out += remote.upload(&side, &to.to_string_lossy())?;
+            }
+            item.bytes_out += remote.upload(&tmp, &name)?;
             let url = remote.shown(&self.file_name(&id));
             item.set_payload(Written { path: url.into() });
             return Ok(Outcome::Continue);

@@ -11,6 +11,7 @@ use crate::server::{files, items, s3, uploads_in_progress};
 /// again by the stage's retry policy. Needs no server: nothing listens.
 #[test]
 fn an_unreachable_server_is_a_transient_failure_tried_again() {
+    let _serial = crate::server::serial();
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -125,6 +126,7 @@ fn stalling_proxy(
 /// server), removes its staged file, and writes every output once.
 #[test]
 fn a_run_killed_during_an_upload_leaves_no_partial_object_and_resumes() {
+    let _serial = crate::server::serial();
     use std::sync::atomic::Ordering;
     let Some(s3) = s3("killed") else { return };
     let work = tempfile::tempdir().unwrap();

@@ -25,6 +25,7 @@ use server::{files, items, pipeline, s3};
 
 #[test]
 fn a_bucket_to_bucket_run_equals_the_local_run_and_a_rerun_skips() {
+    let _serial = crate::server::serial();
     let Some(s3) = s3("roundtrip") else { return };
     let Some(rasters) = common::real_rasters() else {
         return;
@@ -98,6 +99,7 @@ fn a_bucket_to_bucket_run_equals_the_local_run_and_a_rerun_skips() {
 
 #[test]
 fn s3_lines_in_a_list_file_are_fetched_and_missing_objects_fail_clearly() {
+    let _serial = crate::server::serial();
     let Some(s3) = s3("list") else { return };
     let work = tempfile::tempdir().unwrap();
     let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
@@ -153,6 +155,7 @@ fn s3_lines_in_a_list_file_are_fetched_and_missing_objects_fail_clearly() {
 
 #[test]
 fn wrong_credentials_fail_each_item_once_naming_the_bucket() {
+    let _serial = crate::server::serial();
     let Some(s3) = s3("creds") else { return };
     let work = tempfile::tempdir().unwrap();
     let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
@@ -215,6 +218,7 @@ fn wrong_credentials_fail_each_item_once_naming_the_bucket() {
 
 #[test]
 fn a_body_over_max_bytes_fails_before_it_is_read() {
+    let _serial = crate::server::serial();
     let Some(s3) = s3("maxbytes") else { return };
     let work = tempfile::tempdir().unwrap();
     let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
@@ -238,6 +242,7 @@ fn a_body_over_max_bytes_fails_before_it_is_read() {
 /// The S3 example of docs/pipeline.md, with this server and bucket.
 #[test]
 fn the_reference_s3_example_runs() {
+    let _serial = crate::server::serial();
     let Some(s3) = s3("docs") else { return };
     let doc =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/pipeline.md"))
@@ -280,6 +285,7 @@ fn the_reference_s3_example_runs() {
 /// the pattern matches 2,000: every match is an input, and nothing else.
 #[test]
 fn a_large_listing_is_read_page_by_page() {
+    let _serial = crate::server::serial();
     let Some(s3) = s3("many") else { return };
     use futures::StreamExt;
     let names: Vec<String> = (0..2500)
@@ -318,4 +324,48 @@ kind = "discard"
     );
     let (report, text) = s3.run(work.path(), &toml, &s3.secret, 0);
     assert_eq!(items(&report), [2000, 2000, 0, 0], "{text}");
+}
+
+/// The files GDAL writes beside an output (a world file, PAM metadata)
+/// go up with it, under the output's name.
+#[test]
+fn side_files_are_uploaded_beside_the_output() {
+    let _serial = crate::server::serial();
+    let Some(s3) = s3("sides") else { return };
+    let Some(rasters) = common::real_rasters() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let source = format!(
+        "kind = \"inline\"\ninputs = [{:?}]",
+        rasters[0].display().to_string()
+    );
+    let write = format!(
+        "dir = \"{}\"\nendpoint = \"{}\"\nstaging = \"{}\"",
+        s3.url("out"),
+        s3.endpoint,
+        work.path().join("staging").display()
+    );
+    let toml = pipeline(&source, &write, &s3.endpoint).replace(
+        "creation_options = { COMPRESS = \"DEFLATE\" }",
+        "creation_options = { PROFILE = \"GeoTIFF\", TFW = \"YES\" }",
+    );
+    let (report, text) = s3.run(work.path(), &toml, &s3.secret, 0);
+    assert_eq!(items(&report), [1, 1, 0, 0], "{text}");
+    let stem = rasters[0]
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let mut keys = s3.list("out");
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            format!("{stem}.tfw"),
+            format!("{stem}.tif"),
+            format!("{stem}.tif.aux.xml")
+        ],
+        "{text}"
+    );
 }

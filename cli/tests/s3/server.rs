@@ -242,3 +242,11 @@ pub fn uploads_in_progress() -> Option<std::collections::BTreeSet<String>> {
             .collect(),
     )
 }
+
+/// Holds every other test of this binary off while it lives: a test that
+/// counts the uploads in progress at the server must not see another's.
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed holding it left nothing to protect.
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -88,6 +88,7 @@ unsafe extern "C" fn on_message(
             heard.said.store(true, Ordering::Relaxed);
         }
     }
+    let message = super::scrub(&message);
     match class {
         sys::CPLErr::CE_Warning => tracing::warn!(target: "gdal", code, "{message}"),
         sys::CPLErr::CE_Debug | sys::CPLErr::CE_None => {

@@ -77,3 +77,32 @@ pub(crate) fn left(dir: &Path) -> Vec<Left> {
         })
         .collect()
 }
+
+/// The staging directory when the pipeline names none: this user's own,
+/// `$XDG_CACHE_HOME/warpline/staging` (or `~/.cache/...`, else the
+/// temporary directory with the user id in its name), made private (0700).
+/// One that exists and belongs to another user, or that others may write
+/// in, is refused: a file staged there could be swapped before its upload.
+pub(crate) fn default_staging() -> Result<std::path::PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let uid = rustix::process::getuid().as_raw();
+    let dir = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))
+        .map(|cache| cache.join("warpline").join("staging"))
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("warpline-staging-{uid}")));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("cannot create the staging directory {}: {e}", dir.display()))?;
+    let meta = std::fs::metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if meta.uid() != uid || meta.permissions().mode() & 0o022 != 0 {
+        return Err(format!(
+            "the staging directory {} belongs to another user or others may write in it: \
+             set `staging` to a directory of your own",
+            dir.display()
+        ));
+    }
+    Ok(dir)
+}

@@ -39,6 +39,7 @@ use warpline_engine::ErrorKind;
 use warpline_engine::StageError;
 
 pub(crate) use get::Body;
+pub(crate) use journal::default_staging;
 pub(crate) use list::glob_source;
 pub(crate) use put::Output;
 

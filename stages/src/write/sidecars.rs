@@ -53,3 +53,14 @@ pub(super) fn rename_beside(tmp: &Path, path: &Path) -> std::io::Result<()> {
 pub(super) fn existing(path: &Path) -> impl Iterator<Item = PathBuf> + '_ {
     side_files(path).filter(|p| p.exists())
 }
+
+/// The side files `tmp` has, each with its name beside `name` (an
+/// output's file name in a bucket), for an upload.
+pub(super) fn beside_name<'a>(
+    tmp: &'a Path,
+    name: &'a Path,
+) -> impl Iterator<Item = (PathBuf, PathBuf)> + 'a {
+    side_files(tmp)
+        .zip(side_files(name))
+        .filter(|(from, _)| from.exists())
+}
