@@ -11,9 +11,8 @@
 //!   and is multiplied by `decrease` on back-pressure: a 429 or 503 answer,
 //!   or a response time above `latency` times its moving average;
 //! - a **rate**, learnt at the first 429 or 503 from the rate of successes
-//!   just before it (times 0.9), then raised by 0.5 request/s each second
-//!   and lowered 10% at each later refusal: a sawtooth just under the
-//!   server's limit;
+//!   just before it (times 0.9), then kept just under the server's limit,
+//!   following it down and back up when it changes (`adapt/rate.rs`);
 //! - a **pause**: a 429 or 503 stops every try to the host for its
 //!   `Retry-After` (capped at an hour), or for 1 s doubling while refusals
 //!   follow each other (at most 30 s): not only the refused item waits.
@@ -25,13 +24,15 @@
 //! (`connections`, a rate bucket) stay hard ceilings: the gate is passed
 //! first, then the stage's limiters are acquired.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use rate::Rate;
 
 /// `adaptive` in a stage's table: `true`, `false`, or the settings.
 #[derive(Debug, Clone, Deserialize)]
@@ -139,10 +140,6 @@ pub struct HostLimits {
 }
 
 const WINDOW: Duration = Duration::from_secs(1);
-/// After this long without back-pressure, probe for a higher rate again.
-const PROBE_AFTER: Duration = Duration::from_secs(20);
-/// How fast a learnt rate creeps up, in requests per second each second.
-const CREEP: f64 = 0.1;
 const MAX_PAUSE: Duration = Duration::from_secs(3600);
 const MAX_DEFAULT_PAUSE: Duration = Duration::from_secs(30);
 
@@ -153,14 +150,11 @@ struct State {
     paused_until: Option<Instant>,
     /// Refusals in a row, for the default pause's doubling.
     refused_in_a_row: u32,
-    rate: Option<f64>,
-    /// Whether the rate is still being raised fast to find the limit.
-    probing: bool,
+    rate: Rate,
     next_at: Option<Instant>,
     /// Moving average of the response time, seconds, and how many fed it.
     rtt: (f64, u64),
     last_decrease: Option<Instant>,
-    successes: VecDeque<Instant>,
     report: HostLimits,
 }
 
@@ -207,12 +201,10 @@ impl HostGate {
                 in_flight: 0,
                 paused_until: None,
                 refused_in_a_row: 0,
-                rate: None,
-                probing: false,
+                rate: Rate::new(),
                 next_at: None,
                 rtt: (0.0, 0),
                 last_decrease: None,
-                successes: VecDeque::new(),
                 report: HostLimits {
                     concurrency: f64::from(settings.initial),
                     rate_per_s: None,
@@ -242,7 +234,7 @@ impl HostGate {
                 match s.paused_until.filter(|p| *p > now) {
                     Some(p) => Some(p),
                     None if f64::from(s.in_flight) >= s.limit.floor().max(1.0) => None,
-                    None => match (s.rate, s.next_at.filter(|at| *at > now)) {
+                    None => match (s.rate.per_s, s.next_at.filter(|at| *at > now)) {
                         (Some(_), Some(at)) => Some(at),
                         (rate, _) => {
                             if let Some(r) = rate {
@@ -280,7 +272,7 @@ impl HostGate {
                 Answer::Other => {}
             }
             s.report.concurrency = s.limit;
-            s.report.rate_per_s = s.rate;
+            s.report.rate_per_s = s.rate.per_s;
             (s.report.decreases > before).then(|| s.report.clone())
         };
         self.changed.notify_waiters();
@@ -289,30 +281,14 @@ impl HostGate {
 
     fn succeeded(&self, s: &mut State, now: Instant, rtt: Duration) {
         s.refused_in_a_row = 0;
-        s.successes.push_back(now);
-        while s.successes.front().is_some_and(|t| now - *t > WINDOW) {
-            s.successes.pop_front();
-        }
         let secs = rtt.as_secs_f64();
         let (avg, n) = s.rtt;
         if n >= 20 && secs > avg * self.settings.latency {
             self.decrease(s, now, "latency");
         } else {
             s.limit = (s.limit + 1.0 / s.limit.max(1.0)).min(f64::from(self.settings.max));
-            if let Some(r) = s.rate {
-                // Probing (right after the first refusal, or after a long
-                // quiet spell: the limit may have risen) doubles the rate
-                // each second; otherwise it creeps up slowly, so refusals,
-                // each of which pauses the host, stay rare.
-                let quiet = s.last_decrease.is_none_or(|t| now - t >= PROBE_AFTER);
-                let step = if s.probing || quiet {
-                    1.0
-                } else {
-                    CREEP / r.max(0.5)
-                };
-                s.rate = Some(r + step);
-            }
         }
+        s.rate.succeeded(now);
         let alpha = if n < 20 { 1.0 / (n as f64 + 1.0) } else { 0.05 };
         s.rtt = (avg + alpha * (secs - avg), n + 1);
     }
@@ -323,24 +299,16 @@ impl HostGate {
             let doubled = 1u32 << (s.refused_in_a_row - 1).min(5);
             (WINDOW * doubled).min(MAX_DEFAULT_PAUSE)
         });
+        let unpaused_since = s.paused_until.filter(|p| *p <= now);
         let until = now + pause;
         s.paused_until = Some(s.paused_until.map_or(until, |p| p.max(until)));
-        let observed = s.successes.iter().filter(|t| now - **t <= WINDOW).count() as f64;
         let why = if retry_after.is_some() {
             "429"
         } else {
             "refused"
         };
         if self.decrease(s, now, why) {
-            // The first refusal starts probing up from what got through;
-            // a later one ends it, at what got through in the last second.
-            s.probing = s.rate.is_none();
-            let base = match s.rate {
-                Some(r) if observed >= 2.0 => r.min(observed),
-                Some(r) => r,
-                None => observed.max(1.0),
-            };
-            s.rate = Some((base * 0.9).max(0.1));
+            s.rate.refused(now, unpaused_since);
         }
     }
 
@@ -400,65 +368,8 @@ impl Gates {
     }
 }
 
+mod rate;
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn settings() -> Adaptive {
-        Adaptive::resolve(&AdaptiveSection::default(), 32).expect("defaults are valid")
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_refusal_pauses_the_host_and_lowers_its_limits() {
-        let gate = Arc::new(HostGate::new(settings()));
-        for _ in 0..10 {
-            let t = gate.enter().await;
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            t.finish(Answer::Ok);
-        }
-        let before = gate.limits().concurrency;
-        let t = gate.enter().await;
-        t.finish(Answer::Refused(Some(Duration::from_secs(2))));
-        let after = gate.limits();
-        assert!(after.concurrency < before, "{after:?}");
-        assert_eq!(after.decreases, 1);
-        assert!(after.rate_per_s.is_some());
-        // No try starts before the Retry-After has passed.
-        let asked = Instant::now();
-        let t = gate.enter().await;
-        assert!(asked.elapsed() >= Duration::from_secs(2));
-        t.finish(Answer::Ok);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn refusals_of_one_burst_lower_the_limits_once_and_successes_raise_them() {
-        let gate = Arc::new(HostGate::new(settings()));
-        let tries: Vec<InFlight> = vec![gate.enter().await, gate.enter().await];
-        for t in tries {
-            t.finish(Answer::Refused(None));
-        }
-        assert_eq!(gate.limits().decreases, 1);
-        let low = gate.limits();
-        for _ in 0..200 {
-            let t = gate.enter().await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            t.finish(Answer::Ok);
-        }
-        let high = gate.limits();
-        assert!(high.concurrency > low.concurrency, "{low:?} -> {high:?}");
-        assert!(high.rate_per_s > low.rate_per_s, "{low:?} -> {high:?}");
-    }
-
-    #[test]
-    fn settings_are_checked() {
-        let bad = AdaptiveSection {
-            min: Some(10),
-            max: Some(4),
-            decrease: Some(1.5),
-            ..AdaptiveSection::default()
-        };
-        let problems = Adaptive::resolve(&bad, 8).unwrap_err();
-        let keys: Vec<&str> = problems.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, ["min", "decrease"]);
-    }
-}
+mod sim;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,112 @@
+//! A simulated rate-limited host on paused tokio time, for the gate's
+//! tests: workers take items from one queue and pass the gate; the host
+//! answers after a fixed latency, refusing (429, `Retry-After: 1`) what is
+//! beyond its limit (GCRA with a burst of 3, as the test tile server), a
+//! limit that may change at set times.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Answer, HostGate};
+
+/// The host: its limit over time and what it answered.
+pub(super) struct Host {
+    /// From `.0` after the start, `.1` requests a second.
+    pub(super) limits: Vec<(Duration, f64)>,
+    pub(super) latency: Duration,
+    start: Instant,
+    tat: Mutex<Option<Instant>>,
+    /// Each answer: when, after the start, and whether it was served.
+    pub(super) log: Mutex<Vec<(Duration, bool)>>,
+}
+
+impl Host {
+    pub(super) fn new(limits: Vec<(Duration, f64)>, latency: Duration) -> Self {
+        Host {
+            limits,
+            latency,
+            start: Instant::now(),
+            tat: Mutex::new(None),
+            log: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn limit(&self, since: Duration) -> f64 {
+        let now = self.limits.iter().rev().find(|(at, _)| *at <= since);
+        now.map_or(f64::INFINITY, |(_, r)| *r)
+    }
+
+    /// Whether a request arriving now is served.
+    fn allows(&self) -> bool {
+        let now = Instant::now();
+        let period = Duration::from_secs_f64(1.0 / self.limit(now - self.start));
+        let mut tat = self.tat.lock().unwrap();
+        let served = !tat.is_some_and(|t| t > now + period * 2);
+        if served {
+            *tat = Some(now.max(tat.unwrap_or(now)) + period);
+        }
+        self.log.lock().unwrap().push((now - self.start, served));
+        served
+    }
+
+    /// Served answers per second in `[from, from + span)`.
+    pub(super) fn served_in(&self, from: Duration, span: Duration) -> f64 {
+        let log = self.log.lock().unwrap();
+        let to = from + span;
+        let n = log.iter().filter(|(at, ok)| *ok && *at >= from && *at < to);
+        n.count() as f64 / span.as_secs_f64()
+    }
+
+    /// How long after `change` the served rate over a 2 s window first is
+    /// within 25% of `limit` (the window's end, from the change).
+    pub(super) fn follows_after(&self, change: Duration, limit: f64) -> Option<Duration> {
+        let step = Duration::from_millis(100);
+        let window = Duration::from_secs(2);
+        (0..300).map(|i| step * i + window).find(|end| {
+            let r = self.served_in(change + *end - window, window);
+            r >= 0.75 * limit && r <= 1.25 * limit
+        })
+    }
+
+    /// Answers refused in `[from, to)`.
+    pub(super) fn refused_in(&self, from: Duration, to: Duration) -> usize {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .filter(|(at, ok)| !*ok && *at >= from && *at < to)
+            .count()
+    }
+}
+
+/// `workers` workers fetch `items` items from `host` through `gate`; a
+/// refused try is tried again at once (the gate holds it), as the worker
+/// does.
+pub(super) async fn run(gate: Arc<HostGate>, host: Arc<Host>, workers: usize, items: u64) {
+    let left = Arc::new(AtomicU64::new(items));
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (gate, host, left) = (Arc::clone(&gate), Arc::clone(&host), Arc::clone(&left));
+            tokio::spawn(async move {
+                while left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+                {
+                    loop {
+                        let t = gate.enter().await;
+                        tokio::time::sleep(host.latency).await;
+                        if host.allows() {
+                            t.finish(Answer::Ok);
+                            break;
+                        }
+                        t.finish(Answer::Refused(Some(Duration::from_secs(1))));
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}

@@ -1,0 +1,109 @@
+//! The gate's own tests, on paused time.
+
+use super::*;
+
+fn settings() -> Adaptive {
+    Adaptive::resolve(&AdaptiveSection::default(), 32).expect("defaults are valid")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_pauses_the_host_and_lowers_its_limits() {
+    let gate = Arc::new(HostGate::new(settings()));
+    for _ in 0..10 {
+        let t = gate.enter().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        t.finish(Answer::Ok);
+    }
+    let before = gate.limits().concurrency;
+    let t = gate.enter().await;
+    t.finish(Answer::Refused(Some(Duration::from_secs(2))));
+    let after = gate.limits();
+    assert!(after.concurrency < before, "{after:?}");
+    assert_eq!(after.decreases, 1);
+    assert!(after.rate_per_s.is_some());
+    // No try starts before the Retry-After has passed.
+    let asked = Instant::now();
+    let t = gate.enter().await;
+    assert!(asked.elapsed() >= Duration::from_secs(2));
+    t.finish(Answer::Ok);
+}
+
+#[tokio::test(start_paused = true)]
+async fn refusals_of_one_burst_lower_the_limits_once_and_successes_raise_them() {
+    let gate = Arc::new(HostGate::new(settings()));
+    let tries: Vec<InFlight> = vec![gate.enter().await, gate.enter().await];
+    for t in tries {
+        t.finish(Answer::Refused(None));
+    }
+    assert_eq!(gate.limits().decreases, 1);
+    let low = gate.limits();
+    for _ in 0..200 {
+        let t = gate.enter().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        t.finish(Answer::Ok);
+    }
+    let high = gate.limits();
+    assert!(high.concurrency > low.concurrency, "{low:?} -> {high:?}");
+    assert!(high.rate_per_s > low.rate_per_s, "{low:?} -> {high:?}");
+}
+
+#[test]
+fn settings_are_checked() {
+    let bad = AdaptiveSection {
+        min: Some(10),
+        max: Some(4),
+        decrease: Some(1.5),
+        ..AdaptiveSection::default()
+    };
+    let problems = Adaptive::resolve(&bad, 8).unwrap_err();
+    let keys: Vec<&str> = problems.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["min", "decrease"]);
+}
+
+/// A limit that drops from 40 to 10 requests a second and comes back: the
+/// achieved rate follows within 5 s each way (32 workers, 50 ms latency).
+#[tokio::test(start_paused = true)]
+async fn the_rate_follows_a_limit_that_drops_and_comes_back() {
+    let s = Duration::from_secs;
+    let host = Arc::new(sim::Host::new(
+        vec![(s(0), 40.0), (s(15), 10.0), (s(30), 40.0)],
+        Duration::from_millis(50),
+    ));
+    let gate = Arc::new(HostGate::new(settings()));
+    sim::run(Arc::clone(&gate), Arc::clone(&host), 32, 1400).await;
+    let end = host.log.lock().unwrap().last().unwrap().0;
+    for sec in 0..end.as_secs() {
+        eprintln!(
+            "{sec:>3} s: served {:>3}, refused {:>3}",
+            host.served_in(s(sec), s(1)),
+            host.refused_in(s(sec), s(sec + 1))
+        );
+    }
+    let down = host.follows_after(s(15), 10.0);
+    let up = host.follows_after(s(30), 40.0);
+    eprintln!("down {down:?} up {up:?}, {:?}", gate.limits());
+    assert!(down.is_some_and(|d| d <= s(5)), "down: {down:?}");
+    assert!(up.is_some_and(|d| d <= s(5)), "up: {up:?}");
+}
+
+/// A steady limit of 20 requests a second: after the first 5 s the rate
+/// sits just under it, and refusals stay rare.
+#[tokio::test(start_paused = true)]
+async fn a_steady_limit_is_followed_closely_with_few_refusals() {
+    let s = Duration::from_secs;
+    let host = Arc::new(sim::Host::new(
+        vec![(s(0), 20.0)],
+        Duration::from_millis(50),
+    ));
+    let gate = Arc::new(HostGate::new(settings()));
+    sim::run(Arc::clone(&gate), Arc::clone(&host), 32, 800).await;
+    let end = host.log.lock().unwrap().last().unwrap().0;
+    let rate = host.served_in(s(5), end - s(5));
+    let refused = host.refused_in(s(0), end + s(1));
+    eprintln!(
+        "{rate:.2}/s after 5 s, {refused} refused of {}",
+        host.log.lock().unwrap().len()
+    );
+    assert!(rate >= 0.85 * 20.0, "{rate}");
+    assert!(refused * 50 <= host.log.lock().unwrap().len(), "{refused}");
+}
