@@ -9,7 +9,8 @@
 //! - a **concurrency limit**: tries in flight to the host at once. It starts
 //!   at `initial`, grows by one per window of successes (`+1/limit` each),
 //!   and is multiplied by `decrease` on back-pressure: a 429 or 503 answer,
-//!   or a response time above `latency` times its moving average;
+//!   or a window of answers slower than the past by more than `latency`
+//!   deviations (`adapt/rtt.rs`);
 //! - a **rate**, learnt at the first 429 or 503 from the rate of successes
 //!   just before it (times 0.9), then kept just under the server's limit,
 //!   following it down and back up when it changes (`adapt/rate.rs`);
@@ -33,6 +34,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use rate::Rate;
+use rtt::{Rtt, Verdict};
 
 /// `adaptive` in a stage's table: `true`, `false`, or the settings.
 #[derive(Debug, Clone, Deserialize)]
@@ -96,11 +98,11 @@ impl Adaptive {
                 format!("must be between 0 and 1, got {decrease}"),
             ));
         }
-        let latency = section.latency.unwrap_or(3.0);
-        if !(latency.is_finite() && latency > 1.0) {
+        let latency = section.latency.unwrap_or(2.5);
+        if !(latency.is_finite() && latency > 0.0) {
             problems.push((
                 "latency".to_owned(),
-                format!("must be above 1, got {latency}"),
+                format!("must be above 0, got {latency}"),
             ));
         }
         let settings = Adaptive {
@@ -140,6 +142,10 @@ pub struct HostLimits {
 }
 
 const WINDOW: Duration = Duration::from_secs(1);
+/// What a window of slower answers multiplies the concurrency limit by.
+const LATENCY_DECREASE: f64 = 0.9;
+/// For this long after latency lowered the limit, it rises slowly.
+const NEAR_KNEE: Duration = Duration::from_secs(10);
 const MAX_PAUSE: Duration = Duration::from_secs(3600);
 const MAX_DEFAULT_PAUSE: Duration = Duration::from_secs(30);
 
@@ -150,10 +156,16 @@ struct State {
     paused_until: Option<Instant>,
     /// Refusals in a row, for the default pause's doubling.
     refused_in_a_row: u32,
+    /// When the last refusal came.
+    last_refused: Option<Instant>,
     rate: Rate,
     next_at: Option<Instant>,
-    /// Moving average of the response time, seconds, and how many fed it.
-    rtt: (f64, u64),
+    /// Response times, by window.
+    rtt: Rtt,
+    /// When a window of slower answers last lowered the limit.
+    slowed: Option<Instant>,
+    /// When a latency decrease was last announced (events, metrics).
+    announced: Option<Instant>,
     last_decrease: Option<Instant>,
     report: HostLimits,
 }
@@ -201,9 +213,12 @@ impl HostGate {
                 in_flight: 0,
                 paused_until: None,
                 refused_in_a_row: 0,
+                last_refused: None,
                 rate: Rate::new(),
                 next_at: None,
-                rtt: (0.0, 0),
+                rtt: Rtt::new(),
+                slowed: None,
+                announced: None,
                 last_decrease: None,
                 report: HostLimits {
                     concurrency: f64::from(settings.initial),
@@ -268,7 +283,7 @@ impl HostGate {
             let before = s.report.decreases;
             match answer {
                 Answer::Ok => self.succeeded(&mut s, now, now - started),
-                Answer::Refused(retry_after) => self.refused(&mut s, now, retry_after),
+                Answer::Refused(retry_after) => self.refused(&mut s, now, started, retry_after),
                 Answer::Other => {}
             }
             s.report.concurrency = s.limit;
@@ -281,22 +296,47 @@ impl HostGate {
 
     fn succeeded(&self, s: &mut State, now: Instant, rtt: Duration) {
         s.refused_in_a_row = 0;
-        let secs = rtt.as_secs_f64();
-        let (avg, n) = s.rtt;
-        if n >= 20 && secs > avg * self.settings.latency {
-            self.decrease(s, now, "latency");
-        } else {
-            s.limit = (s.limit + 1.0 / s.limit.max(1.0)).min(f64::from(self.settings.max));
-        }
         s.rate.succeeded(now);
-        let alpha = if n < 20 { 1.0 / (n as f64 + 1.0) } else { 0.05 };
-        s.rtt = (avg + alpha * (secs - avg), n + 1);
+        let verdict = s.rtt.add(now, rtt, self.settings.latency);
+        match verdict {
+            Some(Verdict::Slower) => {
+                // Gentler than a refusal's, and once per window: the
+                // limit settles just under where the latency rises.
+                s.limit = (s.limit * LATENCY_DECREASE).max(f64::from(self.settings.min));
+                s.report.last_decrease = Some("latency".to_owned());
+                s.slowed = Some(now);
+                if s.announced.is_none_or(|t| now - t >= WINDOW) {
+                    s.announced = Some(now);
+                    s.report.decreases += 1;
+                    tracing::debug!(limit = s.limit, "a host's adaptive limits lowered: latency");
+                }
+            }
+            Some(Verdict::AsFast) => {
+                // One more per window; near where latency last rose, one
+                // more per `limit` windows, so the limit stays under it.
+                let near = s.slowed.is_some_and(|t| now - t < NEAR_KNEE);
+                let step = if near { 1.0 / s.limit.max(1.0) } else { 1.0 };
+                s.limit = (s.limit + step).min(f64::from(self.settings.max));
+            }
+            _ => {}
+        }
     }
 
-    fn refused(&self, s: &mut State, now: Instant, retry_after: Option<Duration>) {
-        s.refused_in_a_row += 1;
+    fn refused(
+        &self,
+        s: &mut State,
+        now: Instant,
+        started: Instant,
+        retry_after: Option<Duration>,
+    ) {
+        // A try that was in flight when the last refusal came is of the same
+        // burst: it does not lengthen the default pause again.
+        if s.last_refused.is_none_or(|t| started > t) {
+            s.refused_in_a_row += 1;
+        }
+        s.last_refused = Some(now);
         let pause = retry_after.map(|d| d.min(MAX_PAUSE)).unwrap_or_else(|| {
-            let doubled = 1u32 << (s.refused_in_a_row - 1).min(5);
+            let doubled = 1u32 << (s.refused_in_a_row.max(1) - 1).min(5);
             (WINDOW * doubled).min(MAX_DEFAULT_PAUSE)
         });
         let unpaused_since = s.paused_until.filter(|p| *p <= now);
@@ -369,6 +409,7 @@ impl Gates {
 }
 
 mod rate;
+mod rtt;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]

@@ -17,6 +17,9 @@ pub(super) struct Host {
     /// From `.0` after the start, `.1` requests a second.
     pub(super) limits: Vec<(Duration, f64)>,
     pub(super) latency: Duration,
+    /// Latency grows by `.1` per request in flight beyond `.0`.
+    pub(super) knee: Option<(u64, Duration)>,
+    in_flight: AtomicU64,
     start: Instant,
     tat: Mutex<Option<Instant>>,
     /// Each answer: when, after the start, and whether it was served.
@@ -28,6 +31,8 @@ impl Host {
         Host {
             limits,
             latency,
+            knee: None,
+            in_flight: AtomicU64::new(0),
             start: Instant::now(),
             tat: Mutex::new(None),
             log: Mutex::new(Vec::new()),
@@ -37,6 +42,17 @@ impl Host {
     fn limit(&self, since: Duration) -> f64 {
         let now = self.limits.iter().rev().find(|(at, _)| *at <= since);
         now.map_or(f64::INFINITY, |(_, r)| *r)
+    }
+
+    /// Waits as long as the host takes to answer, with the requests in
+    /// flight now.
+    async fn answer(&self) {
+        let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        let extra = self.knee.map_or(Duration::ZERO, |(knee, each)| {
+            each * u32::try_from(n.saturating_sub(knee)).unwrap_or(u32::MAX)
+        });
+        tokio::time::sleep(self.latency + extra).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Whether a request arriving now is served.
@@ -95,7 +111,7 @@ pub(super) async fn run(gate: Arc<HostGate>, host: Arc<Host>, workers: usize, it
                 {
                     loop {
                         let t = gate.enter().await;
-                        tokio::time::sleep(host.latency).await;
+                        host.answer().await;
                         if host.allows() {
                             t.finish(Answer::Ok);
                             break;

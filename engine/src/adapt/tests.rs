@@ -107,3 +107,46 @@ async fn a_steady_limit_is_followed_closely_with_few_refusals() {
     assert!(rate >= 0.85 * 20.0, "{rate}");
     assert!(refused * 50 <= host.log.lock().unwrap().len(), "{refused}");
 }
+
+/// Latency 20 ms + 10 ms per request in flight beyond 8: the best fixed
+/// concurrency is 8 (400 answers/s); the limit settles there, not at the
+/// stage's 32 workers.
+#[tokio::test(start_paused = true)]
+async fn the_concurrency_settles_at_a_latency_knee() {
+    let mut host = sim::Host::new(Vec::new(), Duration::from_millis(20));
+    host.knee = Some((8, Duration::from_millis(10)));
+    let host = Arc::new(host);
+    let gate = Arc::new(HostGate::new(settings()));
+    let t0 = Instant::now();
+    sim::run(Arc::clone(&gate), Arc::clone(&host), 32, 4000).await;
+    let per_s = 4000.0 / t0.elapsed().as_secs_f64();
+    let limits = gate.limits();
+    eprintln!("{per_s:.0}/s, {limits:?}");
+    assert!(per_s >= 0.9 * 400.0, "{per_s}/s, {limits:?}");
+    assert!((7.0..10.0).contains(&limits.concurrency), "{limits:?}");
+}
+
+/// The answers of one burst, each a 503 without `Retry-After`, pause the
+/// host for 1 s, not 1 s doubled per answer.
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_refusals_pauses_once() {
+    let gate = Arc::new(HostGate::new(settings()));
+    let mut tries = Vec::new();
+    for _ in 0..8 {
+        tries.push(gate.enter().await);
+    }
+    for t in tries {
+        t.finish(Answer::Refused(None));
+    }
+    let asked = Instant::now();
+    let t = gate.enter().await;
+    assert_eq!(asked.elapsed(), Duration::from_secs(1));
+    t.finish(Answer::Refused(None));
+    let asked = Instant::now();
+    gate.enter().await.finish(Answer::Ok);
+    assert_eq!(
+        asked.elapsed(),
+        Duration::from_secs(2),
+        "a refusal after the pause doubles it"
+    );
+}
