@@ -4,16 +4,17 @@
 //!
 //! - **probe**: at the first refusal, what got through in the last second,
 //!   times 0.9, doubled each second (+1 per success) until the next
-//!   refusal;
-//! - **steady**: at a refusal, what got through over the last two seconds
-//!   the host was not paused, times 0.9 (never above the rate itself), then
+//!   refusal, which sets the rate to what got through in its last half
+//!   second (a probe's rate rises fast), times 0.9;
+//! - **steady**: at a refusal, what got through over the last second the
+//!   host was not paused, times 0.9 (never above the rate itself), then
 //!   raised by [`CREEP`] request/s each second: a sawtooth just under the
 //!   server's limit, whose refusals (each pausing the host) stay rare;
-//! - **far over**: a refusal less than a second after the last pause's end says
-//!   the rate is far above the limit, and too little got through to measure
-//!   it: the rate is multiplied by [`FAR_OVER`], then raised 25% a second
-//!   (+0.25 per success)
-//!   until the next refusal measures it;
+//! - **far over**: a refusal too soon after the last pause's end to
+//!   measure anything (under a second; half a second while probing or
+//!   ramping) says the rate is far above the limit: it is multiplied by
+//!   [`FAR_OVER`], then raised 25% a second (+0.25 per success) until the
+//!   next refusal measures it;
 //! - **back**: a limit that fell (a server under load, a shared key) often
 //!   comes back. While the rate is under 0.75 of the highest steady rate
 //!   refused at, every [`BACK_AFTER`] without a refusal the rate goes
@@ -35,7 +36,7 @@ const PROBE_AFTER: Duration = Duration::from_secs(20);
 /// before the limit fell.
 pub(super) const BACK_AFTER: Duration = Duration::from_secs(3);
 /// What a refusal soon after a pause multiplies the rate by.
-const FAR_OVER: f64 = 0.3;
+const FAR_OVER: f64 = 0.25;
 /// Returns to an old rate refused in a row before it is forgotten.
 const MAX_BACKS: u32 = 10;
 /// How fast a steady rate creeps up, in requests per second each second.
@@ -124,9 +125,16 @@ impl Rate {
             .iter()
             .filter(|t| now - **t <= WINDOW)
             .count() as f64;
-        let from = unpaused_since.map_or(now - WINDOW, |p| p.max(now - WINDOW));
+        // A probe's or a ramp's rate rises fast: only its last half second
+        // says what the server let through.
+        let lookback = if self.mode != Mode::Steady {
+            WINDOW / 2
+        } else {
+            WINDOW
+        };
+        let from = unpaused_since.map_or(now - lookback, |p| p.max(now - lookback));
         let span = (now - from).as_secs_f64();
-        let observed = (span >= WINDOW.as_secs_f64() * 0.99)
+        let observed = (span >= lookback.as_secs_f64() * 0.99)
             .then(|| self.successes.iter().filter(|t| **t >= from).count() as f64 / span);
         self.last_refusal = Some(now);
         let (rate, mode) = match (self.per_s, self.back.take(), observed) {
