@@ -14,7 +14,9 @@
 //!   measure anything (under a second; half a second while probing or
 //!   ramping) says the rate is far above the limit: it is multiplied by
 //!   [`FAR_OVER`], then raised 25% a second (+0.25 per success) until the
-//!   next refusal measures it;
+//!   next refusal measures it; but when nothing at all got through since
+//!   the pause, the host is down rather than limiting a rate, and the rate
+//!   stays (the pause, doubling, is the answer);
 //! - **back**: a limit that fell (a server under load, a shared key) often
 //!   comes back. While the rate is under 0.75 of the highest steady rate
 //!   refused at, every [`BACK_AFTER`] without a refusal the rate goes
@@ -148,6 +150,12 @@ impl Rate {
                     self.high = 0.0;
                 }
                 (was / 0.9, Mode::Steady)
+            }
+            // Nothing got through since the pause: the host is down, not
+            // limiting a rate (that lets a few through); the pause is
+            // the answer, the rate stays.
+            (Some(r), None, None) if !self.successes.iter().any(|t| *t >= from) => {
+                (r / 0.9, self.mode)
             }
             (Some(r), None, None) => (r * FAR_OVER / 0.9, Mode::Ramp),
             (Some(r), None, Some(o)) => {

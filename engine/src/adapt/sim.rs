@@ -20,6 +20,8 @@ pub(super) struct Host {
     /// Latency grows by `.1` per request in flight beyond `.0`.
     pub(super) knee: Option<(u64, Duration)>,
     in_flight: AtomicU64,
+    /// Refuses everything (503, no `Retry-After`) from `.0` for `.1`.
+    pub(super) down: Option<(Duration, Duration)>,
     start: Instant,
     tat: Mutex<Option<Instant>>,
     /// Each answer: when, after the start, and whether it was served.
@@ -33,6 +35,7 @@ impl Host {
             latency,
             knee: None,
             in_flight: AtomicU64::new(0),
+            down: None,
             start: Instant::now(),
             tat: Mutex::new(None),
             log: Mutex::new(Vec::new()),
@@ -55,9 +58,20 @@ impl Host {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// Whether the host is down now.
+    fn is_down(&self) -> bool {
+        let since = Instant::now() - self.start;
+        self.down
+            .is_some_and(|(from, long)| since >= from && since < from + long)
+    }
+
     /// Whether a request arriving now is served.
     fn allows(&self) -> bool {
         let now = Instant::now();
+        if self.is_down() {
+            self.log.lock().unwrap().push((now - self.start, false));
+            return false;
+        }
         let period = Duration::from_secs_f64(1.0 / self.limit(now - self.start));
         let mut tat = self.tat.lock().unwrap();
         let served = !tat.is_some_and(|t| t > now + period * 2);
@@ -116,7 +130,8 @@ pub(super) async fn run(gate: Arc<HostGate>, host: Arc<Host>, workers: usize, it
                             t.finish(Answer::Ok);
                             break;
                         }
-                        t.finish(Answer::Refused(Some(Duration::from_secs(1))));
+                        let retry_after = (!host.is_down()).then(|| Duration::from_secs(1));
+                        t.finish(Answer::Refused(retry_after));
                     }
                 }
             })

@@ -150,3 +150,24 @@ async fn a_burst_of_refusals_pauses_once() {
         "a refusal after the pause doubles it"
     );
 }
+
+/// A host that answers 503 to everything for 5 s, then 40 requests a
+/// second again: few requests while it is down, and afterwards the rate
+/// is soon back near the limit (an outage is not a lower rate).
+#[tokio::test(start_paused = true)]
+async fn an_outage_is_not_taken_for_a_lower_rate() {
+    let s = Duration::from_secs;
+    let mut host = sim::Host::new(vec![(s(0), 40.0)], Duration::from_millis(50));
+    host.down = Some((s(10), s(5)));
+    let host = Arc::new(host);
+    let gate = Arc::new(HostGate::new(settings()));
+    sim::run(Arc::clone(&gate), Arc::clone(&host), 32, 1000).await;
+    let during = host.refused_in(s(10), s(15));
+    let after = host.follows_after(s(15), 40.0);
+    eprintln!(
+        "{during} refused while down, back {after:?}, {:?}",
+        gate.limits()
+    );
+    assert!(during <= 40, "{during}");
+    assert!(after.is_some_and(|d| d <= s(5)), "{after:?}");
+}
