@@ -162,8 +162,9 @@ struct State {
     next_at: Option<Instant>,
     /// Response times, by window.
     rtt: Rtt,
-    /// When a window of slower answers last lowered the limit.
-    slowed: Option<Instant>,
+    /// When a window of slower answers last lowered the limit, and the
+    /// limit it lowered.
+    slowed: Option<(Instant, f64)>,
     /// When a latency decrease was last announced (events, metrics).
     announced: Option<Instant>,
     last_decrease: Option<Instant>,
@@ -304,7 +305,7 @@ impl HostGate {
                 // limit settles just under where the latency rises.
                 s.limit = (s.limit * LATENCY_DECREASE).max(f64::from(self.settings.min));
                 s.report.last_decrease = Some("latency".to_owned());
-                s.slowed = Some(now);
+                s.slowed = Some((now, s.limit / LATENCY_DECREASE));
                 if s.announced.is_none_or(|t| now - t >= WINDOW) {
                     s.announced = Some(now);
                     s.report.decreases += 1;
@@ -312,9 +313,12 @@ impl HostGate {
                 }
             }
             Some(Verdict::AsFast) => {
-                // One more per window; near where latency last rose, one
-                // more per `limit` windows, so the limit stays under it.
-                let near = s.slowed.is_some_and(|t| now - t < NEAR_KNEE);
+                // One more per window; near where latency last rose (and
+                // lately), one more per `limit` windows, so the limit stays
+                // under it.
+                let near = s
+                    .slowed
+                    .is_some_and(|(t, at)| now - t < NEAR_KNEE && s.limit >= 0.8 * at);
                 let step = if near { 1.0 / s.limit.max(1.0) } else { 1.0 };
                 s.limit = (s.limit + step).min(f64::from(self.settings.max));
             }
