@@ -9,7 +9,8 @@
 //!   first request, 40 again from 20 s; 900 tiles: how long the achieved
 //!   rate (tiles served over a 2 s window) takes to come within 25% of the
 //!   new limit after each change, and each phase's rate and 429s;
-//! - `adapt-knee`: latency 20 ms + 10 ms per request in flight beyond 8;
+//! - `adapt-knee`: latency 20 ms + 10 ms per request in flight beyond 8,
+//!   1,000 tiles per run;
 //!   a sweep of fixed concurrencies (`adaptive = false`, N workers), then
 //!   adaptive: where its concurrency limit settles, and its throughput
 //!   against the sweep's best;
@@ -43,7 +44,7 @@ fn tiles(name: &str) -> usize {
     match name.split('@').next().unwrap_or(name) {
         "adapt-rate" => 800,
         "adapt-drop" => 900,
-        "adapt-knee" => 2000,
+        "adapt-knee" => 1000,
         _ => 3000,
     }
 }
