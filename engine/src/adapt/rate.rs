@@ -14,7 +14,9 @@
 //!   measure anything (under a second; half a second while probing or
 //!   ramping) says the rate is far above the limit: it is multiplied by
 //!   [`FAR_OVER`], then raised 25% a second (+0.25 per success) until the
-//!   next refusal measures it; but when nothing at all got through since
+//!   next refusal measures it (not below 1 request/s: refusals at a few a
+//!   second are as often not about the rate; fewer than two successes
+//!   measure nothing); but when nothing at all got through since
 //!   the pause, the host is down rather than limiting a rate, and the rate
 //!   stays (the pause, doubling, is the answer);
 //! - **back**: a limit that fell (a server under load, a shared key) often
@@ -136,8 +138,10 @@ impl Rate {
         };
         let from = unpaused_since.map_or(now - lookback, |p| p.max(now - lookback));
         let span = (now - from).as_secs_f64();
-        let observed = (span >= lookback.as_secs_f64() * 0.99)
-            .then(|| self.successes.iter().filter(|t| **t >= from).count() as f64 / span);
+        // Fewer than two successes measure nothing (a slow rate).
+        let got = self.successes.iter().filter(|t| **t >= from).count();
+        let observed =
+            (span >= lookback.as_secs_f64() * 0.99 && got >= 2).then(|| got as f64 / span);
         self.last_refusal = Some(now);
         let (rate, mode) = match (self.per_s, self.back.take(), observed) {
             // The first: probe up from what got through.
@@ -157,6 +161,9 @@ impl Rate {
             (Some(r), None, None) if !self.successes.iter().any(|t| *t >= from) => {
                 (r / 0.9, self.mode)
             }
+            // A rate limit of a few a second is not cut 4x: refusals there
+            // are as often not about the rate at all.
+            (Some(r), None, None) if r * FAR_OVER < 1.0 => (r, Mode::Steady),
             (Some(r), None, None) => (r * FAR_OVER / 0.9, Mode::Ramp),
             (Some(r), None, Some(o)) => {
                 if self.mode == Mode::Steady {

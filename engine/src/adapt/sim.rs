@@ -20,6 +20,9 @@ pub(super) struct Host {
     /// Latency grows by `.1` per request in flight beyond `.0`.
     pub(super) knee: Option<(u64, Duration)>,
     in_flight: AtomicU64,
+    /// Refuses each item's first request (429, `Retry-After: 1`), whatever
+    /// the rate.
+    pub(super) refuse_first: bool,
     /// Refuses everything (503, no `Retry-After`) from `.0` for `.1`.
     pub(super) down: Option<(Duration, Duration)>,
     start: Instant,
@@ -36,6 +39,7 @@ impl Host {
             knee: None,
             in_flight: AtomicU64::new(0),
             down: None,
+            refuse_first: false,
             start: Instant::now(),
             tat: Mutex::new(None),
             log: Mutex::new(Vec::new()),
@@ -65,10 +69,10 @@ impl Host {
             .is_some_and(|(from, long)| since >= from && since < from + long)
     }
 
-    /// Whether a request arriving now is served.
-    fn allows(&self) -> bool {
+    /// Whether a request arriving now is served (`first`: the item's first).
+    fn allows(&self, first: bool) -> bool {
         let now = Instant::now();
-        if self.is_down() {
+        if self.is_down() || (first && self.refuse_first) {
             self.log.lock().unwrap().push((now - self.start, false));
             return false;
         }
@@ -123,10 +127,11 @@ pub(super) async fn run(gate: Arc<HostGate>, host: Arc<Host>, workers: usize, it
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                     .is_ok()
                 {
+                    let mut first = true;
                     loop {
                         let t = gate.enter().await;
                         host.answer().await;
-                        if host.allows() {
+                        if host.allows(std::mem::take(&mut first)) {
                             t.finish(Answer::Ok);
                             break;
                         }

@@ -171,3 +171,19 @@ async fn an_outage_is_not_taken_for_a_lower_rate() {
     assert!(during <= 40, "{during}");
     assert!(after.is_some_and(|d| d <= s(5)), "{after:?}");
 }
+
+/// A host that refuses each item's first request whatever the rate (429,
+/// `Retry-After: 1`): each refusal pauses the host, but the rate is not cut
+/// to a crawl (16 items, 8 workers).
+#[tokio::test(start_paused = true)]
+async fn refusals_that_are_not_about_the_rate_do_not_starve_the_host() {
+    let mut host = sim::Host::new(Vec::new(), Duration::from_millis(10));
+    host.refuse_first = true;
+    let host = Arc::new(host);
+    let gate = Arc::new(HostGate::new(settings()));
+    let t0 = Instant::now();
+    sim::run(Arc::clone(&gate), Arc::clone(&host), 8, 16).await;
+    let took = t0.elapsed();
+    eprintln!("took {took:?}, {:?}", gate.limits());
+    assert!(took <= Duration::from_secs(30), "{took:?}");
+}
