@@ -24,7 +24,11 @@
 //! - `rate`: a server that allows 20 requests/s (50 ms latency, 429 beyond),
 //!   a bucket configured to 20/s: achieved rate / limit, 429s;
 //! - `fetch-1000`: the fetch stage alone, 1,000 tiles: what HTTP over
-//!   loopback costs per tile.
+//!   loopback costs per tile;
+//! - `adapt-rate`, `adapt-drop`, `adapt-knee`, `adapt-outage` (only when
+//!   named): adaptive per-host limits against a rate-limited server, a
+//!   limit that drops and comes back, a latency knee and an outage (see
+//!   `raster/adaptive.rs`).
 //!
 //! The tile server runs in the parent process, so its CPU is not counted
 //! in the pipeline's CPU per tile (it does share the machine's cores); the
@@ -44,6 +48,8 @@ use std::time::{Duration, Instant};
 
 use warpline_testkit::Faults;
 
+#[path = "raster/adaptive.rs"]
+mod adaptive;
 #[path = "raster/corpus.rs"]
 mod corpus;
 #[path = "raster/matrix.rs"]
@@ -267,6 +273,9 @@ fn print_stage_cpu(report: &warpline::RunReport) {
 
 /// Runs one scenario in this (child) process and prints its figures.
 fn scenario(name: &str) {
+    if adaptive::is(name) {
+        return adaptive::child(name);
+    }
     let work = tempfile::tempdir().unwrap();
     let cores = warpline::engine::units::cores() as f64;
     match name {
@@ -399,6 +408,10 @@ fn main() {
         chosen.iter().map(|n| (*n, Vec::new())).collect();
     let mut rows = Vec::new();
     for (round, name) in (0..rounds).flat_map(|r| chosen.iter().map(move |n| (r, *n))) {
+        if adaptive::is(name) {
+            adaptive::run(&mut parent, name);
+            continue;
+        }
         let (line, mut extra) = parent.run(name);
         if name == "floor" {
             floor_ms = field(&line, "floor_ms_per_tile");

@@ -58,7 +58,7 @@ pub fn make_tile(seed: usize, size: usize, compress: bool, dir: &Path) -> Vec<u8
 
 pub struct Served {
     pub list: std::path::PathBuf,
-    _server: TileServer,
+    pub server: TileServer,
 }
 
 /// How a corpus is skewed.
@@ -130,8 +130,5 @@ pub async fn serve(n: usize, skew: Skew, corpus: &Corpus, faults: Faults, work: 
     let list = work.join("tiles.txt");
     let urls: Vec<String> = tiles.iter().map(|(n, _)| server.url(n)).collect();
     std::fs::write(&list, urls.join("\n")).unwrap();
-    Served {
-        list,
-        _server: server,
-    }
+    Served { list, server }
 }

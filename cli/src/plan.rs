@@ -3,6 +3,7 @@
 use std::fmt;
 
 use serde::Serialize;
+use warpline_engine::adapt::Adaptive;
 use warpline_engine::limit::LimiterKind;
 use warpline_engine::Pipeline;
 
@@ -29,6 +30,36 @@ pub struct PlannedStage {
     pub charges: Vec<String>,
     /// Tries per item.
     pub attempts: u32,
+    /// Adaptive per-host limits, for a stage whose tries are requests to a
+    /// host (a fetch); absent for other stages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<PlannedAdaptive>,
+}
+
+/// A request-making stage's adaptive per-host limits: on (with its
+/// settings) or off.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedAdaptive {
+    /// Whether the stage adapts.
+    pub on: bool,
+    /// The settings, when on: `initial`, `min`, `max`, `decrease`,
+    /// `latency`, `max_throttled`.
+    #[serde(flatten)]
+    pub settings: Option<Adaptive>,
+}
+
+impl fmt::Display for PlannedAdaptive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.settings {
+            Some(a) if self.on => write!(
+                f,
+                "adaptive on: concurrency per host from {} (min {}, max {}), decrease x{}, \
+                 latency x{}, max_throttled {}",
+                a.initial, a.min, a.max, a.decrease, a.latency, a.max_throttled
+            ),
+            _ => write!(f, "adaptive off"),
+        }
+    }
 }
 
 /// A limiter with its resolved numbers.
@@ -123,6 +154,10 @@ impl Plan {
                     release: s.release.clone(),
                     charges: names(&s.charges),
                     attempts: s.retry.attempts,
+                    adaptive: s.handler.counts_requests().then_some(PlannedAdaptive {
+                        on: s.adaptive.is_some(),
+                        settings: s.adaptive,
+                    }),
                 })
                 .collect(),
             admission_bound: p.admission_bound(),
@@ -171,6 +206,9 @@ impl fmt::Display for Plan {
                     format!(", charges {:?}", s.charges)
                 },
             )?;
+            if let Some(a) = &s.adaptive {
+                writeln!(f, "      {a}")?;
+            }
         }
         writeln!(f, "  admission bound: {} items", self.admission_bound)?;
         writeln!(f, "  limiters (in acquisition order):")?;

@@ -9,11 +9,11 @@
 //! - a **concurrency limit**: tries in flight to the host at once. It starts
 //!   at `initial`, grows by one per window of successes (`+1/limit` each),
 //!   and is multiplied by `decrease` on back-pressure: a 429 or 503 answer,
-//!   or a response time above `latency` times its moving average;
+//!   or a window of answers slower than the past by more than `latency`
+//!   deviations (`adapt/rtt.rs`);
 //! - a **rate**, learnt at the first 429 or 503 from the rate of successes
-//!   just before it (times 0.9), then raised by 0.5 request/s each second
-//!   and lowered 10% at each later refusal: a sawtooth just under the
-//!   server's limit;
+//!   just before it (times 0.9), then kept just under the server's limit,
+//!   following it down and back up when it changes (`adapt/rate.rs`);
 //! - a **pause**: a 429 or 503 stops every try to the host for its
 //!   `Retry-After` (capped at an hour), or for 1 s doubling while refusals
 //!   follow each other (at most 30 s): not only the refused item waits.
@@ -25,13 +25,16 @@
 //! (`connections`, a rate bucket) stay hard ceilings: the gate is passed
 //! first, then the stage's limiters are acquired.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use rate::Rate;
+use rtt::{Rtt, Verdict};
 
 /// `adaptive` in a stage's table: `true`, `false`, or the settings.
 #[derive(Debug, Clone, Deserialize)]
@@ -95,11 +98,11 @@ impl Adaptive {
                 format!("must be between 0 and 1, got {decrease}"),
             ));
         }
-        let latency = section.latency.unwrap_or(3.0);
-        if !(latency.is_finite() && latency > 1.0) {
+        let latency = section.latency.unwrap_or(2.5);
+        if !(latency.is_finite() && latency > 0.0) {
             problems.push((
                 "latency".to_owned(),
-                format!("must be above 1, got {latency}"),
+                format!("must be above 0, got {latency}"),
             ));
         }
         let settings = Adaptive {
@@ -139,10 +142,10 @@ pub struct HostLimits {
 }
 
 const WINDOW: Duration = Duration::from_secs(1);
-/// After this long without back-pressure, probe for a higher rate again.
-const PROBE_AFTER: Duration = Duration::from_secs(20);
-/// How fast a learnt rate creeps up, in requests per second each second.
-const CREEP: f64 = 0.1;
+/// What a window of slower answers multiplies the concurrency limit by.
+const LATENCY_DECREASE: f64 = 0.9;
+/// For this long after latency lowered the limit, it rises slowly.
+const NEAR_KNEE: Duration = Duration::from_secs(10);
 const MAX_PAUSE: Duration = Duration::from_secs(3600);
 const MAX_DEFAULT_PAUSE: Duration = Duration::from_secs(30);
 
@@ -153,14 +156,18 @@ struct State {
     paused_until: Option<Instant>,
     /// Refusals in a row, for the default pause's doubling.
     refused_in_a_row: u32,
-    rate: Option<f64>,
-    /// Whether the rate is still being raised fast to find the limit.
-    probing: bool,
+    /// When the last refusal came.
+    last_refused: Option<Instant>,
+    rate: Rate,
     next_at: Option<Instant>,
-    /// Moving average of the response time, seconds, and how many fed it.
-    rtt: (f64, u64),
+    /// Response times, by window.
+    rtt: Rtt,
+    /// When a window of slower answers last lowered the limit, and the
+    /// limit it lowered.
+    slowed: Option<(Instant, f64)>,
+    /// When a latency decrease was last announced (events, metrics).
+    announced: Option<Instant>,
     last_decrease: Option<Instant>,
-    successes: VecDeque<Instant>,
     report: HostLimits,
 }
 
@@ -207,12 +214,13 @@ impl HostGate {
                 in_flight: 0,
                 paused_until: None,
                 refused_in_a_row: 0,
-                rate: None,
-                probing: false,
+                last_refused: None,
+                rate: Rate::new(),
                 next_at: None,
-                rtt: (0.0, 0),
+                rtt: Rtt::new(),
+                slowed: None,
+                announced: None,
                 last_decrease: None,
-                successes: VecDeque::new(),
                 report: HostLimits {
                     concurrency: f64::from(settings.initial),
                     rate_per_s: None,
@@ -242,7 +250,7 @@ impl HostGate {
                 match s.paused_until.filter(|p| *p > now) {
                     Some(p) => Some(p),
                     None if f64::from(s.in_flight) >= s.limit.floor().max(1.0) => None,
-                    None => match (s.rate, s.next_at.filter(|at| *at > now)) {
+                    None => match (s.rate.per_s, s.next_at.filter(|at| *at > now)) {
                         (Some(_), Some(at)) => Some(at),
                         (rate, _) => {
                             if let Some(r) = rate {
@@ -276,11 +284,11 @@ impl HostGate {
             let before = s.report.decreases;
             match answer {
                 Answer::Ok => self.succeeded(&mut s, now, now - started),
-                Answer::Refused(retry_after) => self.refused(&mut s, now, retry_after),
+                Answer::Refused(retry_after) => self.refused(&mut s, now, started, retry_after),
                 Answer::Other => {}
             }
             s.report.concurrency = s.limit;
-            s.report.rate_per_s = s.rate;
+            s.report.rate_per_s = s.rate.per_s;
             (s.report.decreases > before).then(|| s.report.clone())
         };
         self.changed.notify_waiters();
@@ -289,58 +297,62 @@ impl HostGate {
 
     fn succeeded(&self, s: &mut State, now: Instant, rtt: Duration) {
         s.refused_in_a_row = 0;
-        s.successes.push_back(now);
-        while s.successes.front().is_some_and(|t| now - *t > WINDOW) {
-            s.successes.pop_front();
-        }
-        let secs = rtt.as_secs_f64();
-        let (avg, n) = s.rtt;
-        if n >= 20 && secs > avg * self.settings.latency {
-            self.decrease(s, now, "latency");
-        } else {
-            s.limit = (s.limit + 1.0 / s.limit.max(1.0)).min(f64::from(self.settings.max));
-            if let Some(r) = s.rate {
-                // Probing (right after the first refusal, or after a long
-                // quiet spell: the limit may have risen) doubles the rate
-                // each second; otherwise it creeps up slowly, so refusals,
-                // each of which pauses the host, stay rare.
-                let quiet = s.last_decrease.is_none_or(|t| now - t >= PROBE_AFTER);
-                let step = if s.probing || quiet {
-                    1.0
-                } else {
-                    CREEP / r.max(0.5)
-                };
-                s.rate = Some(r + step);
+        s.rate.succeeded(now);
+        let verdict = s.rtt.add(now, rtt, self.settings.latency);
+        match verdict {
+            Some(Verdict::Slower) => {
+                // Gentler than a refusal's, and once per window: the
+                // limit settles just under where the latency rises.
+                s.limit = (s.limit * LATENCY_DECREASE).max(f64::from(self.settings.min));
+                s.report.last_decrease = Some("latency".to_owned());
+                s.slowed = Some((now, s.limit / LATENCY_DECREASE));
+                if s.announced.is_none_or(|t| now - t >= WINDOW) {
+                    s.announced = Some(now);
+                    s.report.decreases += 1;
+                    tracing::debug!(limit = s.limit, "a host's adaptive limits lowered: latency");
+                }
             }
+            Some(Verdict::AsFast) => {
+                // One more per window; near where latency last rose (and
+                // lately), one more per `limit` windows, so the limit stays
+                // under it.
+                let near = s
+                    .slowed
+                    .is_some_and(|(t, at)| now - t < NEAR_KNEE && s.limit >= 0.8 * at);
+                let step = if near { 1.0 / s.limit.max(1.0) } else { 1.0 };
+                s.limit = (s.limit + step).min(f64::from(self.settings.max));
+            }
+            _ => {}
         }
-        let alpha = if n < 20 { 1.0 / (n as f64 + 1.0) } else { 0.05 };
-        s.rtt = (avg + alpha * (secs - avg), n + 1);
     }
 
-    fn refused(&self, s: &mut State, now: Instant, retry_after: Option<Duration>) {
-        s.refused_in_a_row += 1;
+    fn refused(
+        &self,
+        s: &mut State,
+        now: Instant,
+        started: Instant,
+        retry_after: Option<Duration>,
+    ) {
+        // A try that was in flight when the last refusal came is of the same
+        // burst: it does not lengthen the default pause again.
+        if s.last_refused.is_none_or(|t| started > t) {
+            s.refused_in_a_row += 1;
+        }
+        s.last_refused = Some(now);
         let pause = retry_after.map(|d| d.min(MAX_PAUSE)).unwrap_or_else(|| {
-            let doubled = 1u32 << (s.refused_in_a_row - 1).min(5);
+            let doubled = 1u32 << (s.refused_in_a_row.max(1) - 1).min(5);
             (WINDOW * doubled).min(MAX_DEFAULT_PAUSE)
         });
+        let unpaused_since = s.paused_until.filter(|p| *p <= now);
         let until = now + pause;
         s.paused_until = Some(s.paused_until.map_or(until, |p| p.max(until)));
-        let observed = s.successes.iter().filter(|t| now - **t <= WINDOW).count() as f64;
         let why = if retry_after.is_some() {
             "429"
         } else {
             "refused"
         };
         if self.decrease(s, now, why) {
-            // The first refusal starts probing up from what got through;
-            // a later one ends it, at what got through in the last second.
-            s.probing = s.rate.is_none();
-            let base = match s.rate {
-                Some(r) if observed >= 2.0 => r.min(observed),
-                Some(r) => r,
-                None => observed.max(1.0),
-            };
-            s.rate = Some((base * 0.9).max(0.1));
+            s.rate.refused(now, unpaused_since);
         }
     }
 
@@ -400,65 +412,9 @@ impl Gates {
     }
 }
 
+mod rate;
+mod rtt;
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn settings() -> Adaptive {
-        Adaptive::resolve(&AdaptiveSection::default(), 32).expect("defaults are valid")
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_refusal_pauses_the_host_and_lowers_its_limits() {
-        let gate = Arc::new(HostGate::new(settings()));
-        for _ in 0..10 {
-            let t = gate.enter().await;
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            t.finish(Answer::Ok);
-        }
-        let before = gate.limits().concurrency;
-        let t = gate.enter().await;
-        t.finish(Answer::Refused(Some(Duration::from_secs(2))));
-        let after = gate.limits();
-        assert!(after.concurrency < before, "{after:?}");
-        assert_eq!(after.decreases, 1);
-        assert!(after.rate_per_s.is_some());
-        // No try starts before the Retry-After has passed.
-        let asked = Instant::now();
-        let t = gate.enter().await;
-        assert!(asked.elapsed() >= Duration::from_secs(2));
-        t.finish(Answer::Ok);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn refusals_of_one_burst_lower_the_limits_once_and_successes_raise_them() {
-        let gate = Arc::new(HostGate::new(settings()));
-        let tries: Vec<InFlight> = vec![gate.enter().await, gate.enter().await];
-        for t in tries {
-            t.finish(Answer::Refused(None));
-        }
-        assert_eq!(gate.limits().decreases, 1);
-        let low = gate.limits();
-        for _ in 0..200 {
-            let t = gate.enter().await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            t.finish(Answer::Ok);
-        }
-        let high = gate.limits();
-        assert!(high.concurrency > low.concurrency, "{low:?} -> {high:?}");
-        assert!(high.rate_per_s > low.rate_per_s, "{low:?} -> {high:?}");
-    }
-
-    #[test]
-    fn settings_are_checked() {
-        let bad = AdaptiveSection {
-            min: Some(10),
-            max: Some(4),
-            decrease: Some(1.5),
-            ..AdaptiveSection::default()
-        };
-        let problems = Adaptive::resolve(&bad, 8).unwrap_err();
-        let keys: Vec<&str> = problems.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, ["min", "decrease"]);
-    }
-}
+mod sim;
+#[cfg(test)]
+mod tests;

@@ -173,7 +173,9 @@ impl Handler {
         }
     }
 
-    pub(crate) fn counts_requests(&self) -> bool {
+    /// Whether each try is a request to a remote host (a fetch): such a
+    /// stage is counted per host and may adapt to it.
+    pub fn counts_requests(&self) -> bool {
         match self {
             Handler::Async(s) => s.counts_requests(),
             Handler::Blocking(s) => s.counts_requests(),

@@ -2,7 +2,8 @@
 //! the demo, the tests and the benchmarks. It can misbehave on purpose
 //! ([`Faults`]): server errors, connection resets, bodies cut short, bodies
 //! too slow, 429 storms with `Retry-After`, being down for a while, added
-//! latency and a server-side rate limit. Connections are kept alive
+//! latency (fixed, or growing with the requests in flight), a server-side
+//! rate limit that may change at set times, and a spell of 503s. Connections are kept alive
 //! between requests, as real tile servers keep them; an answer a fault cuts
 //! short closes its connection.
 //!
@@ -64,6 +65,16 @@ pub struct Faults {
     /// second: GCRA with a burst of 3 (two requests may come early), as
     /// servers allow, so scheduling jitter alone is not punished.
     pub rate_limit: Option<f64>,
+    /// Changes to `rate_limit` during the run: from `.0` after the first
+    /// request, `.1` requests a second (in order of time).
+    pub rate_changes: Vec<(Duration, f64)>,
+    /// Latency that grows with the load: a request that arrives with more
+    /// than `.0` requests in flight (itself counted) waits `.1` more for
+    /// each one beyond, on top of `latency`.
+    pub latency_per_in_flight: Option<(u64, Duration)>,
+    /// Answer `503 Service Unavailable` (no `Retry-After`) to every request
+    /// from `.0` after the first request, for `.1`.
+    pub unavailable: Option<(Duration, Duration)>,
     /// Answer `302 Found` for these tile names, to these locations.
     pub redirects: Vec<(String, String)>,
 }
@@ -77,6 +88,25 @@ struct Stats {
     in_flight: AtomicU64,
     peak_in_flight: AtomicU64,
     served: AtomicU64,
+    unavailable: AtomicU64,
+    /// When the first request arrived (the clock of the timed faults).
+    first: Mutex<Option<tokio::time::Instant>>,
+    /// Each answer's status, and when it was decided.
+    answers: Mutex<Vec<(std::time::Instant, u16)>>,
+}
+
+impl Stats {
+    fn answered(&self, status: u16) {
+        let mut a = self.answers.lock().unwrap_or_else(|p| p.into_inner());
+        a.push((std::time::Instant::now(), status));
+    }
+
+    /// How long since the first request.
+    fn since_first(&self) -> Duration {
+        let now = tokio::time::Instant::now();
+        let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
+        now - *first.get_or_insert(now)
+    }
 }
 
 /// Every distinct tile's bytes, packed in one anonymous mapping, and where
@@ -268,6 +298,26 @@ impl TileServer {
         self.shared.stats.throttled.load(Ordering::SeqCst)
     }
 
+    /// Requests answered 503 by [`Faults::unavailable`].
+    pub fn unavailable(&self) -> u64 {
+        self.shared.stats.unavailable.load(Ordering::SeqCst)
+    }
+
+    /// Every answer with a status (200 with a whole tile, 302, 404, 429,
+    /// 500, 503), in order: its status, and how long after the first
+    /// request's arrival it was decided.
+    pub fn answers(&self) -> Vec<(Duration, u16)> {
+        let stats = &self.shared.stats;
+        let times = stats.times.lock().unwrap_or_else(|p| p.into_inner());
+        let answers = stats.answers.lock().unwrap_or_else(|p| p.into_inner());
+        let since =
+            |at: &std::time::Instant| times.first().map(|f| at.saturating_duration_since(*f));
+        answers
+            .iter()
+            .filter_map(|(at, status)| Some((since(at)?, *status)))
+            .collect()
+    }
+
     /// The most requests handled at once (from arrival until the answer
     /// starts: a lower bound on the connections the clients held at once).
     pub fn peak_in_flight(&self) -> u64 {
@@ -375,8 +425,10 @@ async fn serve(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
 }
 
 /// Counts a request as it arrives; it is in flight until the guard drops.
-fn arrive(stats: &Stats) -> InFlight<'_> {
+/// Also the requests in flight with it, itself counted.
+fn arrive(stats: &Stats) -> (InFlight<'_>, u64) {
     stats.requests.fetch_add(1, Ordering::SeqCst);
+    stats.since_first();
     stats
         .times
         .lock()
@@ -384,7 +436,24 @@ fn arrive(stats: &Stats) -> InFlight<'_> {
         .push(std::time::Instant::now());
     let now = stats.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     stats.peak_in_flight.fetch_max(now, Ordering::SeqCst);
-    InFlight(stats)
+    (InFlight(stats), now)
+}
+
+/// The rate limit in force `since` the first request, if any.
+fn rate_now(f: &Faults, since: Duration) -> Option<f64> {
+    let changed = f.rate_changes.iter().rev().find(|(at, _)| *at <= since);
+    changed.map(|(_, r)| *r).or(f.rate_limit)
+}
+
+/// How long a request waits before it is answered, with `in_flight`
+/// requests in flight.
+fn latency(f: &Faults, in_flight: u64) -> Duration {
+    let grown = f
+        .latency_per_in_flight
+        .map_or(Duration::ZERO, |(knee, each)| {
+            each * u32::try_from(in_flight.saturating_sub(knee)).unwrap_or(u32::MAX)
+        });
+    f.latency.unwrap_or_default() + grown
 }
 
 /// Whether the server-side rate limit (`rate` requests a second) lets a
@@ -409,14 +478,21 @@ fn rate_allows(shared: &Shared, rate: f64) -> bool {
 /// Answers one request, and says what becomes of the connection.
 async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::io::Result<Then> {
     let stats = &shared.stats;
-    let in_flight = arrive(stats);
+    let (in_flight, count) = arrive(stats);
     let f = &shared.faults;
-    if let Some(latency) = f.latency {
-        tokio::time::sleep(latency).await;
+    tokio::time::sleep(latency(f, count)).await;
+    let since = stats.since_first();
+    if let Some((from, length)) = f.unavailable {
+        if since >= from && since < from + length {
+            stats.unavailable.fetch_add(1, Ordering::SeqCst);
+            stats.answered(503);
+            return respond(stream, "503 Service Unavailable", &[], b"").await;
+        }
     }
-    if let Some(rate) = f.rate_limit {
+    if let Some(rate) = rate_now(f, since) {
         if !rate_allows(shared, rate) {
             stats.throttled.fetch_add(1, Ordering::SeqCst);
+            stats.answered(429);
             return respond(
                 stream,
                 "429 Too Many Requests",
@@ -434,9 +510,11 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
         *n
     };
     if let Some((_, location)) = f.redirects.iter().find(|(n, _)| *n == name) {
+        stats.answered(302);
         return respond(stream, "302 Found", &[("Location", location.clone())], b"").await;
     }
     let Some(body) = shared.tiles.get(&name) else {
+        stats.answered(404);
         return respond(
             stream,
             "404 Not Found",
@@ -467,11 +545,13 @@ async fn serve_tile(
     if f.server_errors
         .is_some_and(|x| x.hits(name, "500", attempt))
     {
+        stats.answered(500);
         return respond(stream, "500 Internal Server Error", &[], b"").await;
     }
     if let Some((x, secs)) = f.throttle {
         if x.hits(name, "429", attempt) {
             stats.throttled.fetch_add(1, Ordering::SeqCst);
+            stats.answered(429);
             return respond(
                 stream,
                 "429 Too Many Requests",
@@ -507,6 +587,7 @@ async fn serve_tile(
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body).await?;
     stats.served.fetch_add(1, Ordering::SeqCst);
+    stats.answered(200);
     Ok(Then::KeepAlive)
 }
 

@@ -174,3 +174,58 @@ fn plan_shows_resolved_numbers_and_the_admission_bound() {
         assert!(text.contains(words), "{words} missing:\n{text}");
     }
 }
+
+/// Two fetch stages, one adapting with its own settings, one not: `plan`
+/// shows each one's adaptive settings, in text and JSON; a stage that makes
+/// no requests has none.
+const TWO_FETCHES: &str = r#"
+[pipeline]
+flow = ["fetch", "again", "work"]
+[source]
+kind = "list"
+path = "tiles.txt"
+[stages.fetch]
+kind = "fetch"
+workers = 8
+adaptive = { initial = 4, min = 2, max = 6, decrease = 0.7, latency = 2.5, max_throttled = 20 }
+[stages.again]
+kind = "fetch"
+workers = 2
+adaptive = false
+[stages.work]
+kind = "hold"
+"#;
+
+#[test]
+fn plan_shows_each_fetch_stages_adaptive_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = write(dir.path(), "two.toml", TWO_FETCHES);
+    let plan = |format: &str| {
+        let out = warpline()
+            .arg("plan")
+            .arg(&toml)
+            .args(["--format", format])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let json: serde_json::Value = serde_json::from_str(&plan("json")).unwrap();
+    let stages = json["stages"].as_array().unwrap();
+    assert_eq!(
+        stages[0]["adaptive"],
+        serde_json::json!({
+            "on": true, "initial": 4, "min": 2, "max": 6,
+            "decrease": 0.7, "latency": 2.5, "max_throttled": 20,
+        })
+    );
+    assert_eq!(stages[1]["adaptive"], serde_json::json!({ "on": false }));
+    assert!(stages[2].get("adaptive").is_none(), "{json}");
+    let text = plan("text");
+    for words in [
+        "adaptive on: concurrency per host from 4 (min 2, max 6), decrease x0.7, latency x2.5, max_throttled 20",
+        "adaptive off",
+    ] {
+        assert!(text.contains(words), "{words} missing:\n{text}");
+    }
+}

@@ -128,3 +128,38 @@ async fn a_reset_sends_no_answer_and_no_orderly_close() {
         "an RST, not an answer or a FIN"
     );
 }
+
+#[test]
+fn the_rate_limit_changes_at_its_times_and_latency_grows_past_the_knee() {
+    let s = Duration::from_secs;
+    let f = Faults {
+        rate_limit: Some(40.0),
+        rate_changes: vec![(s(10), 10.0), (s(20), 40.0)],
+        latency: Some(Duration::from_millis(20)),
+        latency_per_in_flight: Some((8, Duration::from_millis(10))),
+        ..Faults::default()
+    };
+    let rates: Vec<_> = [0, 9, 10, 19, 20, 99].map(|t| rate_now(&f, s(t))).to_vec();
+    assert_eq!(
+        rates,
+        [40.0, 40.0, 10.0, 10.0, 40.0, 40.0].map(Some).to_vec()
+    );
+    assert_eq!(rate_now(&Faults::default(), s(5)), None);
+    let ms = |n| latency(&f, n).as_millis();
+    assert_eq!([ms(1), ms(8), ms(9), ms(12)], [20, 20, 30, 60]);
+}
+
+#[tokio::test]
+async fn a_spell_of_unavailability_answers_503() {
+    let faults = Faults {
+        unavailable: Some((Duration::ZERO, Duration::from_secs(3600))),
+        ..Faults::default()
+    };
+    let (server, mut stream) = asked(vec![7u8; 10], faults).await;
+    let (status, _) = read_answer(&mut stream).await;
+    assert_eq!(status, "HTTP/1.1 503 Service Unavailable");
+    assert_eq!((server.unavailable(), server.served()), (1, 0));
+    let answers = server.answers();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].1, 503);
+}
