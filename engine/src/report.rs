@@ -197,11 +197,29 @@ pub(crate) fn diagnose(pipeline: &Pipeline, r: &RunReport) -> String {
     limiter_bound(pipeline, r)
         .or_else(|| cpu_bound(pipeline, r))
         .or_else(|| stage_bound(r))
-        .unwrap_or_else(|| {
-            "no limiter was at capacity and no stage was busy most of the time: something outside the limits \
-             serialises (the source, the network or the disk)"
-                .to_owned()
+        .unwrap_or_else(|| unbound(r))
+}
+
+/// When nothing inside the limits held the run back: says so with the
+/// busiest stage's share, so the sentence is true of a stage busy 77%.
+fn unbound(r: &RunReport) -> String {
+    let busiest = r
+        .stages
+        .iter()
+        .max_by(|a, b| a.utilisation.total_cmp(&b.utilisation))
+        .map(|s| {
+            format!(
+                " (the busiest, `{}`, {}%)",
+                s.name,
+                (s.utilisation * 100.0).round()
+            )
         })
+        .unwrap_or_default();
+    format!(
+        "no limiter was at capacity half the run and no stage's workers were busy 80% of it{busiest}: \
+         something outside the limits serialises (the source, the network or the disk), or the run \
+         was too short to fill them"
+    )
 }
 
 /// The limiter longest at capacity, when it was for more than [`BOUND`]

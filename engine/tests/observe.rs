@@ -486,3 +486,20 @@ workers = 2
     assert_eq!(report.items.done, 50, "{report}");
     assert_invariants(&report);
 }
+
+#[tokio::test]
+async fn a_run_nothing_held_back_says_so_with_its_busiest_stage() {
+    let pipeline = warpline_engine::Pipeline::from_toml_str(
+        "[pipeline]\nflow = [\"sink\"]\n[source]\nkind = \"generate\"\ncount = 20\n\
+         [stages.sink]\nkind = \"discard\"\n",
+        &warpline_engine::Registry::with_builtins(),
+    )
+    .unwrap();
+    let r = pipeline.run().await.unwrap();
+    assert!(
+        r.diagnosis
+            .contains("no stage's workers were busy 80% of it (the busiest, `sink`, "),
+        "{}",
+        r.diagnosis
+    );
+}
