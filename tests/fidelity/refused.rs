@@ -82,3 +82,30 @@ fn a_zip_is_known_by_its_bytes_whatever_its_name() {
     let (done, messages) = one(&s(&bin), "", &work.path().join("out"));
     assert_eq!(done, 1, "{messages:?}");
 }
+
+#[test]
+fn an_overview_in_an_archive_whose_metadata_names_another_file_is_refused() {
+    let Some(data) = data() else { return };
+    let secret = data.join("RGB.byte.tif");
+    let pam = format!(
+        "<PAMDataset><Metadata domain=\"OVERVIEWS\"><MDI key=\"OVERVIEW_FILE\">{}</MDI></Metadata></PAMDataset>",
+        s(&secret)
+    );
+    let entries = [
+        ("a.tif", std::fs::read(data.join("red.tif")).unwrap()),
+        (
+            "a.tif.ovr",
+            std::fs::read(data.join("red.tif.ovr")).unwrap(),
+        ),
+        ("a.tif.ovr.aux.xml", pam.into_bytes()),
+    ];
+    let work = tempfile::tempdir().unwrap();
+    let zip = work.path().join("x.zip");
+    std::fs::write(&zip, zip_stored(&entries)).unwrap();
+    let (done, messages) = one(&format!("{}!/a.tif", s(&zip)), "", &work.path().join("out"));
+    assert_eq!(done, 0, "{messages:?}");
+    assert!(
+        messages[0].contains("names an overview file"),
+        "{messages:?}"
+    );
+}

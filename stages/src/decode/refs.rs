@@ -11,7 +11,7 @@
 use gdal::{Dataset, Metadata};
 use warpline_engine::StageError;
 
-use crate::gdal::vsi_head;
+use crate::gdal::{archive_files, vsi_head};
 use crate::names::is_tiff;
 
 /// Refuses `ds` if its metadata names other datasets GDAL would open.
@@ -40,30 +40,60 @@ pub(super) fn refuse_references(ds: &Dataset, id: &str) -> Result<(), StageError
     Ok(())
 }
 
-/// Refuses a member of an archive whose mask, overview or `.aux` file
-/// beside it is not what it claims to be.
-pub(super) fn refuse_archive_siblings(member_path: &str, id: &str) -> Result<(), StageError> {
-    for suffix in [".ovr", ".msk", ".aux", ".OVR", ".MSK", ".AUX"] {
-        let path = format!("{member_path}{suffix}");
-        let Some(head) = vsi_head(&path, 16) else {
+/// Archives with more files than this are refused (each is looked at).
+const MAX_FILES: usize = 10_000;
+
+/// Refuses an archive holding a mask, overview or `.aux` file (beside the
+/// member or anywhere in it: an overview's own overviews are found by
+/// name too) that is not what it claims to be, or a TIFF one whose
+/// metadata names other files (see [`refuse_references`]). `path` is the
+/// member's GDAL path, `/vsizip/{...}/member` or `/vstar/{...}/member`.
+pub(super) fn refuse_archive_siblings(path: &str, id: &str) -> Result<(), StageError> {
+    let Some(end) = path.find('}') else {
+        return Ok(());
+    };
+    let root = &path[..=end];
+    let files = archive_files(root, MAX_FILES + 1)
+        .map_err(|m| StageError::permanent(format!("{id}: not a readable archive: {m}")))?;
+    if files.len() > MAX_FILES {
+        return Err(StageError::permanent(format!(
+            "{id}: an archive of more than {MAX_FILES} files is not opened"
+        )));
+    }
+    for file in files {
+        let lower = file.to_ascii_lowercase();
+        let aux = lower.ends_with(".aux");
+        if !(aux || lower.ends_with(".ovr") || lower.ends_with(".msk")) {
             continue;
-        };
-        let ok = if suffix.eq_ignore_ascii_case(".aux") {
+        }
+        let at = format!("{root}/{file}");
+        let head = vsi_head(&at, 16).unwrap_or_default();
+        let ok = if aux {
             head.starts_with(b"EHFA_HEADER_TAG")
         } else {
-            is_tiff(&head)
+            is_tiff(&head) && tiff_names_nothing(&at, id)?
         };
         if !ok {
-            let name = path.rsplit('/').next().unwrap_or(&path);
+            let kind = if aux { "HFA" } else { "TIFF" };
             return Err(StageError::permanent(format!(
-                "{id}: {name} in the archive is not a {} file; warpline does not read it",
-                if suffix.eq_ignore_ascii_case(".aux") {
-                    "HFA"
-                } else {
-                    "TIFF"
-                }
+                "{id}: {file} in the archive is not a {kind} file; warpline does not read it"
             )));
         }
     }
     Ok(())
+}
+
+/// Whether the TIFF at `path` opens as one (GTiff only) and its metadata
+/// names no other file; an error if it does.
+fn tiff_names_nothing(path: &str, id: &str) -> Result<bool, StageError> {
+    let options = gdal::DatasetOptions {
+        open_flags: gdal::GdalOpenFlags::GDAL_OF_RASTER | gdal::GdalOpenFlags::GDAL_OF_READONLY,
+        allowed_drivers: Some(&["GTiff"]),
+        open_options: None,
+        sibling_files: None,
+    };
+    match Dataset::open_ex(path, options) {
+        Ok(ds) => refuse_references(&ds, id).map(|()| true),
+        Err(_) => Ok(false),
+    }
 }
