@@ -335,6 +335,8 @@ impl Decode {
         refs::refuse_references(&ds, &id)?;
         if path.starts_with("/vsizip/") || path.starts_with("/vstar/") {
             refs::refuse_archive_siblings(&path, &id)?;
+        } else {
+            refs::refuse_sibling_references(&path, &id)?;
         }
         self.check_size(&ds, &id)?;
         let Some(how) = georeferencing(&ds) else {

@@ -83,6 +83,22 @@ pub(super) fn refuse_archive_siblings(path: &str, id: &str) -> Result<(), StageE
     Ok(())
 }
 
+/// Refuses an input whose mask or overview file beside it (a local file's
+/// siblings, already checked to be TIFF by fetch) names other files in
+/// its own metadata.
+pub(super) fn refuse_sibling_references(path: &str, id: &str) -> Result<(), StageError> {
+    for suffix in [".ovr", ".msk", ".OVR", ".MSK"] {
+        let at = format!("{path}{suffix}");
+        if vsi_head(&at, 4).is_some() && !tiff_names_nothing(&at, id)? {
+            let name = at.rsplit('/').next().unwrap_or(&at);
+            return Err(StageError::permanent(format!(
+                "{id}: {name} is not a readable TIFF; warpline does not read it"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Whether the TIFF at `path` opens as one (GTiff only) and its metadata
 /// names no other file; an error if it does.
 fn tiff_names_nothing(path: &str, id: &str) -> Result<bool, StageError> {
