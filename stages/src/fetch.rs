@@ -346,7 +346,7 @@ impl Fetch {
         Ok(body)
     }
 
-    async fn s3(&self, item: &mut Item, source: &str) -> Result<Vec<u8>, StageError> {
+    async fn s3(&self, item: &mut Item, source: &str) -> Result<Fetched, StageError> {
         let body = store::Body::locate(&self.stores, source, item.size_hint).await?;
         if body.size > self.max_bytes {
             return Err(StageError::permanent(format!(
@@ -354,12 +354,43 @@ impl Fetch {
                 body.shown, body.size, self.max_bytes
             )));
         }
-        let ticket = self.charge(&item.id, None, body.size).await?;
+        // A listing refused for good (a policy that allows GetObject but
+        // not ListBucket) reads no sibling, and says so; a transient error
+        // fails the try, so a retry does not make other pixels silently.
+        let siblings = match store::siblings(&self.stores, source).await {
+            Ok(found) => found,
+            Err(e) if e.kind == ErrorKind::Transient => return Err(e),
+            Err(e) => {
+                tracing::warn!("{}: siblings not read: {}", body.shown, e.message);
+                Vec::new()
+            }
+        };
+        let siblings: Vec<_> = siblings
+            .into_iter()
+            .filter(|(_, b)| b.size <= self.max_bytes)
+            .collect();
+        let total = body.size + siblings.iter().map(|(_, b)| b.size).sum::<u64>();
+        let ticket = self.charge(&item.id, None, total).await?;
+        let shown = body.shown.clone();
         let bytes = body.read().await?;
+        let mut kept = Vec::with_capacity(siblings.len());
+        for (suffix, sibling) in siblings {
+            let at = sibling.shown.clone();
+            let data = sibling.read().await?;
+            if crate::siblings::acceptable(&suffix, &data, &at, &shown) {
+                kept.push(Sibling {
+                    suffix,
+                    bytes: data,
+                });
+            }
+        }
         if let Some(ticket) = ticket {
             item.keep(ticket);
         }
-        Ok(bytes)
+        Ok(Fetched {
+            bytes,
+            siblings: kept,
+        })
     }
 
     async fn file(&self, item: &mut Item, source: &str) -> Result<Fetched, StageError> {
@@ -435,7 +466,7 @@ impl AsyncStage for Fetch {
         let fetched = if source.starts_with("http://") || source.starts_with("https://") {
             Fetched::new(self.http(item, &source).await?)
         } else if store::is_s3(&source) {
-            Fetched::new(self.s3(item, &source).await?)
+            self.s3(item, &source).await?
         } else {
             self.file(item, &source).await?
         };

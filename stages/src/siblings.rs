@@ -73,15 +73,12 @@ pub(crate) async fn read(path: &Path, found: Vec<Found>) -> Vec<Sibling> {
             Ok(b) if !b.is_empty() => b,
             _ => continue,
         };
-        let needs_tiff = APPENDED[..2]
-            .iter()
-            .any(|s| s.eq_ignore_ascii_case(&f.suffix));
-        if needs_tiff && !is_tiff(&bytes) {
-            tracing::warn!(
-                "{}: not a TIFF, so not read as the mask or overviews of {}",
-                f.path.display(),
-                path.display()
-            );
+        if !acceptable(
+            &f.suffix,
+            &bytes,
+            &f.path.display().to_string(),
+            &path.display().to_string(),
+        ) {
             continue;
         }
         out.push(Sibling {
@@ -90,4 +87,15 @@ pub(crate) async fn read(path: &Path, found: Vec<Found>) -> Vec<Sibling> {
         });
     }
     out
+}
+
+/// Whether a sibling's bytes may be read with the input: a mask or
+/// overview file must be a TIFF (else a warning says it was passed over).
+pub(crate) fn acceptable(suffix: &str, bytes: &[u8], shown: &str, input: &str) -> bool {
+    let needs_tiff = APPENDED[..2].iter().any(|s| s.eq_ignore_ascii_case(suffix));
+    if needs_tiff && !is_tiff(bytes) {
+        tracing::warn!("{shown}: not a TIFF, so not read as the mask or overviews of {input}");
+        return false;
+    }
+    true
 }

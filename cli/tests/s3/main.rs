@@ -369,3 +369,68 @@ fn side_files_are_uploaded_beside_the_output() {
         "{text}"
     );
 }
+
+/// An object's siblings (here an external mask, `.msk`) are read with it,
+/// as GDAL's /vsis3/ reads them: the output equals the local run's, which
+/// reads the mask beside the local file.
+#[test]
+fn an_objects_mask_beside_it_is_read_as_a_local_files_is() {
+    let _serial = crate::server::serial();
+    let Some(s3) = s3("siblings") else { return };
+    let Some(rasters) = common::real_rasters() else {
+        return;
+    };
+    let dir = rasters[0].parent().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    for name in ["RGB2.byte.tif", "RGB2.byte.tif.msk"] {
+        s3.put(
+            &format!("in/{name}"),
+            std::fs::read(dir.join(name)).unwrap(),
+        );
+    }
+    let local_out = work.path().join("local-out");
+    let inline = |input: String| format!("kind = \"inline\"\ninputs = [{input:?}]");
+    let local = pipeline(
+        &inline(dir.join("RGB2.byte.tif").display().to_string()),
+        &format!("dir = \"{}\"", local_out.display()),
+        &s3.endpoint,
+    );
+    let (report, text) = s3.run(work.path(), &local, &s3.secret, 0);
+    assert_eq!(items(&report), [1, 1, 0, 0], "{text}");
+    let remote_out = work.path().join("remote-out");
+    let remote = pipeline(
+        &inline(s3.url("in/RGB2.byte.tif")),
+        &format!("dir = \"{}\"", remote_out.display()),
+        &s3.endpoint,
+    );
+    let (report, text) = s3.run(work.path(), &remote, &s3.secret, 0);
+    assert_eq!(items(&report), [1, 1, 0, 0], "{text}");
+    let name = "RGB2.byte.tif";
+    common::assert_same_raster(&remote_out.join(name), &local_out.join(name), name);
+    // Without the mask the pixels differ: the comparison can fail.
+    let alone = work.path().join("alone");
+    std::fs::create_dir_all(&alone).unwrap();
+    std::fs::copy(dir.join(name), alone.join(name)).unwrap();
+    let unmasked_out = work.path().join("unmasked-out");
+    let unmasked = pipeline(
+        &inline(alone.join(name).display().to_string()),
+        &format!("dir = \"{}\"", unmasked_out.display()),
+        &s3.endpoint,
+    );
+    let (report, text) = s3.run(work.path(), &unmasked, &s3.secret, 0);
+    assert_eq!(items(&report), [1, 1, 0, 0], "{text}");
+    let band = |p: PathBuf| {
+        let ds = gdal::Dataset::open(p).unwrap();
+        let (w, h) = ds.raster_size();
+        let b = ds.rasterband(1).unwrap();
+        b.read_as::<u8>((0, 0), (w, h), (w, h), None)
+            .unwrap()
+            .data()
+            .to_vec()
+    };
+    assert_ne!(
+        band(remote_out.join(name)),
+        band(unmasked_out.join(name)),
+        "the mask changes pixels"
+    );
+}

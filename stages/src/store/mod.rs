@@ -21,6 +21,7 @@ mod get;
 mod journal;
 mod list;
 mod put;
+mod siblings;
 #[cfg(test)]
 mod testing;
 
@@ -42,6 +43,7 @@ pub(crate) use get::Body;
 pub(crate) use journal::default_staging;
 pub(crate) use list::glob_source;
 pub(crate) use put::Output;
+pub(crate) use siblings::siblings;
 
 /// Whether an input or output names an object in S3.
 pub(crate) fn is_s3(text: &str) -> bool {
