@@ -320,7 +320,8 @@ impl Decode {
         Ok(())
     }
 
-    /// Opens the fetched bytes and checks the header.
+    /// Opens the fetched bytes and checks the header; a mosaic's inputs
+    /// each, the first carrying the others.
     fn open_header(&self, item: &mut Item) -> Result<Raster, StageError> {
         let id = item.id.clone();
         let Some(fetched) = item.take_payload::<Fetched>() else {
@@ -328,7 +329,24 @@ impl Decode {
                 "{id}: decode needs fetched bytes: put a `fetch` stage before `decode`"
             )));
         };
-        let (source, member) = names::split_member(&item.source);
+        if fetched.parts.is_empty() {
+            return self.open_one(fetched, &item.source, &id);
+        }
+        let mut rasters = fetched
+            .parts
+            .into_iter()
+            .zip(item.source.lines())
+            .map(|(part, line)| self.open_one(part, line, &id))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut first = rasters.remove(0);
+        first.others = rasters;
+        Ok(first)
+    }
+
+    /// Opens one input's bytes (`line`: its source) and checks its header.
+    fn open_one(&self, fetched: Fetched, line: &str, id: &str) -> Result<Raster, StageError> {
+        let id = id.to_owned();
+        let (source, member) = names::split_member(line);
         let (dir, file) = files_of(fetched, source, &id)?;
         let path = open_path(&dir, &file, member, &id)?;
         let ds = self.open(&path, &id)?;
@@ -349,6 +367,7 @@ impl Decode {
                 ds,
                 _under: None,
                 files: Some(dir),
+                others: Vec::new(),
             });
         }
         let Some(assumed) = &self.assume_crs else {
@@ -362,6 +381,7 @@ impl Decode {
             ds: view,
             _under: Some(ds),
             files: Some(dir),
+            others: Vec::new(),
         })
     }
 }

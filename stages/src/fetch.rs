@@ -44,6 +44,8 @@ pub struct Fetched {
     /// Files beside a local input that GDAL reads with it (external mask,
     /// overviews, `.aux.xml`, world file, `.prj`): see [`Sibling`].
     pub siblings: Vec<Sibling>,
+    /// A mosaic's inputs, one each, in order (`bytes` is then empty).
+    pub parts: Vec<Fetched>,
 }
 
 impl Fetched {
@@ -51,7 +53,7 @@ impl Fetched {
     pub fn new(bytes: Vec<u8>) -> Self {
         Fetched {
             bytes,
-            siblings: Vec::new(),
+            ..Fetched::default()
         }
     }
 
@@ -279,7 +281,7 @@ impl Fetch {
         }
     }
 
-    async fn http(&self, item: &mut Item, url: &str) -> Result<Vec<u8>, StageError> {
+    async fn http(&self, id: &str, url: &str, held: &mut Held) -> Result<Vec<u8>, StageError> {
         let shown = redact(url);
         let mut response = self
             .client
@@ -300,7 +302,7 @@ impl Fetch {
             }
         }
         let mut charged = declared.unwrap_or(0);
-        let mut ticket = self.charge(&item.id, None, charged).await?;
+        self.charge_to(id, held, charged).await?;
         let mut body = Vec::with_capacity(charged as usize);
         loop {
             match response.chunk().await {
@@ -319,7 +321,7 @@ impl Fetch {
                             .max(need)
                             .max(FIRST_UNKNOWN_CHARGE)
                             .min(self.max_bytes);
-                        ticket = self.charge(&item.id, ticket, charged).await?;
+                        self.charge_to(id, held, charged).await?;
                         body.reserve_exact(charged as usize - body.len());
                     }
                     body.extend_from_slice(&chunk);
@@ -340,14 +342,21 @@ impl Fetch {
                 body.len()
             )));
         }
-        if let Some(ticket) = ticket {
-            item.keep(ticket);
-        }
+        // What the body holds, exactly (a body of unknown length was
+        // charged by doubling).
+        self.charge_to(id, held, body.len() as u64).await?;
+        held.bytes += body.len() as u64;
         Ok(body)
     }
 
-    async fn s3(&self, item: &mut Item, source: &str) -> Result<Fetched, StageError> {
-        let body = store::Body::locate(&self.stores, source, item.size_hint).await?;
+    async fn s3(
+        &self,
+        id: &str,
+        source: &str,
+        size_hint: Option<u64>,
+        held: &mut Held,
+    ) -> Result<Fetched, StageError> {
+        let body = store::Body::locate(&self.stores, source, size_hint).await?;
         if body.size > self.max_bytes {
             return Err(StageError::permanent(format!(
                 "{}: {} bytes is over max_bytes ({} bytes)",
@@ -370,7 +379,7 @@ impl Fetch {
             .filter(|(_, b)| b.size <= self.max_bytes)
             .collect();
         let total = body.size + siblings.iter().map(|(_, b)| b.size).sum::<u64>();
-        let ticket = self.charge(&item.id, None, total).await?;
+        self.charge_to(id, held, total).await?;
         let shown = body.shown.clone();
         let bytes = body.read().await?;
         let mut kept = Vec::with_capacity(siblings.len());
@@ -384,16 +393,15 @@ impl Fetch {
                 });
             }
         }
-        if let Some(ticket) = ticket {
-            item.keep(ticket);
-        }
+        held.bytes += total;
         Ok(Fetched {
             bytes,
             siblings: kept,
+            parts: Vec::new(),
         })
     }
 
-    async fn file(&self, item: &mut Item, source: &str) -> Result<Fetched, StageError> {
+    async fn file(&self, id: &str, source: &str, held: &mut Held) -> Result<Fetched, StageError> {
         let path = std::path::PathBuf::from(source.strip_prefix("file://").unwrap_or(source));
         let shown = path.display().to_string();
         let meta = tokio::fs::metadata(&path)
@@ -411,15 +419,54 @@ impl Fetch {
         }
         let found = crate::siblings::find(&path, self.max_bytes).await;
         let total = meta.len() + found.iter().map(|f| f.len()).sum::<u64>();
-        if let Some(ticket) = self.charge(&item.id, None, total).await? {
-            item.keep(ticket);
-        }
+        self.charge_to(id, held, total).await?;
         let bytes = tokio::fs::read(&path)
             .await
             .map_err(|e| StageError::permanent(format!("{shown}: {e}")))?;
         let siblings = crate::siblings::read(&path, found).await;
-        Ok(Fetched { bytes, siblings })
+        held.bytes += total;
+        Ok(Fetched {
+            bytes,
+            siblings,
+            parts: Vec::new(),
+        })
     }
+
+    /// Makes the try's share `held.bytes + more` (what earlier parts hold,
+    /// and this one so far): one ticket, resized.
+    async fn charge_to(&self, id: &str, held: &mut Held, more: u64) -> Result<(), StageError> {
+        held.ticket = self
+            .charge(id, held.ticket.take(), held.bytes + more)
+            .await?;
+        Ok(())
+    }
+
+    /// One input: a URL, an `s3://` object or a local file (an archive's
+    /// member is read by decode: fetch gets the archive).
+    async fn one(
+        &self,
+        id: &str,
+        line: &str,
+        size_hint: Option<u64>,
+        held: &mut Held,
+    ) -> Result<Fetched, StageError> {
+        let source = crate::names::split_member(line).0;
+        if source.starts_with("http://") || source.starts_with("https://") {
+            Ok(Fetched::new(self.http(id, source, held).await?))
+        } else if store::is_s3(source) {
+            self.s3(id, source, size_hint, held).await
+        } else {
+            self.file(id, source, held).await
+        }
+    }
+}
+
+/// What one try has charged so far, over all the parts it fetched: one
+/// ticket on the `memory` limiter, resized as parts arrive.
+#[derive(Default)]
+struct Held {
+    ticket: Option<Ticket>,
+    bytes: u64,
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -461,15 +508,24 @@ impl AsyncStage for Fetch {
         if let Some(m) = &self.memory {
             item.release(m.name());
         }
-        // An archive's member is read by decode: fetch gets the archive.
-        let source = crate::names::split_member(&item.source).0.to_owned();
-        let fetched = if source.starts_with("http://") || source.starts_with("https://") {
-            Fetched::new(self.http(item, &source).await?)
-        } else if store::is_s3(&source) {
-            self.s3(item, &source).await?
+        let mut held = Held::default();
+        let fetched = if item.source.contains('\n') {
+            // A mosaic: its inputs, one per line, charged as they arrive.
+            let mut parts = Vec::new();
+            for line in item.source.lines() {
+                parts.push(self.one(&item.id, line, None, &mut held).await?);
+            }
+            Fetched {
+                parts,
+                ..Fetched::default()
+            }
         } else {
-            self.file(item, &source).await?
+            self.one(&item.id, &item.source, item.size_hint, &mut held)
+                .await?
         };
+        if let Some(ticket) = held.ticket {
+            item.keep(ticket);
+        }
         item.bytes_in += fetched.len();
         item.set_payload(fetched);
         Ok(Outcome::Continue)

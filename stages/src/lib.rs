@@ -3,7 +3,8 @@
 //! The raster stages of warpline, plugged into the engine's stage traits:
 //!
 //! - [`source`]: kinds `list` (a text file of URLs and paths), `inline`
-//!   (a list in the pipeline) and `glob` (local files);
+//!   (a list in the pipeline), `glob` (local files) and `mosaic` (many
+//!   inputs into one output);
 //! - [`fetch`]: HTTP(S) with reqwest and rustls, `s3://` objects, and
 //!   local files with their siblings (async);
 //! - [`store`]: S3 and S3-compatible object stores (`object_store`): the
@@ -57,7 +58,7 @@ use warpline_engine::Registry;
 pub const GDAL_KINDS: &[&str] = &["decode", "reproject", "write"];
 
 /// A registry with every kind warpline ships: the engine's synthetic kinds
-/// and the raster kinds (sources `list`, `inline`, `glob`; stages `fetch`,
+/// and the raster kinds (sources `list`, `inline`, `glob`, `mosaic`; stages `fetch`,
 /// `decode`, `reproject`, `write`).
 pub fn registry() -> Registry {
     let mut r = Registry::with_builtins();

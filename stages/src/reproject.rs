@@ -81,20 +81,29 @@ impl Reproject {
     /// for `size`, `resolution` and `extent` as gdalwarp does.
     fn suggested_size(
         &self,
-        src: &Dataset,
+        srcs: &[&Dataset],
         aoi: Option<&str>,
         id: &str,
     ) -> Result<(u64, u64), StageError> {
         let mut items = self.transformer.clone();
         items.push(format!("DST_SRS={}", self.target_wkt));
         items.extend(aoi.map(str::to_owned));
+        let mut each = srcs.iter().map(|src| {
+            suggested_output(src, &items).map_err(|m| StageError::permanent(format!("{id}: {m}")))
+        });
+        let mut all = match each.next() {
+            Some(first) => first?,
+            None => return Err(StageError::permanent(format!("{id}: no input to warp"))),
+        };
+        for next in each {
+            all = union(all, next?);
+        }
         let Suggested {
             geo_transform: gt,
             pixels: px,
             lines: ln,
             extent,
-        } = suggested_output(src, &items)
-            .map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
+        } = all;
         let ext = self.extent.unwrap_or(extent);
         let (w, h) = match (self.size, self.resolution) {
             (Some((w, h)), _) => {
@@ -152,6 +161,13 @@ impl Reproject {
     /// The dataset to warp: the decoded one, or a view of the selected
     /// bands (`gdal_translate -of VRT -b ...`: no pixel copied; the mask
     /// and the overviews kept).
+    fn source_views(&self, raster: &Raster, id: &str) -> Result<Vec<Option<Dataset>>, StageError> {
+        std::iter::once(raster)
+            .chain(&raster.others)
+            .map(|r| self.source_view(r, id))
+            .collect()
+    }
+
     fn source_view(&self, raster: &Raster, id: &str) -> Result<Option<Dataset>, StageError> {
         let Some(bands) = &self.bands else {
             return Ok(None);
@@ -172,10 +188,35 @@ impl Reproject {
     }
 }
 
+/// The output of warping several inputs into one, as gdalwarp works it
+/// out: the union of their extents at the finest of their resolutions.
+fn union(a: Suggested, b: Suggested) -> Suggested {
+    let e = [
+        a.extent[0].min(b.extent[0]),
+        a.extent[1].min(b.extent[1]),
+        a.extent[2].max(b.extent[2]),
+        a.extent[3].max(b.extent[3]),
+    ];
+    let rx = a.geo_transform[1].abs().min(b.geo_transform[1].abs());
+    let ry = a.geo_transform[5].abs().min(b.geo_transform[5].abs());
+    Suggested {
+        geo_transform: [e[0], rx, 0.0, e[3], 0.0, -ry],
+        pixels: ((e[2] - e[0]) / rx + 0.5) as i32,
+        lines: ((e[3] - e[1]) / ry + 0.5) as i32,
+        extent: e,
+    }
+}
+
 impl Reproject {
     /// Bytes the warp's output will take, checked against `max_pixels`.
-    fn output_bytes(&self, src: &Dataset, aoi: Option<&str>, id: &str) -> Result<u64, StageError> {
-        let (w, h) = self.suggested_size(src, aoi, id)?;
+    fn output_bytes(
+        &self,
+        srcs: &[&Dataset],
+        aoi: Option<&str>,
+        id: &str,
+    ) -> Result<u64, StageError> {
+        let (w, h) = self.suggested_size(srcs, aoi, id)?;
+        let src = srcs[0];
         let pixels = w.saturating_mul(h);
         if pixels > self.max_pixels {
             return Err(StageError::permanent(format!(
@@ -220,6 +261,16 @@ struct Checked {
     aoi: Option<&'static str>,
 }
 
+/// The datasets to warp: each input's own, or its view (`bands`). Never
+/// empty (the first input is always there), so `srcs[0]` below is safe.
+fn datasets<'a>(raster: &'a Raster, views: &'a [Option<Dataset>]) -> Vec<&'a Dataset> {
+    std::iter::once(raster)
+        .chain(&raster.others)
+        .zip(views)
+        .map(|(r, v)| v.as_ref().unwrap_or(&r.ds))
+        .collect()
+}
+
 impl BlockingStage for Reproject {
     fn takes(&self) -> Payload {
         crate::payloads::raster()
@@ -232,13 +283,14 @@ impl BlockingStage for Reproject {
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         let id = item.id.clone();
         let raster = Self::take_raster(item)?;
-        let view = self.source_view(&raster, &id)?;
-        let src = view.as_ref().unwrap_or(&raster.ds);
-        let aoi = self.area_of_interest(src);
-        let out = self.output_bytes(src, aoi, &id);
-        let decoded = pixel_bytes(src);
+        let views = self.source_views(&raster, &id)?;
+        let srcs = datasets(&raster, &views);
+        let aoi = self.area_of_interest(srcs[0]);
+        let out = self.output_bytes(&srcs, aoi, &id);
+        let decoded: u64 = srcs.iter().map(|s| pixel_bytes(s)).sum();
         let files = raster.file_bytes();
-        drop(view);
+        drop(srcs);
+        drop(views);
         // `process` need not ask GDAL for the output size again.
         item.set_payload(Checked { raster, aoi });
         // The input's bytes stay while the warp reads them; the output
@@ -255,19 +307,20 @@ impl BlockingStage for Reproject {
             Some(Checked { raster, aoi }) => (raster, Some(aoi)),
             None => (Self::take_raster(item)?, None),
         };
-        let view = self.source_view(&raster, &id)?;
-        let src = view.as_ref().unwrap_or(&raster.ds);
+        let views = self.source_views(&raster, &id)?;
+        let srcs = datasets(&raster, &views);
         let aoi = match checked {
             Some(aoi) => aoi,
             None => {
-                let aoi = self.area_of_interest(src);
-                self.output_bytes(src, aoi, &id)?;
+                let aoi = self.area_of_interest(srcs[0]);
+                self.output_bytes(&srcs, aoi, &id)?;
                 aoi
             }
         };
-        let out = self.warp(src, aoi, &id)?;
-        let input = pixel_bytes(src);
-        drop(view);
+        let out = self.warp(&srcs, aoi, &id)?;
+        let input: u64 = srcs.iter().map(|s| pixel_bytes(s)).sum();
+        drop(srcs);
+        drop(views);
         drop(raster);
         crate::gdal::trim_heap_after(input);
         item.set_payload(Raster::in_memory(out));
@@ -276,15 +329,16 @@ impl BlockingStage for Reproject {
 }
 
 impl Reproject {
-    /// `gdalwarp <args> src` to a MEM dataset.
-    fn warp(&self, src: &Dataset, aoi: Option<&str>, id: &str) -> Result<Dataset, StageError> {
+    /// `gdalwarp <args> srcs...` to a MEM dataset.
+    fn warp(&self, srcs: &[&Dataset], aoi: Option<&str>, id: &str) -> Result<Dataset, StageError> {
+        let src = srcs[0];
         let mut args = self.args.clone();
         if let Some(aoi) = aoi {
             args.extend(["-to".to_owned(), aoi.to_owned()]);
         }
         let options =
             WarpOptions::new(&args).map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
-        let out = warp(src, &options).map_err(|e| match e {
+        let out = warp(srcs, &options).map_err(|e| match e {
             // Not this input's fault: the machine's, maybe for a moment.
             WarpError::OutOfMemory(m) => {
                 StageError::transient(format!("{id}: the warp ran out of memory: {m}"))

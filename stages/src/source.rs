@@ -31,10 +31,13 @@ use serde::Deserialize;
 use warpline_engine::redact::redact;
 use warpline_engine::{Input, Problem, Registry, Settings, Source, SourceError, SourceSpec};
 
+mod mosaic;
+
 pub(crate) fn register(r: &mut Registry) {
     r.register_source("list", list);
     r.register_source("inline", inline);
     r.register_source("glob", glob_source);
+    r.register_source("mosaic", mosaic::mosaic);
 }
 
 /// The schemes an input may use.

@@ -152,3 +152,71 @@ fn a_cutline_bounds_and_crops_the_output_as_gdalwarp_does() {
         &["-t_srs", "EPSG:3857", "-cutline", &c, "-crop_to_cutline"],
     );
 }
+
+#[test]
+fn three_inputs_warp_into_one_output_as_gdalwarp_makes_a_mosaic() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let rgb = s(&data.join("RGB.byte.tif"));
+    // Three overlapping pieces: where they overlap, the later one wins.
+    let mut pieces = Vec::new();
+    for (name, win) in [
+        ("a.tif", ["0", "0", "400", "400"]),
+        ("b.tif", ["350", "0", "441", "400"]),
+        ("c.tif", ["200", "300", "400", "418"]),
+    ] {
+        let piece = work.path().join(name);
+        let mut args = vec!["-q", "-srcwin"];
+        args.extend(win);
+        let (from, to) = (rgb.clone(), s(&piece));
+        args.extend([from.as_str(), to.as_str()]);
+        crate::gdal("gdal_translate", &args);
+        pieces.push(to);
+    }
+    let out_dir = work.path().join("mosaic");
+    let toml = raster_pipeline(
+        &[],
+        "crs = \"EPSG:3857\"\nresampling = \"bilinear\"",
+        &format!("dir = {:?}", s(&out_dir)),
+        1,
+    )
+    .replace(
+        "kind = \"inline\"\ninputs = []",
+        &format!(
+            "kind = \"mosaic\"\nid = \"valley\"\ninputs = {}",
+            crate::common::toml_list(&pieces)
+        ),
+    );
+    let report = run(&toml);
+    assert_eq!((report.items.total, report.items.done), (1, 1), "{report}");
+    let theirs = work.path().join("theirs.tif");
+    let out = std::process::Command::new("gdalwarp")
+        .args([
+            "-q",
+            "-of",
+            "GTiff",
+            "-t_srs",
+            "EPSG:3857",
+            "-r",
+            "bilinear",
+        ])
+        .args(&pieces)
+        .arg(&theirs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    crate::common::assert_same_raster(&out_dir.join("valley.tif"), &theirs, "mosaic");
+    // Not one input's warp: the mosaic is larger than any piece's.
+    let size = |p: &std::path::Path| Dataset::open(p).unwrap().raster_size();
+    let piece = work.path().join("a-alone.tif");
+    crate::common::gdalwarp(
+        &["-t_srs".into(), "EPSG:3857".into()],
+        &work.path().join("a.tif"),
+        &piece,
+    );
+    assert!(size(&theirs).0 > size(&piece).0);
+}

@@ -30,6 +30,8 @@ pub struct Raster {
     /// held only to be closed after the view.
     pub(crate) _under: Option<Dataset>,
     pub(crate) files: Option<MemDir>,
+    /// A mosaic's other inputs, in order (this one is the first).
+    pub(crate) others: Vec<Raster>,
 }
 
 impl std::fmt::Debug for Raster {
@@ -55,6 +57,7 @@ impl Raster {
             ds,
             _under: None,
             files: None,
+            others: Vec::new(),
         }
     }
 
@@ -72,6 +75,12 @@ impl Raster {
     /// as fetched); 0 for a dataset made in memory.
     pub fn file_bytes(&self) -> u64 {
         self.files.as_ref().map_or(0, MemDir::bytes)
+            + self.others.iter().map(Raster::file_bytes).sum::<u64>()
+    }
+
+    /// How many inputs it holds: 1, or a mosaic's count.
+    pub fn inputs(&self) -> usize {
+        1 + self.others.len()
     }
 }
 

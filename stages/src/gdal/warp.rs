@@ -120,19 +120,22 @@ pub(crate) enum WarpError {
     Failed(String),
 }
 
-/// `gdalwarp` of `src` with `options`, to a new MEM dataset. GDAL's last
-/// error is read right after the warp.
-pub(crate) fn warp(src: &Dataset, options: &WarpOptions) -> Result<Dataset, WarpError> {
-    let mut sources = [src.c_dataset()];
+/// `gdalwarp` of `srcs` (one, or a mosaic's inputs in order) with
+/// `options`, to a new MEM dataset. GDAL's last error is read right after
+/// the warp.
+pub(crate) fn warp(srcs: &[&Dataset], options: &WarpOptions) -> Result<Dataset, WarpError> {
+    let mut sources: Vec<sys::GDALDatasetH> = srcs.iter().map(|s| s.c_dataset()).collect();
+    let count = i32::try_from(sources.len()).unwrap_or(i32::MAX);
     let mut usage_error = 0;
     reset_error();
-    // SAFETY: one valid source dataset; valid options; "" names the MEM
-    // output, which GDALWarp creates and we own (wrapped at once).
+    // SAFETY: `count` valid source datasets (alive for the call); valid
+    // options; "" names the MEM output, which GDALWarp creates and we own
+    // (wrapped at once).
     let out = unsafe {
         sys::GDALWarp(
             c"".as_ptr(),
             ptr::null_mut(),
-            1,
+            count,
             sources.as_mut_ptr(),
             options.0,
             &mut usage_error,
