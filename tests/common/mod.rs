@@ -176,10 +176,16 @@ pub fn assert_same_raster(ours: &Path, oracle: &Path, what: &str) {
 
 /// Runs `gdalwarp` with `args`, from `src` to a GTiff at `dst`.
 pub fn gdalwarp(args: &[String], src: &Path, dst: &Path) {
+    gdalwarp_many(args, &[src], dst);
+}
+
+/// Runs `gdalwarp` with `args`, from every one of `srcs` (a mosaic, in
+/// order) to a GTiff at `dst`.
+pub fn gdalwarp_many<P: AsRef<Path>>(args: &[String], srcs: &[P], dst: &Path) {
     let out = std::process::Command::new("gdalwarp")
         .args(["-q", "-overwrite", "-of", "GTiff"])
         .args(args)
-        .arg(src)
+        .args(srcs.iter().map(AsRef::as_ref))
         .arg(dst)
         .output()
         .expect("gdalwarp (install gdal-bin)");

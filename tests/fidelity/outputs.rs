@@ -190,25 +190,8 @@ fn three_inputs_warp_into_one_output_as_gdalwarp_makes_a_mosaic() {
     let report = run(&toml);
     assert_eq!((report.items.total, report.items.done), (1, 1), "{report}");
     let theirs = work.path().join("theirs.tif");
-    let out = std::process::Command::new("gdalwarp")
-        .args([
-            "-q",
-            "-of",
-            "GTiff",
-            "-t_srs",
-            "EPSG:3857",
-            "-r",
-            "bilinear",
-        ])
-        .args(&pieces)
-        .arg(&theirs)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args = ["-t_srs", "EPSG:3857", "-r", "bilinear"].map(String::from);
+    crate::common::gdalwarp_many(&args, &pieces, &theirs);
     crate::common::assert_same_raster(&out_dir.join("valley.tif"), &theirs, "mosaic");
     // Not one input's warp: the mosaic is larger than any piece's.
     let size = |p: &std::path::Path| Dataset::open(p).unwrap().raster_size();
