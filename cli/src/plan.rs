@@ -48,6 +48,31 @@ pub struct PlannedAdaptive {
     pub settings: Option<Adaptive>,
 }
 
+/// One stage's line in the text plan.
+fn stage_line(s: &PlannedStage) -> String {
+    let list = |word: &str, v: &[String]| {
+        if v.is_empty() {
+            String::new()
+        } else {
+            format!(", {word} {v:?}")
+        }
+    };
+    format!(
+        "    {:<12} {:<9} {:>3} {} worker{}, mailbox {:>4}, tries {}, limits {:?}{}{}{}",
+        s.name,
+        s.kind,
+        s.workers,
+        s.workers_are,
+        if s.workers == 1 { "" } else { "s" },
+        s.mailbox,
+        s.attempts,
+        s.limits,
+        list("releases", &s.release),
+        list("carries", &s.carry),
+        list("charges", &s.charges),
+    )
+}
+
 impl fmt::Display for PlannedAdaptive {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.settings {
@@ -185,33 +210,7 @@ impl fmt::Display for Plan {
         )?;
         writeln!(f, "  stages:")?;
         for s in &self.stages {
-            writeln!(
-                f,
-                "    {:<12} {:<9} {:>3} {} worker{}, mailbox {:>4}, tries {}, limits {:?}{}{}{}",
-                s.name,
-                s.kind,
-                s.workers,
-                s.workers_are,
-                if s.workers == 1 { "" } else { "s" },
-                s.mailbox,
-                s.attempts,
-                s.limits,
-                if s.release.is_empty() {
-                    String::new()
-                } else {
-                    format!(", releases {:?}", s.release)
-                },
-                if s.carry.is_empty() {
-                    String::new()
-                } else {
-                    format!(", carries {:?}", s.carry)
-                },
-                if s.charges.is_empty() {
-                    String::new()
-                } else {
-                    format!(", charges {:?}", s.charges)
-                },
-            )?;
+            writeln!(f, "{}", stage_line(s))?;
             if let Some(a) = &s.adaptive {
                 writeln!(f, "      {a}")?;
             }
