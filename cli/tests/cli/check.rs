@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{warpline, write, SMALL};
+use super::{succeeded, warpline, write, SMALL};
 
 #[test]
 fn validate_accepts_every_shipped_pipeline() {
@@ -11,12 +11,7 @@ fn validate_accepts_every_shipped_pipeline() {
         .args(["validate", "pipelines/synthetic.toml"])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.contains("valid"), "{stdout}");
     assert!(stdout.contains("admission bound"), "{stdout}");
 }

@@ -4,7 +4,7 @@
 
 use std::process::{Command, Stdio};
 
-use super::{warpline, write, SMALL};
+use super::{succeeded, warpline, write, SMALL};
 
 #[test]
 fn the_demo_runs_and_its_outputs_open_in_gdalinfo() {
@@ -14,12 +14,7 @@ fn the_demo_runs_and_its_outputs_open_in_gdalinfo() {
         .args(["demo", "--report", "report.json"])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
             .unwrap();

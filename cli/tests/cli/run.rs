@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use super::{warpline, write, SMALL};
+use super::{succeeded, warpline, write, SMALL};
 
 #[test]
 fn run_prints_the_report_writes_json_and_exits_0() {
@@ -21,12 +21,7 @@ fn run_prints_the_report_writes_json_and_exits_0() {
         .arg(&report)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.contains("300 done"), "{stdout}");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();

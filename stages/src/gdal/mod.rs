@@ -62,20 +62,24 @@ pub fn init() {
         let _ = gdal::DriverManager::count();
         gdal::config::set_error_handler(|class, code, message| {
             // Runs on whichever thread called GDAL; must never panic.
-            let message = scrub(message);
-            match class {
-                gdal::errors::CplErrType::Warning => {
-                    tracing::warn!(target: "gdal", code, "{message}")
-                }
-                gdal::errors::CplErrType::Debug | gdal::errors::CplErrType::None => {
-                    tracing::trace!(target: "gdal", code, "{message}")
-                }
-                // Failures reach the item's error through `last_error`.
-                _ => tracing::debug!(target: "gdal", code, "{message}"),
-            }
+            forward(class, code, message)
         });
         set_cache_max(DEFAULT_CACHE);
     });
+}
+
+/// GDAL's message to `tracing`, without the in-memory paths ([`scrub`]),
+/// inside the span of the item whose GDAL call said it. Failures log at
+/// debug: they reach the item's error through [`last_error`].
+pub(crate) fn forward(class: gdal::errors::CplErrType, code: i32, message: &str) {
+    let message = scrub(message);
+    match class {
+        gdal::errors::CplErrType::Warning => tracing::warn!(target: "gdal", code, "{message}"),
+        gdal::errors::CplErrType::Debug | gdal::errors::CplErrType::None => {
+            tracing::trace!(target: "gdal", code, "{message}")
+        }
+        _ => tracing::debug!(target: "gdal", code, "{message}"),
+    }
 }
 
 /// The block cache when no memory budget says otherwise.

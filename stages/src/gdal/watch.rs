@@ -88,15 +88,7 @@ unsafe extern "C" fn on_message(
             heard.said.store(true, Ordering::Relaxed);
         }
     }
-    let message = super::scrub(&message);
-    match class {
-        sys::CPLErr::CE_Warning => tracing::warn!(target: "gdal", code, "{message}"),
-        sys::CPLErr::CE_Debug | sys::CPLErr::CE_None => {
-            tracing::trace!(target: "gdal", code, "{message}")
-        }
-        // Failures reach the item's error through `last_error`.
-        _ => tracing::debug!(target: "gdal", code, "{message}"),
-    }
+    super::forward(class.into(), code, &message);
 }
 
 /// Reports `message` as a GDAL failure on this thread, as a driver would
