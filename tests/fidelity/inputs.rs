@@ -247,3 +247,39 @@ fn the_only_output_equals_gdalwarp_of(out_dir: &Path, source: &str, what: &str) 
     let ours = std::fs::read_dir(out_dir).unwrap().next().unwrap().unwrap();
     assert_same_raster(&ours.path(), &theirs, what);
 }
+
+/// The shared rasters not in the plain oracle: a whole-world raster (the
+/// antimeridian and the poles), an ESRI WKT CRS, a band-interleaved 3857
+/// raster, and, with no CRS of their own (so `assume_crs`, as gdalwarp's
+/// `-s_srs`), a rotated geotransform and a south-up Float32 with NaN nodata.
+#[test]
+fn odd_crss_and_geotransforms_are_warped_as_gdalwarp_warps_them() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let cases: [(&str, &str, &str, &str); 5] = [
+        ("world.rgb.tif", "", "EPSG:3857", "bilinear"),
+        ("test_esri_wkt.tif", "", "EPSG:4326", "near"),
+        ("rgb1_fake_nir_epsg3857.tif", "", "EPSG:32618", "cubic"),
+        ("rotated.tif", "EPSG:32618", "EPSG:32618", "near"),
+        ("float_nan.tif", "EPSG:4326", "EPSG:3857", "bilinear"),
+    ];
+    for (file, assumed, crs, resampling) in cases {
+        let decode = if assumed.is_empty() {
+            String::new()
+        } else {
+            format!("assume_crs = {assumed:?}")
+        };
+        let mut args = vec!["-t_srs", crs, "-r", resampling];
+        if !assumed.is_empty() {
+            args.extend(["-s_srs", assumed]);
+        }
+        same_as_gdalwarp(
+            work.path(),
+            file.trim_end_matches(".tif"),
+            &s(&data.join(file)),
+            &decode,
+            &format!("crs = {crs:?}\nresampling = {resampling:?}"),
+            &args,
+        );
+    }
+}

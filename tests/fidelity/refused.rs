@@ -109,3 +109,26 @@ fn an_overview_in_an_archive_whose_metadata_names_another_file_is_refused() {
         "{messages:?}"
     );
 }
+
+#[test]
+fn a_zip_of_one_raster_and_its_metadata_opens_the_raster() {
+    let Some(data) = data() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let zip = work.path().join("scene.zip");
+    let pam = "<PAMDataset><Metadata><MDI key=\"SENSOR\">ETM+</MDI></Metadata></PAMDataset>";
+    let entries = [
+        ("rgb.tif", std::fs::read(data.join("RGB.byte.tif")).unwrap()),
+        ("rgb.tif.aux.xml", pam.as_bytes().to_vec()),
+        ("README.txt", b"a scene".to_vec()),
+    ];
+    std::fs::write(&zip, zip_stored(&entries)).unwrap();
+    let out = work.path().join("out");
+    let (done, messages) = one(&s(&zip), "", &out);
+    assert_eq!(done, 1, "{messages:?}");
+    // The metadata beside the raster in the zip was read with it.
+    let written = gdal::Dataset::open(out.join("scene.tif")).unwrap();
+    assert_eq!(
+        gdal::Metadata::metadata_item(&written, "SENSOR", "").as_deref(),
+        Some("ETM+")
+    );
+}

@@ -142,20 +142,20 @@ pub(crate) fn warp(srcs: &[&Dataset], options: &WarpOptions) -> Result<Dataset, 
         )
     };
     // SAFETY: reads this thread's last error, right after the warp.
-    let (class, number) = unsafe { (sys::CPLGetLastErrorType(), sys::CPLGetLastErrorNo()) };
-    let failed = class == sys::CPLErr::CE_Failure || class == sys::CPLErr::CE_Fatal;
-    let out = (!out.is_null()).then(|| {
+    let number = unsafe { sys::CPLGetLastErrorNo() };
+    if !out.is_null() {
+        // As the gdalwarp command: a dataset back is a warp done. GDAL may
+        // have said errors on the way that did not stop it (PROJ failing
+        // for points off the target's domain); they are in the log.
         // SAFETY: a new dataset GDALWarp handed to us; closed on drop.
-        unsafe { Dataset::from_c_dataset(out) }
-    });
-    if number == CPLE_OUT_OF_MEMORY {
-        return Err(WarpError::OutOfMemory(last_error("out of memory")));
+        return Ok(unsafe { Dataset::from_c_dataset(out) });
     }
-    match out {
-        Some(out) if !failed => Ok(out),
-        Some(_) => Err(WarpError::Unreadable(last_error(
-            "the warp could not read the source",
-        ))),
-        None => Err(WarpError::Failed(last_error("GDALWarp returned nothing"))),
+    let message = last_error("GDALWarp returned nothing");
+    if number == CPLE_OUT_OF_MEMORY {
+        Err(WarpError::OutOfMemory(message))
+    } else if message.contains("ReadBlock") || message.contains("TIFFRead") {
+        Err(WarpError::Unreadable(message))
+    } else {
+        Err(WarpError::Failed(message))
     }
 }
