@@ -179,7 +179,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
 
 /// The HTTP client: timeouts, at most `max_redirects` redirects and only
 /// to http(s), the User-Agent.
-fn http_client(
+pub(crate) fn http_client(
     connect_timeout: Duration,
     timeout: Duration,
     max_redirects: usize,
@@ -469,7 +469,7 @@ struct Held {
     bytes: u64,
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

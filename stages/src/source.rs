@@ -32,12 +32,14 @@ use warpline_engine::redact::redact;
 use warpline_engine::{Input, Problem, Registry, Settings, Source, SourceError, SourceSpec};
 
 mod mosaic;
+mod stac;
 
 pub(crate) fn register(r: &mut Registry) {
     r.register_source("list", list);
     r.register_source("inline", inline);
     r.register_source("glob", glob_source);
     r.register_source("mosaic", mosaic::mosaic);
+    r.register_source("stac", stac::stac);
 }
 
 /// The schemes an input may use.
@@ -163,7 +165,12 @@ impl Ids {
             Some((stem, _)) if !stem.is_empty() => stem.to_owned(),
             _ => decoded,
         };
-        let id = safe_id(&stem);
+        self.named(&stem)
+    }
+
+    /// `name` made safe, and unique as [`Ids::next`]'s ids are.
+    pub(crate) fn named(&mut self, name: &str) -> String {
+        let id = safe_id(name);
         let n = self.seen.entry(id.clone()).or_insert(0);
         *n += 1;
         if *n == 1 {

@@ -1,7 +1,8 @@
 //! Uploading the write stage's outputs: `dir = "s3://BUCKET/PREFIX"`.
 //!
 //! The file GDAL wrote (under a temporary name, in a local staging
-//! directory) is sent with a multipart upload, parts of 8 MiB, up to 4 in
+//! directory) is sent with a multipart upload, parts of 8 MiB (larger for a
+//! file over 78 GiB: S3 takes at most 10,000 parts), up to 32 MiB of them in
 //! flight: S3 shows the object only when the upload is completed, so no
 //! partial object is ever under the final key. An upload that fails is
 //! aborted (the parts sent are dropped by the server); one a killed run
@@ -23,18 +24,48 @@ use warpline_engine::StageError;
 use super::journal::{self, Record};
 use super::{block_on, stage_error, Config, S3Url, Stores};
 
-/// The size of each uploaded part (S3's least is 5 MiB, but for the last).
-const PART: usize = 8 << 20;
+/// The size of each uploaded part, for a file of at most
+/// `PART * MAX_PARTS` bytes (78 GiB).
+const PART: u64 = 8 << 20;
 
-/// Parts in flight at once, per upload.
-const PARTS_IN_FLIGHT: usize = 4;
+/// S3's limits on a multipart upload: at most 10,000 parts, each at most
+/// 5 GiB (and at least 5 MiB but for the last, which `PART` is over).
+const MAX_PARTS: u64 = 10_000;
+const MAX_PART: u64 = 5 << 30;
+
+/// The bytes of parts in flight at once, per upload (at least one part).
+const IN_FLIGHT_BYTES: u64 = 32 << 20;
+
+/// The part size for a file of `len` bytes: `PART`, or for a larger file
+/// the least whole number of MiB that makes it at most `MAX_PARTS` parts.
+fn part_size(len: u64) -> Result<u64, String> {
+    let least = len.div_ceil(MAX_PARTS).div_ceil(1 << 20) << 20;
+    let part = PART.max(least);
+    if part > MAX_PART {
+        return Err(format!(
+            "{len} bytes is over S3's largest object in {MAX_PARTS} parts of 5 GiB"
+        ));
+    }
+    Ok(part)
+}
+
+/// How many parts of `part` bytes are sent at once.
+fn parts_in_flight(part: u64) -> usize {
+    (IN_FLIGHT_BYTES / part).max(1) as usize
+}
 
 /// Where outputs are uploaded.
 #[derive(Debug)]
 pub(crate) struct Output {
     bucket: String,
     prefix: String,
-    stores: Stores,
+    stores: Arc<Stores>,
+    /// The server uploads go to (the `endpoint` setting, else
+    /// `AWS_ENDPOINT_URL`; `None`: AWS), kept in each upload's record.
+    endpoint: Option<String>,
+    /// Clients of the servers that uploads a dead process left were begun
+    /// at, when not `endpoint`.
+    elsewhere: std::sync::Mutex<std::collections::HashMap<String, Arc<Stores>>>,
     /// Where the records of uploads in progress are.
     journal: PathBuf,
     /// The uploads dead processes left are aborted once, before the first.
@@ -51,10 +82,16 @@ impl Output {
     ) -> Result<Self, String> {
         let url = S3Url::parse(dir)?;
         let prefix = url.key.trim_matches('/').to_owned();
+        let effective = endpoint
+            .clone()
+            .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+            .filter(|e| !e.is_empty());
         Ok(Output {
             bucket: url.bucket,
             prefix,
-            stores: Stores::new(Config {
+            endpoint: effective,
+            elsewhere: Default::default(),
+            stores: Arc::new(Stores::new(Config {
                 endpoint,
                 // A part, a HEAD are asked again a few times: the stage
                 // itself is not tried again by default.
@@ -62,7 +99,7 @@ impl Output {
                 // For a part of 8 MiB: 28 KiB/s at least.
                 timeout: Some(std::time::Duration::from_secs(300)),
                 ..Config::default()
-            }),
+            })),
             journal: journal::dir(staging),
             swept: Once::new(),
         })
@@ -112,7 +149,8 @@ impl Output {
         self.swept.call_once(|| self.abort_left());
         let (store, path, shown) = self.target(name)?;
         let (file, journal) = (file.to_owned(), self.journal.clone());
-        block_on(async move { upload(store, path, file, shown, journal).await })
+        let endpoint = self.endpoint.clone();
+        block_on(async move { upload(store, path, file, shown, (journal, endpoint)).await })
     }
 
     /// Aborts the uploads that dead processes left.
@@ -121,7 +159,10 @@ impl Output {
         for left in journal::left(&self.journal) {
             let result = S3Url::parse(&left.url)
                 .map_err(StageError::permanent)
-                .and_then(|url| Ok((self.stores.bucket(&url.bucket)?, url.path()?)))
+                .and_then(|url| {
+                    let stores = self.stores_at(left.endpoint.as_deref());
+                    Ok((stores.bucket(&url.bucket)?, url.path()?))
+                })
                 .and_then(|(store, path)| {
                     let (url, id) = (left.url.clone(), left.id.clone());
                     block_on(async move {
@@ -146,6 +187,24 @@ impl Output {
         if aborted > 0 {
             tracing::info!("aborted {aborted} upload(s) left by processes that died");
         }
+    }
+
+    /// The clients of the server at `endpoint` (the output's own when it is
+    /// that server, or when a record does not say).
+    fn stores_at(&self, endpoint: Option<&str>) -> Arc<Stores> {
+        let Some(endpoint) = endpoint.filter(|e| Some(*e) != self.endpoint.as_deref()) else {
+            return Arc::clone(&self.stores);
+        };
+        // A poisoned map is still a valid map (one insert at a time).
+        let mut map = self.elsewhere.lock().unwrap_or_else(|p| p.into_inner());
+        let stores = map.entry(endpoint.to_owned()).or_insert_with(|| {
+            Arc::new(Stores::new(Config {
+                endpoint: Some(endpoint.to_owned()),
+                retries: 3,
+                ..Config::default()
+            }))
+        });
+        Arc::clone(stores)
     }
 
     /// Checks before a run that the bucket answers with these credentials
@@ -174,23 +233,25 @@ async fn upload(
     path: ObjectPath,
     file: PathBuf,
     shown: String,
-    journal: PathBuf,
+    (journal, endpoint): (PathBuf, Option<String>),
 ) -> Result<u64, StageError> {
     let local = |e: std::io::Error| {
         StageError::permanent(format!("{shown}: cannot read {}: {e}", file.display()))
     };
     let mut f = tokio::fs::File::open(&file).await.map_err(local)?;
+    let len = f.metadata().await.map_err(local)?.len();
+    let part = part_size(len).map_err(|m| StageError::permanent(format!("{shown}: {m}")))?;
     let id = store
         .create_multipart(&path)
         .await
         .map_err(|e| stage_error(&shown, &e))?;
-    let record = Record::begin(&journal, &file, &shown, &id);
+    let record = Record::begin(&journal, &file, &shown, endpoint.as_deref(), &id).await;
     let result = match &record {
         Err(e) => Err(StageError::permanent(format!(
             "{shown}: cannot record the upload in {}: {e}",
             journal.display()
         ))),
-        Ok(_) => match send(&store, &path, &id, &mut f, &shown, &local).await {
+        Ok(_) => match send(&store, &path, &id, (&mut f, part), &shown, &local).await {
             Ok((parts, sent)) => store
                 .complete_multipart(&path, &id, parts)
                 .await
@@ -201,7 +262,9 @@ async fn upload(
     };
     let error = match result {
         Ok(sent) => {
-            record.map(Record::end).ok();
+            if let Ok(r) = record {
+                r.end().await;
+            }
             return Ok(sent);
         }
         Err(error) => error,
@@ -209,7 +272,9 @@ async fn upload(
     // The parts sent are dropped by the server; the object never appears.
     match store.abort_multipart(&path, &id).await {
         Ok(()) => {
-            record.map(Record::end).ok();
+            if let Ok(r) = record {
+                r.end().await;
+            }
             Err(error)
         }
         // The record stays: the next run tries again.
@@ -224,27 +289,31 @@ async fn upload(
     }
 }
 
-/// Sends the file's parts, [`PARTS_IN_FLIGHT`] at a time; their ids in
-/// order, and the bytes sent.
+/// Sends the file's parts of `part` bytes, [`parts_in_flight`] at a time;
+/// their ids in order, and the bytes sent.
 async fn send(
     store: &AmazonS3,
     path: &ObjectPath,
     id: &String,
-    f: &mut tokio::fs::File,
+    (f, part): (&mut tokio::fs::File, u64),
     shown: &str,
     local: &impl Fn(std::io::Error) -> StageError,
 ) -> Result<(Vec<PartId>, u64), StageError> {
     let mut in_flight = FuturesUnordered::new();
     let mut parts: Vec<Option<PartId>> = Vec::new();
     let mut sent = 0u64;
+    let at_once = parts_in_flight(part);
     loop {
-        let mut chunk = Vec::with_capacity(PART);
+        // A part is at most 5 GiB (`part_size`): it fits a usize on the
+        // 64-bit targets warpline builds for; else it is read in smaller
+        // steps by `read_to_end` all the same.
+        let mut chunk = Vec::with_capacity(usize::try_from(part).unwrap_or(usize::MAX));
         (&mut *f)
-            .take(PART as u64)
+            .take(part)
             .read_to_end(&mut chunk)
             .await
             .map_err(local)?;
-        let last = chunk.len() < PART;
+        let last = (chunk.len() as u64) < part;
         // An empty file is one empty part; else no part is empty.
         if !chunk.is_empty() || parts.is_empty() {
             let idx = parts.len();
@@ -253,7 +322,7 @@ async fn send(
             let payload = PutPayload::from(chunk);
             in_flight.push(async move { (idx, store.put_part(path, id, idx, payload).await) });
         }
-        while in_flight.len() >= PARTS_IN_FLIGHT || (last && !in_flight.is_empty()) {
+        while in_flight.len() >= at_once || (last && !in_flight.is_empty()) {
             let Some((idx, result)) = in_flight.next().await else {
                 break;
             };
@@ -274,12 +343,13 @@ mod tests {
     use crate::store::testing;
 
     /// An output under a prefix of its own on the test server, with the
-    /// test credentials (not the environment's).
-    fn output(test: &str) -> Option<Output> {
+    /// test credentials (not the environment's), and its staging
+    /// directory (removed when dropped).
+    fn output(test: &str) -> Option<(Output, tempfile::TempDir)> {
         let server = testing::server("the upload tests are")?;
         let dir = format!("s3://{}/{}", server.bucket, testing::unique(test));
-        let staging = std::env::temp_dir().join(testing::unique("staging"));
-        let output = Output::parse(&dir, Some(server.endpoint.clone()), &staging).unwrap();
+        let staging = tempfile::tempdir().unwrap();
+        let output = Output::parse(&dir, Some(server.endpoint.clone()), staging.path()).unwrap();
         let store = server.client(&server.endpoint);
         output
             .stores
@@ -287,7 +357,7 @@ mod tests {
             .lock()
             .unwrap()
             .insert(server.bucket, store);
-        Some(output)
+        Some((output, staging))
     }
 
     /// The uploads in progress on the server, if the test says where its
@@ -308,16 +378,36 @@ mod tests {
     /// uploads in progress.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+    /// S3 takes at most 10,000 parts of at least 5 MiB (but the last) and
+    /// at most 5 GiB: with 8 MiB parts, a file over 78 GiB could not be
+    /// sent.
+    #[test]
+    fn parts_are_sized_from_the_file_within_s3s_limits() {
+        for len in [0, 1, PART, 78 << 30, 100 << 30, 1 << 40, 5 << 40] {
+            let part = part_size(len).unwrap();
+            assert!(part >= 5 << 20 && part <= MAX_PART, "{len}: {part}");
+            assert!(len.div_ceil(part) <= MAX_PARTS, "{len}: {part}");
+            assert_eq!(part % (1 << 20), 0);
+            assert!(parts_in_flight(part) as u64 * part <= IN_FLIGHT_BYTES.max(part));
+        }
+        assert_eq!(part_size(PART * MAX_PARTS).unwrap(), PART);
+        assert_eq!(part_size(PART * MAX_PARTS + 1).unwrap(), PART + (1 << 20));
+        assert_eq!(parts_in_flight(PART), 4);
+        assert!(part_size(MAX_PART * MAX_PARTS + 1).is_err());
+    }
+
     #[test]
     fn a_large_file_is_sent_in_parts_and_appears_whole() {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(output) = output("parts") else {
+        let Some((output, _staging)) = output("parts") else {
             return;
         };
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("big.tif");
         // 2.5 parts of bytes that differ from part to part.
-        let bytes: Vec<u8> = (0..PART * 5 / 2).map(|i| (i % 251) as u8).collect();
+        let bytes: Vec<u8> = (0..PART as usize * 5 / 2)
+            .map(|i| (i % 251) as u8)
+            .collect();
         std::fs::write(&file, &bytes).unwrap();
         assert!(!output.exists("big.tif").unwrap());
         assert_eq!(output.upload(&file, "big.tif").unwrap(), bytes.len() as u64);
@@ -334,7 +424,7 @@ mod tests {
     #[test]
     fn an_upload_that_fails_is_aborted_and_leaves_no_object() {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(output) = output("abort") else {
+        let Some((output, _staging)) = output("abort") else {
             return;
         };
         let before = uploads_in_progress();

@@ -1,0 +1,341 @@
+//! STAC documents and how they are read: the few fields warpline uses of an
+//! Item, an ItemCollection (a search's page), a Catalog or Collection and
+//! their links, as serde types of our own; and one document read from a
+//! local file or over HTTP(S) (GET, or POST with a JSON body as a `next`
+//! link may say), at most [`MAX_DOCUMENT_BYTES`], with a few tries again
+//! for transient errors.
+//!
+//! Own types rather than the `stac` crate's: `stac` 0.17 always pulls
+//! `cql2` (with `geo`, `geozero`, `jsonschema`, `sqlparser`, `pest`): 93
+//! crates new to warpline's build for the five fields read here.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use url::Url;
+use warpline_engine::redact::{redact, redact_text};
+
+/// The largest document read (a page, a catalog, an item collection).
+pub(super) const MAX_DOCUMENT_BYTES: u64 = 64 << 20;
+
+/// Tries again of a document after a transient error (connection, 408,
+/// 429, 5xx), waiting 1, 2, 4 s or the server's `Retry-After`.
+const RETRIES: u32 = 3;
+
+/// The longest `Retry-After` obeyed.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// Any STAC object: an Item (`Feature`), an ItemCollection
+/// (`FeatureCollection`), a Catalog or a Collection. Other fields are
+/// ignored.
+#[derive(Debug, Deserialize)]
+pub(super) struct Document {
+    #[serde(rename = "type")]
+    pub(super) kind: Option<String>,
+    pub(super) id: Option<String>,
+    /// An ItemCollection's items.
+    pub(super) features: Option<Vec<Item>>,
+    /// An Item's assets (when the document is one item).
+    #[serde(default)]
+    pub(super) assets: BTreeMap<String, Asset>,
+    #[serde(default)]
+    pub(super) links: Vec<Link>,
+}
+
+/// An item of a collection, a page or a catalog.
+#[derive(Debug, Deserialize)]
+pub(super) struct Item {
+    pub(super) id: Option<String>,
+    #[serde(default)]
+    pub(super) assets: BTreeMap<String, Asset>,
+    #[serde(default)]
+    pub(super) links: Vec<Link>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Asset {
+    pub(super) href: Option<String>,
+}
+
+/// A link, with the STAC API's extra fields for a `next` page (`method`,
+/// `body`, `merge`, `headers`).
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct Link {
+    pub(super) rel: Option<String>,
+    pub(super) href: Option<String>,
+    pub(super) method: Option<String>,
+    pub(super) body: Option<Map<String, Value>>,
+    #[serde(default)]
+    pub(super) merge: bool,
+    #[serde(default)]
+    pub(super) headers: BTreeMap<String, Value>,
+}
+
+impl Document {
+    pub(super) fn into_item(self) -> Item {
+        Item {
+            id: self.id,
+            assets: self.assets,
+            links: self.links,
+        }
+    }
+}
+
+/// The first link of `rel`.
+pub(super) fn link<'a>(links: &'a [Link], rel: &str) -> Option<&'a Link> {
+    links.iter().find(|l| l.rel.as_deref() == Some(rel))
+}
+
+/// A document to read: where, how, and with what body.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Request {
+    pub(super) url: Url,
+    /// `None` for GET; a JSON body for POST.
+    pub(super) body: Option<String>,
+    pub(super) headers: Vec<(String, String)>,
+}
+
+impl Request {
+    pub(super) fn get(url: Url) -> Self {
+        Request {
+            url,
+            body: None,
+            headers: Vec::new(),
+        }
+    }
+
+    /// The URL as it may be shown (no secrets).
+    pub(super) fn shown(&self) -> String {
+        let url = if self.url.scheme() == "file" {
+            self.url
+                .to_file_path()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| self.url.to_string())
+        } else {
+            self.url.to_string()
+        };
+        match self.body {
+            None => redact(&url),
+            Some(_) => format!("POST {}", redact(&url)),
+        }
+    }
+}
+
+/// Reads documents: local files, and HTTP(S) through one client.
+#[derive(Debug, Clone)]
+pub(super) struct Reader {
+    pub(super) client: reqwest::Client,
+}
+
+/// Why a document could not be read: `transient` ones were tried again.
+pub(super) type ReadError = String;
+
+impl Reader {
+    /// Reads and parses one document.
+    pub(super) async fn read(&self, req: &Request) -> Result<Document, ReadError> {
+        let shown = req.shown();
+        let bytes = match req.url.scheme() {
+            "file" => read_file(&req.url, &shown).await?,
+            "http" | "https" => self.http(req, &shown).await?,
+            other => {
+                return Err(format!(
+                    "{shown}: a STAC document is read from a local file or http(s), not {other}://"
+                ))
+            }
+        };
+        serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{shown}: not a STAC JSON document: {e}"))
+    }
+
+    async fn http(&self, req: &Request, shown: &str) -> Result<Vec<u8>, ReadError> {
+        let mut tries = 0;
+        loop {
+            match self.http_once(req, shown).await {
+                Ok(bytes) => return Ok(bytes),
+                Err((message, Some(wait))) if tries < RETRIES => {
+                    tries += 1;
+                    tracing::warn!(url = %shown, "{message}; trying again in {wait:?}");
+                    tokio::time::sleep(wait.max(Duration::from_secs(1 << (tries - 1)))).await;
+                }
+                Err((message, _)) => {
+                    let after = if tries > 0 {
+                        format!(" (after {} tries)", tries + 1)
+                    } else {
+                        String::new()
+                    };
+                    return Err(format!("{message}{after}"));
+                }
+            }
+        }
+    }
+
+    /// One try: the error, with how long to wait when it is worth trying
+    /// again.
+    async fn http_once(
+        &self,
+        req: &Request,
+        shown: &str,
+    ) -> Result<Vec<u8>, (String, Option<Duration>)> {
+        let mut builder = match &req.body {
+            None => self.client.get(req.url.clone()),
+            Some(body) => self
+                .client
+                .post(req.url.clone())
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone()),
+        };
+        builder = builder.header(
+            reqwest::header::ACCEPT,
+            "application/geo+json, application/json",
+        );
+        for (k, v) in &req.headers {
+            builder = builder.header(k, v);
+        }
+        let mut response = builder.send().await.map_err(|e| {
+            let transient = e.is_connect() || e.is_timeout() || e.is_request();
+            let text = redact_text(&crate::fetch::error_chain(&e.without_url()));
+            (
+                format!("{shown}: {text}"),
+                transient.then_some(Duration::ZERO),
+            )
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            let code = status.as_u16();
+            let transient = code == 408 || code == 429 || status.is_server_error();
+            let wait = transient.then(|| retry_after(response.headers()).unwrap_or_default());
+            return Err((format!("{shown}: HTTP {status}"), wait));
+        }
+        if let Some(len) = response.content_length() {
+            if len > MAX_DOCUMENT_BYTES {
+                return Err((too_big(shown), None));
+            }
+        }
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| {
+            let text = redact_text(&crate::fetch::error_chain(&e.without_url()));
+            (format!("{shown}: {text}"), Some(Duration::ZERO))
+        })? {
+            if (bytes.len() + chunk.len()) as u64 > MAX_DOCUMENT_BYTES {
+                return Err((too_big(shown), None));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    }
+}
+
+fn too_big(shown: &str) -> String {
+    format!(
+        "{shown}: a STAC document over {} MiB is not read",
+        MAX_DOCUMENT_BYTES >> 20
+    )
+}
+
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let secs: u64 = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(secs).min(MAX_WAIT))
+}
+
+async fn read_file(url: &Url, shown: &str) -> Result<Vec<u8>, ReadError> {
+    let path = url
+        .to_file_path()
+        .map_err(|()| format!("{shown}: not a local path"))?;
+    let meta = tokio::fs::metadata(&path)
+        .await
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if meta.len() > MAX_DOCUMENT_BYTES {
+        return Err(too_big(shown));
+    }
+    tokio::fs::read(&path)
+        .await
+        .map_err(|e| format!("cannot read {shown}: {e}"))
+}
+
+/// Where `text` (a URL or a local path) is, as a URL; a relative path is
+/// taken from the working directory.
+pub(super) fn location(text: &str) -> Result<Url, String> {
+    match super::super::scheme_of(text) {
+        Some("http" | "https" | "file") => {
+            Url::parse(text).map_err(|e| format!("malformed URL {:?}: {e}", redact(text)))
+        }
+        Some(other) => Err(format!(
+            "{:?}: a STAC document is read from a local file or http(s), not {other}://",
+            redact(text)
+        )),
+        None => {
+            let path = std::path::absolute(text).map_err(|e| format!("{text:?}: {e}"))?;
+            Url::from_file_path(&path).map_err(|()| format!("{text:?}: not a usable path"))
+        }
+    }
+}
+
+/// The source of an asset: an absolute `href` as it is, a relative one
+/// resolved against `base` (the item's `self` link, else where it was
+/// read); `file://` URLs become local paths.
+pub(super) fn resolve(href: &str, base: &Url) -> Result<String, String> {
+    let absolute = super::super::scheme_of(href).is_some();
+    if absolute && !href.starts_with("file:") {
+        return Ok(href.to_owned());
+    }
+    let url = if absolute {
+        Url::parse(href)
+    } else {
+        base.join(href)
+    }
+    .map_err(|e| format!("asset href {:?}: {e}", redact(href)))?;
+    if url.scheme() == "file" {
+        return url
+            .to_file_path()
+            .map(|p| p.display().to_string())
+            .map_err(|()| format!("asset href {:?}: not a local path", redact(href)));
+    }
+    Ok(url.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hrefs_resolve_against_the_base() {
+        let http = Url::parse("https://h/stac/items/a.json").unwrap();
+        assert_eq!(
+            resolve("b04.tif", &http).unwrap(),
+            "https://h/stac/items/b04.tif"
+        );
+        assert_eq!(
+            resolve("../x/b.tif", &http).unwrap(),
+            "https://h/stac/x/b.tif"
+        );
+        assert_eq!(
+            resolve("s3://bkt/k/b.tif", &http).unwrap(),
+            "s3://bkt/k/b.tif"
+        );
+        let file = Url::from_file_path("/data/cat/item/item.json").unwrap();
+        assert_eq!(
+            resolve("./b04.tif", &file).unwrap(),
+            "/data/cat/item/b04.tif"
+        );
+        assert_eq!(resolve("file:///d/b.tif", &file).unwrap(), "/d/b.tif");
+        assert_eq!(
+            resolve("https://h/b.tif?sig=1", &file).unwrap(),
+            "https://h/b.tif?sig=1"
+        );
+    }
+
+    #[test]
+    fn a_request_is_shown_without_secrets() {
+        let r = Request::get(Url::parse("https://u:p@h/search?token=abc").unwrap());
+        assert!(!r.shown().contains("u:p"), "{}", r.shown());
+        assert!(!r.shown().contains("abc"), "{}", r.shown());
+    }
+}
