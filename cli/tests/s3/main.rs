@@ -15,6 +15,8 @@
 mod common;
 mod faults;
 mod server;
+mod stac;
+mod stac_api;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -125,14 +125,8 @@ impl S3 {
 
     /// The `warpline` binary with these credentials and no others.
     pub fn warpline(&self, secret: &str) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
-        for (k, _) in std::env::vars() {
-            if k.starts_with("AWS_") {
-                c.env_remove(k);
-            }
-        }
-        c.env_remove("WARPLINE_LOG")
-            .env("AWS_ACCESS_KEY_ID", &self.key)
+        let mut c = warpline();
+        c.env("AWS_ACCESS_KEY_ID", &self.key)
             .env("AWS_SECRET_ACCESS_KEY", secret)
             .env("AWS_REGION", "us-east-1");
         c
@@ -147,29 +141,51 @@ impl S3 {
         secret: &str,
         code: i32,
     ) -> (serde_json::Value, String) {
-        let file = work.join("pipeline.toml");
-        std::fs::write(&file, toml).unwrap();
-        let report = work.join("report.json");
-        let out = self
-            .warpline(secret)
-            .current_dir(work)
-            .arg("run")
-            .arg(&file)
-            .arg("--report")
-            .arg(&report)
-            .arg("--failures")
-            .arg(work.join("failures.jsonl"))
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(out.status.code(), Some(code), "{text}\n{toml}");
-        let json = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
-        (json, text)
+        run_with(self.warpline(secret), work, toml, code)
     }
+}
+
+/// The `warpline` binary with no S3 credentials.
+pub fn warpline() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") {
+            c.env_remove(k);
+        }
+    }
+    c.env_remove("WARPLINE_LOG");
+    c
+}
+
+/// Runs `toml` (in `work`) with `command` and returns its report, with
+/// stdout and stderr; the exit code must be `code`.
+pub fn run_with(
+    mut command: Command,
+    work: &Path,
+    toml: &str,
+    code: i32,
+) -> (serde_json::Value, String) {
+    let file = work.join("pipeline.toml");
+    std::fs::write(&file, toml).unwrap();
+    let report = work.join("report.json");
+    let out = command
+        .current_dir(work)
+        .arg("run")
+        .arg(&file)
+        .arg("--report")
+        .arg(&report)
+        .arg("--failures")
+        .arg(work.join("failures.jsonl"))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(code), "{text}\n{toml}");
+    let json = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    (json, text)
 }
 
 /// fetch -> decode -> reproject -> write, from `source` (a `[source]` body)

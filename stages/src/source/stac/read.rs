@@ -155,9 +155,10 @@ impl Reader {
             match self.http_once(req, shown).await {
                 Ok(bytes) => return Ok(bytes),
                 Err((message, Some(wait))) if tries < RETRIES => {
+                    let wait = wait.max(Duration::from_secs(1 << tries));
                     tries += 1;
-                    tracing::warn!(url = %shown, "{message}; trying again in {wait:?}");
-                    tokio::time::sleep(wait.max(Duration::from_secs(1 << (tries - 1)))).await;
+                    tracing::warn!("{message}; trying again in {wait:?}");
+                    tokio::time::sleep(wait).await;
                 }
                 Err((message, _)) => {
                     let after = if tries > 0 {
@@ -206,7 +207,15 @@ impl Reader {
             let code = status.as_u16();
             let transient = code == 408 || code == 429 || status.is_server_error();
             let wait = transient.then(|| retry_after(response.headers()).unwrap_or_default());
-            return Err((format!("{shown}: HTTP {status}"), wait));
+            // What the server said, in short: an API says why it refused.
+            let said = response.text().await.unwrap_or_default();
+            let said: String = said.trim().chars().take(300).collect();
+            let said = if said.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", redact_text(&said))
+            };
+            return Err((format!("{shown}: HTTP {status}{said}"), wait));
         }
         if let Some(len) = response.content_length() {
             if len > MAX_DOCUMENT_BYTES {
