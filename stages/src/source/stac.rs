@@ -521,3 +521,6 @@ fn next_request(next: &Link, base: &Url, last: Option<Map<String, Value>>) -> Re
         other => Err(format!("method {other:?}: GET or POST")),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -385,7 +385,7 @@ mod tests {
     fn parts_are_sized_from_the_file_within_s3s_limits() {
         for len in [0, 1, PART, 78 << 30, 100 << 30, 1 << 40, 5 << 40] {
             let part = part_size(len).unwrap();
-            assert!(part >= 5 << 20 && part <= MAX_PART, "{len}: {part}");
+            assert!((5 << 20..=MAX_PART).contains(&part), "{len}: {part}");
             assert!(len.div_ceil(part) <= MAX_PARTS, "{len}: {part}");
             assert_eq!(part % (1 << 20), 0);
             assert!(parts_in_flight(part) as u64 * part <= IN_FLIGHT_BYTES.max(part));

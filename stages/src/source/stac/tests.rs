@@ -1,0 +1,137 @@
+//! The `stac` source against a real HTTP server on loopback (testkit's
+//! tile server serving the pages as files).
+
+use std::sync::Arc;
+
+use serde_json::json;
+use warpline_testkit::tileserver::{Fault, Faults, TileServer};
+
+use super::read::{Reader, Request};
+use super::*;
+
+fn spec(first: &str, assets: &[&str]) -> Stac {
+    Stac {
+        kind: Kind::Items,
+        first: Request::get(Url::parse(first).unwrap()),
+        assets: assets.iter().map(|a| a.to_string()).collect(),
+        schemes: Schemes {
+            allowed: super::super::KNOWN_SCHEMES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        },
+        reader: Reader {
+            client: crate::fetch::http_client(
+                Duration::from_secs(5),
+                Duration::from_secs(30),
+                5,
+                None,
+            )
+            .unwrap(),
+        },
+    }
+}
+
+/// A page of items `ids`, its `next` link (relative) to `next`.
+fn page(ids: &[&str], next: Option<&str>) -> Vec<u8> {
+    let features: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"type": "Feature", "id": id, "assets": {"B04": {"href": format!("{id}.tif")}}}))
+        .collect();
+    let links: Vec<Value> = next
+        .map(|n| json!({"rel": "next", "href": n}))
+        .into_iter()
+        .collect();
+    serde_json::to_vec(&json!({"type": "FeatureCollection", "features": features, "links": links}))
+        .unwrap()
+}
+
+/// Three pages: the first is read with the first input asked for (not
+/// when the source is opened), each next one only when the inputs of the
+/// one before are all taken; relative hrefs are resolved against the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_are_read_one_at_a_time_as_inputs_are_taken() {
+    let pages: Vec<(String, Arc<Vec<u8>>)> = vec![
+        (
+            "p1.json".into(),
+            Arc::new(page(&["a", "b"], Some("p2.json"))),
+        ),
+        (
+            "p2.json".into(),
+            Arc::new(page(&["c", "d"], Some("./p3.json"))),
+        ),
+        ("p3.json".into(), Arc::new(page(&["e"], None))),
+    ];
+    let server = TileServer::start(pages).await.unwrap();
+    let mut source = spec(&server.url("p1.json"), &["B04"]).open().unwrap();
+    assert_eq!(server.requests(), 0, "opening the source reads nothing");
+    let mut asked = Vec::new();
+    let mut ids = Vec::new();
+    while let Some(input) = source.next().await {
+        let input = input.unwrap();
+        asked.push(server.requests());
+        if ids.is_empty() {
+            assert_eq!(input.source, server.url("a.tif"));
+        }
+        ids.push(input.id);
+    }
+    assert_eq!(ids, ["a_B04", "b_B04", "c_B04", "d_B04", "e_B04"]);
+    assert_eq!(asked, [1, 1, 2, 2, 3], "a page read only when needed");
+}
+
+/// A 500 is tried again (after 1 s); a page that is not JSON ends the
+/// listing with a failed item naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_error_is_tried_again_and_a_bad_page_is_named() {
+    let pages: Vec<(String, Arc<Vec<u8>>)> = vec![
+        ("p1.json".into(), Arc::new(page(&["a"], Some("p2.json")))),
+        ("p2.json".into(), Arc::new(b"<html>busy</html>".to_vec())),
+    ];
+    let faults = Faults {
+        server_errors: Some(Fault::all(1)),
+        ..Faults::default()
+    };
+    let server = TileServer::start_with(pages, faults).await.unwrap();
+    let mut source = spec(&server.url("p1.json"), &["B04"]).open().unwrap();
+    assert_eq!(source.next().await.unwrap().unwrap().id, "a_B04");
+    let failed = source.next().await.unwrap().unwrap_err();
+    assert_eq!(failed.id, server.url("p2.json"));
+    assert!(
+        failed.message.contains("not a STAC JSON document")
+            && failed.message.contains("(after 1 items)"),
+        "{}",
+        failed.message
+    );
+    assert!(source.next().await.is_none());
+    assert_eq!(
+        server.requests(),
+        4,
+        "each page twice: a 500, then the page"
+    );
+}
+
+/// A POST `next` link: its body merged into the last one when it says
+/// `merge`, its headers sent.
+#[test]
+fn a_post_next_link_merges_its_body() {
+    let base = Url::parse("https://api.test/search").unwrap();
+    let last: Map<String, Value> =
+        serde_json::from_value(json!({"collections": ["s2"], "limit": 2})).unwrap();
+    let link: Link = serde_json::from_value(json!({
+        "rel": "next", "href": "/search", "method": "POST", "merge": true,
+        "body": {"token": "next:2"}, "headers": {"X-Page": "2"}
+    }))
+    .unwrap();
+    let (req, body) = next_request(&link, &base, Some(last.clone())).unwrap();
+    let body = body.unwrap();
+    assert_eq!(body["collections"], json!(["s2"]));
+    assert_eq!(body["token"], "next:2");
+    assert_eq!(req.headers, [("X-Page".to_owned(), "2".to_owned())]);
+    let mut not_merged = link.clone();
+    not_merged.merge = false;
+    let (_, body) = next_request(&not_merged, &base, Some(last)).unwrap();
+    assert_eq!(Value::Object(body.unwrap()), json!({"token": "next:2"}));
+    let mut put = link;
+    put.method = Some("PUT".into());
+    assert!(next_request(&put, &base, None).unwrap_err().contains("PUT"));
+}
