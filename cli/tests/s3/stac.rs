@@ -213,7 +213,7 @@ fn assets_are_picked_by_key_and_a_missing_one_fails_naming_the_item() {
 }
 
 /// catalog.json -> a child collection -> two items in folders of their
-/// own, each asset relative to its item.
+/// own, each asset relative to its item (and one linked to twice).
 #[test]
 fn a_static_catalog_is_walked_through_its_child_and_item_links() {
     let work = tempfile::tempdir().unwrap();
@@ -233,7 +233,8 @@ fn a_static_catalog_is_walked_through_its_child_and_item_links() {
         "scenes/collection.json",
         json!({"type": "Collection", "id": "scenes", "links": [
         {"rel": "parent", "href": "../catalog.json"}, {"rel": "root", "href": "../catalog.json"},
-        {"rel": "item", "href": "./one/one.json"}, {"rel": "item", "href": "two/two.json"}]}),
+        {"rel": "item", "href": "./one/one.json"}, {"rel": "item", "href": "two/two.json"},
+        {"rel": "item", "href": "one/one.json"}]}),
     );
     for (i, id) in ["one", "two"].iter().enumerate() {
         let mut it = item(
@@ -252,10 +253,13 @@ fn a_static_catalog_is_walked_through_its_child_and_item_links() {
     let (report, text) = run(
         work.path(),
         &stac("catalog = \"cat/catalog.json\"\nassets = \"B04\"", &out),
-        0,
+        3,
     );
-    assert_eq!(items(&report), [2, 2, 0, 0], "{text}");
+    assert_eq!(items(&report), [3, 2, 0, 1], "{text}");
     assert_eq!(names(&out), ["one_B04.tif", "two_B04.tif"]);
+    // An item linked to twice is read once, and said.
+    let f = failures(work.path());
+    assert!(f[0].1.contains("one.json is linked to twice"), "{f:?}");
 }
 
 /// Bad JSON, a search that matches nothing, a `next` link back to the same

@@ -298,10 +298,7 @@ impl Source for StacRun {
                 });
             };
             if !self.read.insert(hash(&req)) {
-                if let Some(e) = self.loop_error(&req) {
-                    return Some(Err(e));
-                }
-                continue;
+                return Some(Err(self.loop_error(&req)));
             }
             match self.reader.read(&req).await {
                 Ok(doc) => {
@@ -342,23 +339,23 @@ impl StacRun {
     /// A document asked for again: a `next` link back to a page already
     /// read ends the listing; a catalog's link to a document already read
     /// is a failed item, and the catalog goes on.
-    fn loop_error(&mut self, req: &Request) -> Option<SourceError> {
+    fn loop_error(&mut self, req: &Request) -> SourceError {
         let shown = req.shown();
         if self.kind != Kind::Catalog {
             self.ended = true;
-            return Some(SourceError {
+            return SourceError {
                 id: shown.clone(),
                 message: format!(
                     "{}: the `next` link of page {} leads back to {shown}, read before: a loop; \
                      stopped after {} items",
                     self.origin, self.pages, self.items
                 ),
-            });
+            };
         }
-        Some(SourceError {
+        SourceError {
             id: shown.clone(),
             message: format!("{shown} is linked to twice in the catalog: read once"),
-        })
+        }
     }
 
     /// The inputs and the links to follow of one document.
