@@ -436,3 +436,57 @@ fn an_objects_mask_beside_it_is_read_as_a_local_files_is() {
         "the mask changes pixels"
     );
 }
+
+/// Credentials from a profile of the AWS shared files (`AWS_PROFILE`),
+/// with none in the environment: the object is read, the secret never
+/// shown; a profile that is in neither file fails naming it.
+#[test]
+fn credentials_are_read_from_an_aws_profile() {
+    let _serial = crate::server::serial();
+    let Some(s3) = s3("profile") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let tile = &common::sample_files(&work.path().join("tiles"), 1, 64)[0];
+    let name = tile.file_name().unwrap().to_string_lossy().into_owned();
+    s3.put(&format!("in/{name}"), std::fs::read(tile).unwrap());
+    std::fs::write(work.path().join("list.txt"), s3.url(&format!("in/{name}"))).unwrap();
+    let home = work.path().join("home");
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    std::fs::write(
+        home.join(".aws/credentials"),
+        format!(
+            "[default]\naws_access_key_id = nobody\naws_secret_access_key = wrong\n\
+             [warpline]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            s3.key, s3.secret
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        home.join(".aws/config"),
+        "[profile warpline]\nregion = us-east-1\n",
+    )
+    .unwrap();
+    let out = work.path().join("out");
+    let toml = pipeline(
+        "kind = \"list\"\npath = \"list.txt\"",
+        &format!("dir = \"{}\"", out.display()),
+        &s3.endpoint,
+    );
+    let with_profile = |profile: &str| {
+        let mut c = server::warpline();
+        c.env("HOME", &home).env("AWS_PROFILE", profile);
+        c
+    };
+    let (report, text) = server::run_with(with_profile("warpline"), work.path(), &toml, 0);
+    assert_eq!(items(&report), [1, 1, 0, 0], "{text}");
+    assert!(!text.contains(&s3.secret), "the secret was printed: {text}");
+
+    std::fs::remove_dir_all(&out).unwrap();
+    let (report, text) = server::run_with(with_profile("nope"), work.path(), &toml, 3);
+    assert_eq!(items(&report), [1, 0, 0, 1], "{text}");
+    let message = report["failures"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("AWS profile \"nope\" is in neither"),
+        "{message}"
+    );
+    assert!(!format!("{text}{report}").contains(&s3.secret));
+}

@@ -6,6 +6,7 @@
 //! - `Stores`: one client per bucket, made from the environment's
 //!   credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
 //!   `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL`, ...; then the
+//!   profile of the AWS shared files, see `profile`; then the
 //!   container or instance metadata where `object_store` supports them) and
 //!   an optional `endpoint` setting; an `http://` endpoint on a loopback
 //!   address is allowed without `AWS_ALLOW_HTTP`;
@@ -20,6 +21,7 @@
 mod get;
 mod journal;
 mod list;
+mod profile;
 mod put;
 mod siblings;
 #[cfg(test)]
@@ -159,6 +161,7 @@ fn loopback_http(endpoint: &str) -> bool {
 
 fn build(config: &Config, bucket: &str) -> Result<AmazonS3, String> {
     let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    b = with_profile(b)?;
     if let Some(endpoint) = &config.endpoint {
         b = b.with_endpoint(endpoint);
     }
@@ -186,6 +189,32 @@ fn build(config: &Config, bucket: &str) -> Result<AmazonS3, String> {
         retry_timeout: Duration::from_secs(60),
     });
     b.build().map_err(|e| redact_text(&e.to_string()))
+}
+
+/// What the AWS shared files' profile sets and the environment does not.
+fn with_profile(mut b: AmazonS3Builder) -> Result<AmazonS3Builder, String> {
+    let Some(p) = profile::load(|k| std::env::var(k).ok())? else {
+        return Ok(b);
+    };
+    let unset = |b: &AmazonS3Builder, key| b.get_config_value(&key).is_none();
+    if unset(&b, AmazonS3ConfigKey::AccessKeyId) {
+        if let (Some(key), Some(secret)) = (p.access_key_id, p.secret_access_key) {
+            b = b.with_access_key_id(key).with_secret_access_key(secret);
+            if let Some(token) = p.session_token {
+                b = b.with_token(token);
+            }
+        }
+    }
+    if let Some(region) = p.region.filter(|_| unset(&b, AmazonS3ConfigKey::Region)) {
+        b = b.with_region(region);
+    }
+    if let Some(e) = p
+        .endpoint_url
+        .filter(|_| unset(&b, AmazonS3ConfigKey::Endpoint))
+    {
+        b = b.with_endpoint(e);
+    }
+    Ok(b)
 }
 
 /// The error's text and its causes', redacted.
@@ -253,7 +282,8 @@ pub(crate) fn stage_error(shown: &str, e: &object_store::Error) -> StageError {
         // service (an instance's, a container's) gave none either.
         return StageError::permanent(format!(
             "{shown}: no credentials for bucket {bucket:?}: set AWS_ACCESS_KEY_ID and \
-             AWS_SECRET_ACCESS_KEY (or a web identity token); the metadata service gave none: {detail}"
+             AWS_SECRET_ACCESS_KEY, a profile in ~/.aws/credentials (AWS_PROFILE) or a web \
+             identity token; the metadata service gave none: {detail}"
         ));
     }
     let status = match e {

@@ -251,7 +251,7 @@ async fn upload(
             "{shown}: cannot record the upload in {}: {e}",
             journal.display()
         ))),
-        Ok(_) => match send(&store, &path, &id, (&mut f, part), &shown, &local).await {
+        Ok(_) => match send(&store, &path, &id, (&mut f, part, len), &shown, &local).await {
             Ok((parts, sent)) => store
                 .complete_multipart(&path, &id, parts)
                 .await
@@ -295,7 +295,7 @@ async fn send(
     store: &AmazonS3,
     path: &ObjectPath,
     id: &String,
-    (f, part): (&mut tokio::fs::File, u64),
+    (f, part, len): (&mut tokio::fs::File, u64, u64),
     shown: &str,
     local: &impl Fn(std::io::Error) -> StageError,
 ) -> Result<(Vec<PartId>, u64), StageError> {
@@ -304,10 +304,12 @@ async fn send(
     let mut sent = 0u64;
     let at_once = parts_in_flight(part);
     loop {
-        // A part is at most 5 GiB (`part_size`): it fits a usize on the
-        // 64-bit targets warpline builds for; else it is read in smaller
-        // steps by `read_to_end` all the same.
-        let mut chunk = Vec::with_capacity(usize::try_from(part).unwrap_or(usize::MAX));
+        // No more room than the part needs (a small file's one part is
+        // small). A part is at most 5 GiB (`part_size`): it fits a usize on
+        // the 64-bit targets warpline builds for; else `read_to_end` grows
+        // the buffer all the same.
+        let room = part.min(len.saturating_sub(sent));
+        let mut chunk = Vec::with_capacity(usize::try_from(room).unwrap_or(0));
         (&mut *f)
             .take(part)
             .read_to_end(&mut chunk)
