@@ -36,6 +36,15 @@ mod space;
 use claims::Claims;
 use space::{failed, io_full, SpaceWatch};
 
+/// The bytes the item holds of byte limiters (`None`: it holds none).
+fn byte_share(item: &Item) -> Option<u64> {
+    let bytes = item
+        .tickets()
+        .iter()
+        .filter(|t| t.limiter().kind() == warpline_engine::limit::LimiterKind::Bytes);
+    bytes.map(|t| t.amount()).reduce(|a, b| a + b)
+}
+
 /// What write hands on: where the output is.
 #[derive(Debug, Clone)]
 pub struct Written {
@@ -451,10 +460,13 @@ impl BlockingStage for Write {
             // last, as a final name does on disk). The guard removes the
             // local files once they are sent (or not).
             let name = self.file_name(&id);
+            // The raster is gone: the upload's parts stay within the byte
+            // budget the item still holds.
+            let share = byte_share(item);
             for (side, to) in sidecars::beside_name(&tmp, Path::new(&name)) {
-                item.bytes_out += remote.upload(&side, &to.to_string_lossy())?;
+                item.bytes_out += remote.upload(&side, &to.to_string_lossy(), share)?;
             }
-            item.bytes_out += remote.upload(&tmp, &name)?;
+            item.bytes_out += remote.upload(&tmp, &name, share)?;
             let url = remote.shown(&self.file_name(&id));
             item.set_payload(Written { path: url.into() });
             return Ok(Outcome::Continue);

@@ -49,9 +49,12 @@ fn part_size(len: u64) -> Result<u64, String> {
     Ok(part)
 }
 
-/// How many parts of `part` bytes are sent at once.
-fn parts_in_flight(part: u64) -> usize {
-    (IN_FLIGHT_BYTES / part).max(1) as usize
+/// How many parts of `part` bytes are sent at once: `IN_FLIGHT_BYTES` of
+/// them, or no more than `share` (the byte budget the item holds) when it
+/// has one; at least one part.
+fn parts_in_flight(part: u64, share: Option<u64>) -> usize {
+    let room = share.map_or(IN_FLIGHT_BYTES, |s| s.min(IN_FLIGHT_BYTES));
+    (room / part).max(1) as usize
 }
 
 /// Where outputs are uploaded.
@@ -144,13 +147,23 @@ impl Output {
         })
     }
 
-    /// Uploads the staged `file` as the output `name`; the bytes sent.
-    pub(crate) fn upload(&self, file: &Path, name: &str) -> Result<u64, StageError> {
+    /// Uploads the staged `file` as the output `name`; the bytes sent. The
+    /// parts in flight stay within `share`, the byte budget the item holds
+    /// (at least one part), when it holds one.
+    pub(crate) fn upload(
+        &self,
+        file: &Path,
+        name: &str,
+        share: Option<u64>,
+    ) -> Result<u64, StageError> {
         self.swept.call_once(|| self.abort_left());
         let (store, path, shown) = self.target(name)?;
         let (file, journal) = (file.to_owned(), self.journal.clone());
         let endpoint = self.endpoint.clone();
-        block_on(async move { upload(store, path, file, shown, (journal, endpoint)).await })
+        block_on(async move {
+            let to = Target { store, path, shown };
+            upload(to, file, share, (journal, endpoint)).await
+        })
     }
 
     /// Aborts the uploads that dead processes left.
@@ -228,11 +241,17 @@ impl Output {
     }
 }
 
-async fn upload(
+/// Where an upload goes.
+struct Target {
     store: Arc<AmazonS3>,
     path: ObjectPath,
-    file: PathBuf,
     shown: String,
+}
+
+async fn upload(
+    Target { store, path, shown }: Target,
+    file: PathBuf,
+    share: Option<u64>,
     (journal, endpoint): (PathBuf, Option<String>),
 ) -> Result<u64, StageError> {
     let local = |e: std::io::Error| {
@@ -251,7 +270,16 @@ async fn upload(
             "{shown}: cannot record the upload in {}: {e}",
             journal.display()
         ))),
-        Ok(_) => match send(&store, &path, &id, (&mut f, part, len), &shown, &local).await {
+        Ok(_) => match send(
+            &store,
+            &path,
+            &id,
+            (&mut f, part, len, share),
+            &shown,
+            &local,
+        )
+        .await
+        {
             Ok((parts, sent)) => store
                 .complete_multipart(&path, &id, parts)
                 .await
@@ -295,14 +323,14 @@ async fn send(
     store: &AmazonS3,
     path: &ObjectPath,
     id: &String,
-    (f, part, len): (&mut tokio::fs::File, u64, u64),
+    (f, part, len, share): (&mut tokio::fs::File, u64, u64, Option<u64>),
     shown: &str,
     local: &impl Fn(std::io::Error) -> StageError,
 ) -> Result<(Vec<PartId>, u64), StageError> {
     let mut in_flight = FuturesUnordered::new();
     let mut parts: Vec<Option<PartId>> = Vec::new();
     let mut sent = 0u64;
-    let at_once = parts_in_flight(part);
+    let at_once = parts_in_flight(part, share);
     loop {
         // No more room than the part needs (a small file's one part is
         // small). A part is at most 5 GiB (`part_size`): it fits a usize on
@@ -390,11 +418,15 @@ mod tests {
             assert!((5 << 20..=MAX_PART).contains(&part), "{len}: {part}");
             assert!(len.div_ceil(part) <= MAX_PARTS, "{len}: {part}");
             assert_eq!(part % (1 << 20), 0);
-            assert!(parts_in_flight(part) as u64 * part <= IN_FLIGHT_BYTES.max(part));
+            assert!(parts_in_flight(part, None) as u64 * part <= IN_FLIGHT_BYTES.max(part));
         }
         assert_eq!(part_size(PART * MAX_PARTS).unwrap(), PART);
         assert_eq!(part_size(PART * MAX_PARTS + 1).unwrap(), PART + (1 << 20));
-        assert_eq!(parts_in_flight(PART), 4);
+        assert_eq!(parts_in_flight(PART, None), 4);
+        // Within the item's share of the budget, at least one part.
+        assert_eq!(parts_in_flight(PART, Some(20 << 20)), 2);
+        assert_eq!(parts_in_flight(PART, Some(1 << 20)), 1);
+        assert_eq!(parts_in_flight(PART, Some(1 << 30)), 4);
         assert!(part_size(MAX_PART * MAX_PARTS + 1).is_err());
     }
 
@@ -412,7 +444,9 @@ mod tests {
             .collect();
         std::fs::write(&file, &bytes).unwrap();
         assert!(!output.exists("big.tif").unwrap());
-        assert_eq!(output.upload(&file, "big.tif").unwrap(), bytes.len() as u64);
+        // A share of 16 MiB: two parts in flight at most.
+        let sent = output.upload(&file, "big.tif", Some(16 << 20)).unwrap();
+        assert_eq!(sent, bytes.len() as u64);
         assert!(output.exists("big.tif").unwrap());
         let (store, path, _) = output.target("big.tif").unwrap();
         let got = block_on(async move {
@@ -433,7 +467,7 @@ mod tests {
         // A directory opens but cannot be read: the upload is begun, then
         // its first read fails.
         let dir = tempfile::tempdir().unwrap();
-        let error = output.upload(dir.path(), "a.tif").unwrap_err();
+        let error = output.upload(dir.path(), "a.tif", None).unwrap_err();
         assert!(error.message.contains("cannot read"), "{}", error.message);
         assert!(error.message.contains("/a.tif"), "{}", error.message);
         assert!(!output.exists("a.tif").unwrap(), "no object appears");
