@@ -171,7 +171,7 @@ mod tests {
         )
         .unwrap();
         let home_var = ("HOME", home.path().display().to_string());
-        let default = load(env(&[home_var.clone()])).unwrap().unwrap();
+        let default = load(env(std::slice::from_ref(&home_var))).unwrap().unwrap();
         assert_eq!(default.access_key_id.as_deref(), Some("AKDEFAULT"));
         assert_eq!(default.region.as_deref(), Some("eu-west-1"));
         let work = load(env(&[home_var.clone(), ("AWS_PROFILE", "work".into())]))
