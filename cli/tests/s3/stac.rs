@@ -330,3 +330,72 @@ fn stac_errors_name_the_document_and_what_is_wrong() {
         assert!(!shown.contains("qqv-secret"), "a secret was shown: {shown}");
     }
 }
+
+/// The reference's search example, against the loopback STAC API (its
+/// URL replaced), its assets in the S3 server (`AWS_ENDPOINT_URL`).
+#[test]
+fn the_reference_stac_example_runs() {
+    let _serial = crate::server::serial();
+    let Some(s3) = s3("stac-docs") else { return };
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/pipeline.md"))
+            .unwrap();
+    let start = doc
+        .find("```toml\n[pipeline]\nflow = [\"fetch\", \"decode\", \"reproject\", \"write\"]\n\n[source]\nkind = \"stac\"\nsearch = ")
+        .expect("the STAC search example in docs/pipeline.md");
+    let block = &doc[start + "```toml\n".len()..];
+    let block = &block[..block.find("```").unwrap()];
+    let work = tempfile::tempdir().unwrap();
+    let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
+    let mut scenes = Vec::new();
+    for (i, t) in tiles.iter().enumerate().take(3) {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        s3.put(&format!("s2/{name}"), std::fs::read(t).unwrap());
+        let href = s3.url(&format!("s2/{name}"));
+        let assets = [("red", href.clone()), ("nir", href), ("scl", "x".into())];
+        let (x, id) = (11.0 + i as f64 * 0.1, format!("S2B_32TPS_{i}"));
+        scenes.push(item(
+            &id,
+            "sentinel-2-l2a",
+            x,
+            46.0,
+            "2024-06-10T10:00:00Z",
+            &assets,
+        ));
+    }
+    // Outside the bbox, outside the month.
+    let far = [("red", "x".to_owned()), ("nir", "x".to_owned())];
+    scenes.push(item(
+        "far",
+        "sentinel-2-l2a",
+        20.0,
+        46.0,
+        "2024-06-10T10:00:00Z",
+        &far,
+    ));
+    scenes.push(item(
+        "may",
+        "sentinel-2-l2a",
+        11.0,
+        46.0,
+        "2024-05-10T10:00:00Z",
+        &far,
+    ));
+    let api = serve("sentinel-2-l2a", scenes);
+    let toml = block.replace(
+        "https://earth-search.aws.element84.com/v1/search",
+        &format!("{}/search", api.url),
+    );
+    assert!(!toml.contains("element84"), "{toml}");
+    let mut command = s3.warpline(&s3.secret);
+    command.env("AWS_ENDPOINT_URL", &s3.endpoint);
+    let (report, text) = run_with(command, work.path(), &toml, 0);
+    assert_eq!(items(&report), [6, 6, 0, 0], "{text}");
+    let out = work.path().join("out/scenes");
+    assert_eq!(names(&out).len(), 6);
+    assert!(
+        out.join("S2B_32TPS_0_nir.tif").is_file(),
+        "{:?}",
+        names(&out)
+    );
+}

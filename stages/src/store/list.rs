@@ -130,7 +130,19 @@ impl Source for S3GlobRun {
                 }
                 Some(Err(e)) => {
                     let shown = format!("s3://{}/{}", self.bucket, self.dir);
-                    return self.fail(stage_error(&shown, &e).message);
+                    let mut message = stage_error(&shown, &e).message;
+                    if let object_store::Error::InvalidPath { .. } = e {
+                        // object_store reads a page whole: one key it cannot
+                        // name fails the page, and the listing cannot be
+                        // asked to go on after a key it cannot name.
+                        message.push_str(
+                            "; object_store refuses a whole page of a listing for one key it \
+                             cannot name (an empty, `.` or `..` segment, or a control \
+                             character), so the listing stops there: rename that key or \
+                             narrow the pattern",
+                        );
+                    }
+                    return self.fail(message);
                 }
                 Some(Ok(meta)) => {
                     self.listed += 1;
@@ -222,5 +234,59 @@ mod tests {
             assert_eq!(rest, 1099);
             assert_eq!(asked(), 3);
         });
+    }
+}
+
+#[cfg(test)]
+mod bad_key {
+    use super::*;
+    use crate::store::testing;
+
+    /// A key object_store cannot name (a control character, put straight
+    /// into the test server's directory) fails the listing with one failed
+    /// item that names the key and says why the listing stops.
+    #[test]
+    fn a_key_object_store_cannot_name_is_named() {
+        let Some(server) = testing::server("the bad key test is") else {
+            return;
+        };
+        let Ok(root) = std::env::var("WARPLINE_TEST_S3_ROOT") else {
+            eprintln!("WARPLINE_TEST_S3_ROOT is not set: the bad key test is skipped");
+            return;
+        };
+        let prefix = testing::unique("badkey");
+        let dir = std::path::Path::new(&root)
+            .join(&server.bucket)
+            .join(&prefix);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.tif"), b"x").unwrap();
+        std::fs::write(dir.join("b\u{1}.tif"), b"x").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let stores = Stores::default();
+        stores
+            .by_bucket
+            .lock()
+            .unwrap()
+            .insert(server.bucket.clone(), server.client(&server.endpoint));
+        let spec = S3Glob {
+            shown: format!("s3://{}/{prefix}/*.tif", server.bucket),
+            bucket: server.bucket.clone(),
+            dir: ObjectPath::from(prefix.as_str()),
+            pattern: glob::Pattern::new(&format!("{prefix}/*.tif")).unwrap(),
+            stores: Arc::new(stores),
+        };
+        let mut source = spec.open().unwrap();
+        let failed = rt.block_on(source.next()).unwrap().unwrap_err();
+        assert!(failed.message.contains("b\u{1}.tif"), "{}", failed.message);
+        assert!(
+            failed.message.contains("the listing stops there"),
+            "{}",
+            failed.message
+        );
+        assert!(rt.block_on(source.next()).is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
