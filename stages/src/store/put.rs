@@ -477,4 +477,67 @@ mod tests {
             eprintln!("WARPLINE_TEST_S3_ROOT is not set: the server's uploads are not looked at");
         }
     }
+
+    /// An upload a dead process left at another server than this run's
+    /// `endpoint` is aborted at the server its record names.
+    #[test]
+    fn an_upload_left_is_aborted_at_the_server_it_was_begun_at() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(server) = testing::server("the upload tests are") else {
+            return;
+        };
+        let staging = tempfile::tempdir().unwrap();
+        let dir = format!("s3://{}/{}", server.bucket, testing::unique("left"));
+        // This run's own server is not the one the upload was begun at.
+        let output =
+            Output::parse(&dir, Some("http://127.0.0.1:9".into()), staging.path()).unwrap();
+        let there = Stores::default();
+        there
+            .by_bucket
+            .lock()
+            .unwrap()
+            .insert(server.bucket.clone(), server.client(&server.endpoint));
+        output
+            .elsewhere
+            .lock()
+            .unwrap()
+            .insert(server.endpoint.clone(), Arc::new(there));
+        // The test's own client, on its own runtime (a client's pooled
+        // connections belong to the runtime that made them).
+        let client = server.client(&server.endpoint);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let url = output.url("a.tif");
+        let path = url.path().unwrap();
+        let staged = crate::temps::temporary_name(&staging.path().join("a.tif"), 4_000_000);
+        let id = rt
+            .block_on(async {
+                let id = client
+                    .create_multipart(&path)
+                    .await
+                    .map_err(|e| stage_error("", &e))?;
+                let shown = url.to_string();
+                Record::begin(
+                    &output.journal,
+                    &staged,
+                    &shown,
+                    Some(&server.endpoint),
+                    &id,
+                )
+                .await
+                .map_err(|e| StageError::permanent(e.to_string()))?;
+                Ok::<_, StageError>(id)
+            })
+            .unwrap();
+        assert_eq!(journal::left(&output.journal).len(), 1);
+        output.abort_left();
+        assert!(
+            journal::left(&output.journal).is_empty(),
+            "the record stays"
+        );
+        let part = rt.block_on(client.put_part(&path, &id, 0, PutPayload::from_static(b"x")));
+        assert!(part.is_err(), "the upload is still open at the server");
+    }
 }
