@@ -7,7 +7,10 @@
 //!   pipeline is compiled);
 //! - `glob`: local files matching `pattern`, sorted; or, for an
 //!   `s3://BUCKET/PREFIX/*.tif` pattern, the objects of a bucket's listing
-//!   (see [`crate::store`]).
+//!   (see [`crate::store`]);
+//! - `mosaic`: many inputs warped into one output;
+//! - `stac`: the assets of STAC items, from an ItemCollection, a STAC API
+//!   search or a static catalog.
 //!
 //! Accepted: `http://`, `https://`, `s3://`, `file://` and plain local
 //! paths (the `schemes` setting narrows this). Anything else (`ftp://`,

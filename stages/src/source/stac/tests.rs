@@ -34,9 +34,17 @@ fn spec(first: &str, assets: &[&str]) -> Stac {
 
 /// A page of items `ids`, its `next` link (relative) to `next`.
 fn page(ids: &[&str], next: Option<&str>) -> Vec<u8> {
+    // Item "c" says where it lives: its href is relative to that.
     let features: Vec<Value> = ids
         .iter()
-        .map(|id| json!({"type": "Feature", "id": id, "assets": {"B04": {"href": format!("{id}.tif")}}}))
+        .map(|id| {
+            let links = match *id {
+                "c" => json!([{"rel": "self", "href": "../other/c.json"}]),
+                _ => json!([]),
+            };
+            json!({"type": "Feature", "id": id, "links": links,
+                   "assets": {"B04": {"href": format!("{id}.tif")}}})
+        })
         .collect();
     let links: Vec<Value> = next
         .map(|n| json!({"rel": "next", "href": n}))
@@ -70,8 +78,13 @@ async fn pages_are_read_one_at_a_time_as_inputs_are_taken() {
     while let Some(input) = source.next().await {
         let input = input.unwrap();
         asked.push(server.requests());
-        if ids.is_empty() {
-            assert_eq!(input.source, server.url("a.tif"));
+        match input.id.as_str() {
+            "a_B04" => assert_eq!(input.source, server.url("a.tif")),
+            "c_B04" => assert_eq!(
+                input.source,
+                format!("http://{}/other/c.tif", server.addr())
+            ),
+            _ => {}
         }
         ids.push(input.id);
     }
