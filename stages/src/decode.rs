@@ -368,6 +368,7 @@ impl Decode {
                 _under: None,
                 files: Some(dir),
                 others: Vec::new(),
+                scratch: None,
             });
         }
         let Some(assumed) = &self.assume_crs else {
@@ -382,6 +383,7 @@ impl Decode {
             _under: Some(ds),
             files: Some(dir),
             others: Vec::new(),
+            scratch: None,
         })
     }
 }

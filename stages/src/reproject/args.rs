@@ -10,6 +10,7 @@ use serde::Deserialize;
 use warpline_engine::units::SizeValue;
 use warpline_engine::{Problem, Settings};
 
+use super::disk::WarpTo;
 use crate::decode::crs_to_wkt;
 use crate::gdal::{dtype_by_name, WarpOptions};
 
@@ -124,6 +125,8 @@ pub(super) struct ReprojectSettings {
     warp_memory: Option<SizeValue>,
     warp_options: Option<BTreeMap<String, String>>,
     max_pixels: Option<u64>,
+    warp_to: Option<WarpTo>,
+    scratch: Option<String>,
 }
 
 /// What the stage needs from its settings.
@@ -142,6 +145,10 @@ pub(super) struct Parsed {
     pub(super) bands: Option<Vec<usize>>,
     pub(super) max_pixels: u64,
     pub(super) warp_memory: u64,
+    /// Where the output is made (`warp_to`), and the directory of those
+    /// made on disk (`scratch`).
+    pub(super) warp_to: WarpTo,
+    pub(super) scratch: Option<std::path::PathBuf>,
 }
 
 pub(super) const DEFAULT_WARP_MEMORY: u64 = 64 << 20;
@@ -522,5 +529,11 @@ impl Builder<'_> {
             self.arg("-wo", &[format!("{k}={v}")]);
         }
         self.out.max_pixels = self.r.max_pixels.unwrap_or(1 << 28);
+        self.out.warp_to = self.r.warp_to.unwrap_or_default();
+        match self.r.scratch.as_deref() {
+            Some(d) if d.trim().is_empty() => self.problem("scratch", "must not be empty"),
+            Some(d) => self.out.scratch = Some(d.into()),
+            None => {}
+        }
     }
 }
