@@ -35,6 +35,8 @@ use warpline_engine::{
 
 use crate::store::{self, Stores};
 
+mod window;
+
 /// What fetch hands on: the input's bytes, and for a local file the
 /// siblings GDAL would read beside it.
 #[derive(Debug, Default)]
@@ -46,6 +48,9 @@ pub struct Fetched {
     pub siblings: Vec<Sibling>,
     /// A mosaic's inputs, one each, in order (`bytes` is then empty).
     pub parts: Vec<Fetched>,
+    /// An input read by ranges while it is warped (`read = "window"`):
+    /// `bytes` is then empty.
+    pub(crate) remote: Option<crate::gdal::RemoteFile>,
 }
 
 impl Fetched {
@@ -94,6 +99,18 @@ struct FetchSettings {
     memory: Option<String>,
     user_agent: Option<String>,
     endpoint: Option<String>,
+    read: Option<Read>,
+}
+
+/// How an input is read (`read`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Read {
+    /// Every byte, before decode (the default).
+    #[default]
+    Whole,
+    /// The bytes the warp needs, by range requests as it reads them.
+    Window,
 }
 
 /// The fetch stage.
@@ -104,6 +121,11 @@ pub struct Fetch {
     max_bytes: u64,
     memory: Option<Limiter>,
     stores: Stores,
+    read: Read,
+    /// The stage's limiters (its rate limiters pace range reads too).
+    limits: Vec<Limiter>,
+    /// The whole-request timeout (bounds a range read's wait).
+    timeout: Duration,
 }
 
 const DEFAULT_MAX_BYTES: u64 = 256 << 20;
@@ -174,6 +196,9 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         max_bytes,
         memory,
         stores,
+        read: f.read.unwrap_or_default(),
+        limits: s.stage_limits().to_vec(),
+        timeout,
     }))
 }
 
@@ -397,7 +422,7 @@ impl Fetch {
         Ok(Fetched {
             bytes,
             siblings: kept,
-            parts: Vec::new(),
+            ..Fetched::default()
         })
     }
 
@@ -428,7 +453,7 @@ impl Fetch {
         Ok(Fetched {
             bytes,
             siblings,
-            parts: Vec::new(),
+            ..Fetched::default()
         })
     }
 
@@ -451,13 +476,64 @@ impl Fetch {
         held: &mut Held,
     ) -> Result<Fetched, StageError> {
         let source = crate::names::split_member(line).0;
-        if source.starts_with("http://") || source.starts_with("https://") {
+        let http = source.starts_with("http://") || source.starts_with("https://");
+        if http && self.read == Read::Window {
+            self.window(id, source, held).await
+        } else if http {
             Ok(Fetched::new(self.http(id, source, held).await?))
         } else if store::is_s3(source) {
             self.s3(id, source, size_hint, held).await
         } else {
             self.file(id, source, held).await
         }
+    }
+}
+
+impl Fetch {
+    /// An input GDAL will read by ranges: its size (HEAD), and a file in
+    /// `/vsiwarpline/` under its own safe name. Charged GDAL's cache for
+    /// it, not its size.
+    async fn window(&self, id: &str, url: &str, held: &mut Held) -> Result<Fetched, StageError> {
+        let shown = redact(url);
+        let response = self
+            .client
+            .head(url)
+            .send()
+            .await
+            .map_err(|e| request_error(&shown, e))?;
+        if !response.status().is_success() {
+            return Err(self.status_error(&response, url, &shown));
+        }
+        let ranges = response
+            .headers()
+            .get(reqwest::header::ACCEPT_RANGES)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("bytes"));
+        // From the header: reqwest's `content_length` is the (empty) body's.
+        let size = response
+            .headers()
+            .get(reqwest::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|n| *n > 0);
+        let (Some(size), true) = (size, ranges) else {
+            return Err(StageError::permanent(format!(
+                "{shown}: the server does not serve byte ranges (Accept-Ranges: bytes and a \
+                 Content-Length): read it with read = \"whole\""
+            )));
+        };
+        self.charge_to(id, held, crate::gdal::CACHE_BYTES).await?;
+        held.bytes += crate::gdal::CACHE_BYTES;
+        let reader =
+            window::HttpRange::new(self.client.clone(), url, size, self.timeout, &self.limits);
+        let name = crate::names::safe_file_name(crate::names::last_component(url));
+        Ok(Fetched {
+            remote: Some(crate::gdal::RemoteFile::new(
+                &name,
+                std::sync::Arc::new(reader),
+            )),
+            ..Fetched::default()
+        })
     }
 }
 

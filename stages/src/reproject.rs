@@ -335,10 +335,16 @@ impl BlockingStage for Reproject {
             }
         };
         let out = if to_disk {
-            self.disk.warp(&srcs, &self.warp_args(aoi), &id, out)?
+            self.disk.warp(&srcs, &self.warp_args(aoi), &id, out)
         } else {
-            Raster::in_memory(self.warp(&srcs, aoi, &id)?)
+            self.warp(&srcs, aoi, &id).map(Raster::in_memory)
         };
+        // An input read by ranges that could not be read: the server's
+        // fault (maybe for a moment), said as such.
+        let out = out.map_err(|e| match raster.remote_failure() {
+            Some(m) => StageError::transient(format!("{id}: {m}")),
+            None => e,
+        })?;
         let input: u64 = srcs.iter().map(|s| pixel_bytes(s)).sum();
         drop(srcs);
         drop(views);

@@ -34,6 +34,7 @@ mod copy;
 mod files;
 mod raster;
 mod translate;
+mod vsi;
 mod warp;
 mod watch;
 
@@ -43,6 +44,7 @@ pub(crate) use raster::pixel_bytes;
 pub(crate) use raster::ScratchFile;
 pub use raster::{DataType, Pixel, Raster, RasterError};
 pub(crate) use translate::vrt_view;
+pub(crate) use vsi::{RangeRead, RemoteFile, CACHE_BYTES};
 pub(crate) use warp::{
     same_geog_cs, suggested_output, warp, warp_into, Suggested, WarpError, WarpOptions,
 };

@@ -35,6 +35,9 @@ pub struct Raster {
     /// The file on disk `ds` is (a warp too large for memory), removed
     /// when the raster is dropped, after `ds` is closed.
     pub(crate) scratch: Option<ScratchFile>,
+    /// The remote file `ds` reads by ranges (fetch's `read = "window"`),
+    /// registered while the raster lives.
+    pub(crate) remote: Option<super::RemoteFile>,
 }
 
 /// A file a stage made on disk for one item (the warp's output when it
@@ -103,6 +106,7 @@ impl Raster {
             files: None,
             others: Vec::new(),
             scratch: None,
+            remote: None,
         }
     }
 
@@ -142,7 +146,17 @@ impl Raster {
     /// as fetched); 0 for a dataset made in memory.
     pub fn file_bytes(&self) -> u64 {
         self.files.as_ref().map_or(0, MemDir::bytes)
+            + self.remote.as_ref().map_or(0, |_| super::CACHE_BYTES)
             + self.others.iter().map(Raster::file_bytes).sum::<u64>()
+    }
+
+    /// Why a range read of a remote input failed, if one did (this input's
+    /// or a mosaic's other's); taken, so a retry reads afresh.
+    pub(crate) fn remote_failure(&self) -> Option<String> {
+        self.remote
+            .as_ref()
+            .and_then(super::RemoteFile::take_failure)
+            .or_else(|| self.others.iter().find_map(Raster::remote_failure))
     }
 
     /// How many inputs it holds: 1, or a mosaic's count.

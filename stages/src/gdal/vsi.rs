@@ -1,0 +1,324 @@
+//! A GDAL virtual file system, `/vsiwarpline/`, whose reads are warpline's
+//! own: each file is a [`RangeRead`] (fetch's HTTP client asking for byte
+//! ranges), so GDAL reads only the blocks a warp needs from a large remote
+//! COG, and never uses its own networking.
+//!
+//! A file is registered for as long as its [`RemoteFile`] lives (the
+//! raster holds it, after its dataset), under `/vsiwarpline/N/NAME`: N is
+//! a number of this process, NAME the input's safe file name (never a name
+//! that reaches the file system or the network). Nothing else exists in it:
+//! a sibling GDAL looks for (`.ovr`, `.msk`, `.aux.xml`) is not there.
+//!
+//! GDAL wraps each open file in its own block cache (`nBufferSize`-byte
+//! blocks, `nCacheSize` bytes per open file), so its many small reads of
+//! a TIFF's directory and tiles become few range requests; the cache is
+//! what the item holds, and what fetch charges to the budget
+//! ([`CACHE_BYTES`]).
+//!
+//! Soundness: every callback catches panics (none crosses into C), checks
+//! its pointers, and reports failure the way GDAL's C API expects (-1,
+//! NULL, or fewer items read). The handle GDAL passes back is the
+//! `Box<Handle>` `open` made, freed once by `close`.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Once};
+
+use gdal_sys as sys;
+
+/// The prefix of the file system.
+const PREFIX: &str = "/vsiwarpline/";
+
+/// GDAL's read-ahead block for these files: each range request asks for
+/// at least this much (a COG's header and tiles come in few requests).
+const BLOCK: usize = 256 << 10;
+
+/// What GDAL keeps of one open file, in [`BLOCK`]s: what fetch charges.
+pub(crate) const CACHE_BYTES: u64 = 16 << 20;
+
+/// A file whose bytes are read by range.
+pub(crate) trait RangeRead: Send + Sync {
+    /// Its size in bytes.
+    fn size(&self) -> u64;
+    /// Fills `buf` from `offset` (fewer bytes only at the end of the file);
+    /// the error says what failed, naming the input (credentials hidden).
+    /// Called on GDAL's thread (a blocking stage's), never an async one.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, String>;
+    /// The first failure of a read since this was last called, if any
+    /// (after one, every read fails at once until it is taken).
+    fn take_failure(&self) -> Option<String>;
+}
+
+type Files = Mutex<HashMap<String, Arc<dyn RangeRead>>>;
+
+/// The files registered, by the name after the prefix.
+fn files() -> &'static Files {
+    static FILES: std::sync::OnceLock<Files> = std::sync::OnceLock::new();
+    FILES.get_or_init(Default::default)
+}
+
+fn lookup(name: &str) -> Option<Arc<dyn RangeRead>> {
+    files()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(name)
+        .cloned()
+}
+
+/// A file in `/vsiwarpline/`, there while this lives.
+pub(crate) struct RemoteFile {
+    name: String,
+    path: String,
+    file: Arc<dyn RangeRead>,
+}
+
+impl std::fmt::Debug for RemoteFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteFile")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl RemoteFile {
+    /// Registers `file` under the (already safe) `file_name`.
+    pub(crate) fn new(file_name: &str, file: Arc<dyn RangeRead>) -> Self {
+        install();
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!("{}/{file_name}", NEXT.fetch_add(1, Ordering::Relaxed));
+        let path = format!("{PREFIX}{name}");
+        files()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), Arc::clone(&file));
+        RemoteFile { name, path, file }
+    }
+
+    /// Why a read failed, if one did since the last call (a warp then
+    /// fails with this, not with GDAL's "cannot read tile"); reads work
+    /// again after it.
+    pub(crate) fn take_failure(&self) -> Option<String> {
+        self.file.take_failure()
+    }
+
+    /// The path GDAL opens.
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl Drop for RemoteFile {
+    fn drop(&mut self) {
+        files()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.name);
+    }
+}
+
+/// An open file: what `open` hands GDAL.
+struct Handle {
+    file: Arc<dyn RangeRead>,
+    pos: u64,
+    eof: bool,
+}
+
+/// The name after the prefix, if `name` is a valid C string under it.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string alive for the call.
+unsafe fn name_of<'a>(name: *const c_char) -> Option<&'a str> {
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL and NUL-terminated, by the caller's contract.
+    let text = unsafe { CStr::from_ptr(name) }.to_str().ok()?;
+    Some(text.strip_prefix(PREFIX).unwrap_or(text))
+}
+
+/// Runs a callback's body; a panic becomes `failed`.
+fn guarded<T>(failed: T, body: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(failed)
+}
+
+unsafe extern "C" fn stat(
+    _user: *mut c_void,
+    name: *const c_char,
+    buf: *mut sys::VSIStatBufL,
+    _flags: c_int,
+) -> c_int {
+    guarded(-1, || {
+        // SAFETY: GDAL passes a NUL-terminated file name.
+        let Some(file) = unsafe { name_of(name) }.and_then(lookup) else {
+            return -1;
+        };
+        if buf.is_null() {
+            return -1;
+        }
+        // SAFETY: GDAL's VSIStatBufL is the C library's `struct stat64`
+        // (opaque in the bindings): `buf` points to one, which we zero and
+        // fill with a regular file's mode and size.
+        unsafe {
+            let st = buf.cast::<libc::stat64>();
+            std::ptr::write_bytes(st, 0, 1);
+            (*st).st_mode = libc::S_IFREG | 0o444;
+            (*st).st_size = i64::try_from(file.size()).unwrap_or(i64::MAX);
+        }
+        0
+    })
+}
+
+unsafe extern "C" fn open(
+    _user: *mut c_void,
+    name: *const c_char,
+    access: *const c_char,
+) -> *mut c_void {
+    guarded(std::ptr::null_mut(), || {
+        // SAFETY: GDAL passes NUL-terminated strings (or NULL).
+        let reading = !access.is_null()
+            && unsafe { CStr::from_ptr(access) }
+                .to_bytes()
+                .iter()
+                .all(|b| matches!(b, b'r' | b'b'));
+        // SAFETY: as above.
+        let file = unsafe { name_of(name) }.and_then(lookup);
+        match file {
+            Some(file) if reading => Box::into_raw(Box::new(Handle {
+                file,
+                pos: 0,
+                eof: false,
+            }))
+            .cast(),
+            _ => std::ptr::null_mut(),
+        }
+    })
+}
+
+/// The handle behind GDAL's pointer.
+///
+/// # Safety
+/// `h` is NULL or a pointer `open` returned and `close` has not freed;
+/// GDAL uses one handle from one thread at a time.
+unsafe fn handle<'a>(h: *mut c_void) -> Option<&'a mut Handle> {
+    // SAFETY: by the caller's contract, a live `Box<Handle>` or NULL.
+    unsafe { h.cast::<Handle>().as_mut() }
+}
+
+unsafe extern "C" fn tell(h: *mut c_void) -> sys::vsi_l_offset {
+    // SAFETY: GDAL passes the handle `open` made.
+    guarded(0, || unsafe { handle(h) }.map_or(0, |h| h.pos))
+}
+
+unsafe extern "C" fn seek(h: *mut c_void, offset: sys::vsi_l_offset, whence: c_int) -> c_int {
+    guarded(-1, || {
+        // SAFETY: GDAL passes the handle `open` made.
+        let Some(h) = (unsafe { handle(h) }) else {
+            return -1;
+        };
+        let to = match whence {
+            libc::SEEK_SET => Some(offset),
+            libc::SEEK_CUR => h.pos.checked_add(offset),
+            libc::SEEK_END => h.file.size().checked_add(offset),
+            _ => None,
+        };
+        match to {
+            Some(to) => {
+                h.pos = to;
+                h.eof = false;
+                0
+            }
+            None => -1,
+        }
+    })
+}
+
+unsafe extern "C" fn read(h: *mut c_void, buf: *mut c_void, size: usize, count: usize) -> usize {
+    guarded(0, || {
+        // SAFETY: GDAL passes the handle `open` made.
+        let Some(h) = (unsafe { handle(h) }) else {
+            return 0;
+        };
+        let Some(want) = size.checked_mul(count).filter(|w| *w > 0) else {
+            return 0;
+        };
+        if buf.is_null() {
+            return 0;
+        }
+        // SAFETY: GDAL's buffer has room for `size * count` bytes.
+        let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), want) };
+        let left = h.file.size().saturating_sub(h.pos);
+        let n = want.min(usize::try_from(left).unwrap_or(usize::MAX));
+        let got = match h.file.read_at(h.pos, &mut out[..n]) {
+            Ok(got) => got,
+            Err(message) => {
+                say_failure(&message);
+                0
+            }
+        };
+        h.pos += got as u64;
+        if got < want {
+            h.eof = true;
+        }
+        got / size
+    })
+}
+
+/// Says `message` as a GDAL I/O failure on this thread (GDAL's own error
+/// then follows it).
+fn say_failure(message: &str) {
+    let Ok(text) = std::ffi::CString::new(message.replace('\0', " ")) else {
+        return;
+    };
+    // SAFETY: a constant format and one string argument, alive for the call.
+    unsafe { sys::CPLError(sys::CPLErr::CE_Failure, 3, c"%s".as_ptr(), text.as_ptr()) };
+}
+
+unsafe extern "C" fn eof(h: *mut c_void) -> c_int {
+    // SAFETY: GDAL passes the handle `open` made.
+    guarded(1, || unsafe { handle(h) }.map_or(1, |h| c_int::from(h.eof)))
+}
+
+unsafe extern "C" fn close(h: *mut c_void) -> c_int {
+    guarded(-1, || {
+        if h.is_null() {
+            return -1;
+        }
+        // SAFETY: the `Box<Handle>` `open` made; GDAL closes it once.
+        drop(unsafe { Box::from_raw(h.cast::<Handle>()) });
+        0
+    })
+}
+
+/// Installs the file system in GDAL, once per process.
+fn install() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        super::init();
+        // SAFETY: GDAL allocates a zeroed struct (every callback NULL, so
+        // unsupported operations fail); we fill ours and hand it to
+        // VSIInstallPluginHandler, which keeps its own copy. Ours is never
+        // freed (once per process), so it outlives GDAL's use either way.
+        unsafe {
+            let cb = sys::VSIAllocFilesystemPluginCallbacksStruct();
+            if cb.is_null() {
+                tracing::error!("GDAL could not allocate the /vsiwarpline/ callbacks");
+                return;
+            }
+            (*cb).stat = Some(stat);
+            (*cb).open = Some(open);
+            (*cb).tell = Some(tell);
+            (*cb).seek = Some(seek);
+            (*cb).read = Some(read);
+            (*cb).eof = Some(eof);
+            (*cb).close = Some(close);
+            (*cb).nBufferSize = BLOCK;
+            (*cb).nCacheSize = CACHE_BYTES as usize;
+            let prefix = c"/vsiwarpline/";
+            if sys::VSIInstallPluginHandler(prefix.as_ptr(), cb) != 0 {
+                tracing::error!("GDAL refused the /vsiwarpline/ file system");
+            }
+        }
+    });
+}
