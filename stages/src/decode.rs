@@ -350,9 +350,11 @@ impl Decode {
         let remote = fetched.remote.take();
         let (dir, path) = match &remote {
             // Read by ranges (fetch's `read = "window"`): no bytes here.
-            Some(_) if member.is_some() => return Err(StageError::permanent(format!(
+            Some(_) if member.is_some() => {
+                return Err(StageError::permanent(format!(
                 "{id}: a member of an archive is not read by windows: set fetch's read = \"whole\""
-            ))),
+            )))
+            }
             Some(r) => (MemDir::new(), r.path().to_owned()),
             None => {
                 let (dir, file) = files_of(fetched, source, &id)?;

@@ -481,59 +481,13 @@ impl Fetch {
             self.window(id, source, held).await
         } else if http {
             Ok(Fetched::new(self.http(id, source, held).await?))
+        } else if store::is_s3(source) && self.read == Read::Window {
+            self.s3_window(id, source, size_hint, held).await
         } else if store::is_s3(source) {
             self.s3(id, source, size_hint, held).await
         } else {
             self.file(id, source, held).await
         }
-    }
-}
-
-impl Fetch {
-    /// An input GDAL will read by ranges: its size (HEAD), and a file in
-    /// `/vsiwarpline/` under its own safe name. Charged GDAL's cache for
-    /// it, not its size.
-    async fn window(&self, id: &str, url: &str, held: &mut Held) -> Result<Fetched, StageError> {
-        let shown = redact(url);
-        let response = self
-            .client
-            .head(url)
-            .send()
-            .await
-            .map_err(|e| request_error(&shown, e))?;
-        if !response.status().is_success() {
-            return Err(self.status_error(&response, url, &shown));
-        }
-        let ranges = response
-            .headers()
-            .get(reqwest::header::ACCEPT_RANGES)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("bytes"));
-        // From the header: reqwest's `content_length` is the (empty) body's.
-        let size = response
-            .headers()
-            .get(reqwest::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|n| *n > 0);
-        let (Some(size), true) = (size, ranges) else {
-            return Err(StageError::permanent(format!(
-                "{shown}: the server does not serve byte ranges (Accept-Ranges: bytes and a \
-                 Content-Length): read it with read = \"whole\""
-            )));
-        };
-        self.charge_to(id, held, crate::gdal::CACHE_BYTES).await?;
-        held.bytes += crate::gdal::CACHE_BYTES;
-        let reader =
-            window::HttpRange::new(self.client.clone(), url, size, self.timeout, &self.limits);
-        let name = crate::names::safe_file_name(crate::names::last_component(url));
-        Ok(Fetched {
-            remote: Some(crate::gdal::RemoteFile::new(
-                &name,
-                std::sync::Arc::new(reader),
-            )),
-            ..Fetched::default()
-        })
     }
 }
 

@@ -27,7 +27,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use warpline_engine::report::redact;
-use warpline_engine::{Limiter, LimiterKind};
+use warpline_engine::{Limiter, LimiterKind, StageError};
+
+use super::{request_error, Fetch, Fetched, Held};
+use crate::store;
 
 use crate::gdal::RangeRead;
 
@@ -39,12 +42,26 @@ const TRIES: u32 = 3;
 const MAX_WAIT: Duration = Duration::from_secs(10);
 
 /// A remote object read by ranges.
-pub(crate) struct HttpRange(Arc<Inner>);
+pub(crate) struct RangeReader(Arc<Inner>);
+
+/// Where the bytes come from.
+pub(crate) enum Source {
+    /// An http(s) URL, read with fetch's client.
+    Http {
+        client: reqwest::Client,
+        url: String,
+    },
+    /// An S3 object, read with the bucket's `object_store` client (ranged
+    /// GetObject).
+    S3 {
+        store: Arc<object_store::aws::AmazonS3>,
+        path: object_store::path::Path,
+    },
+}
 
 /// What a read's task needs (shared with it).
 struct Inner {
-    client: reqwest::Client,
-    url: String,
+    source: Source,
     shown: String,
     size: u64,
     runtime: tokio::runtime::Handle,
@@ -63,19 +80,18 @@ struct Failed {
     message: String,
 }
 
-impl HttpRange {
-    /// The object at `url`, of `size` bytes, read with `client` on
-    /// this runtime; `limits` are fetch's (its rate limiters are used).
+impl RangeReader {
+    /// The object at `url` (`source`), of `size` bytes, read on this
+    /// runtime; `limits` are fetch's (its rate limiters are used).
     pub(crate) fn new(
-        client: reqwest::Client,
+        source: Source,
         url: &str,
         size: u64,
         timeout: Duration,
         limits: &[Limiter],
     ) -> Self {
-        HttpRange(Arc::new(Inner {
-            client,
-            url: url.to_owned(),
+        RangeReader(Arc::new(Inner {
+            source,
             shown: redact(url),
             size,
             rates: limits
@@ -129,15 +145,32 @@ impl Inner {
                     message: e.to_string(),
                 })?;
         }
+        let (client, url) = match &self.source {
+            Source::Http { client, url } => (client, url),
+            Source::S3 { store, path } => {
+                use object_store::ObjectStoreExt;
+                let range = offset..offset + buf.len() as u64;
+                let bytes = store.get_range(path, range).await.map_err(|e| {
+                    let e = crate::store::stage_error(&self.shown, &e);
+                    Failed {
+                        transient: e.kind == warpline_engine::ErrorKind::Transient,
+                        wait: e.retry_after,
+                        message: e.message,
+                    }
+                })?;
+                let n = bytes.len().min(buf.len());
+                buf[..n].copy_from_slice(&bytes[..n]);
+                return Ok(n);
+            }
+        };
         let last = offset + buf.len() as u64 - 1;
         let transient = |message: String| Failed {
             transient: true,
             wait: None,
             message,
         };
-        let mut response = self
-            .client
-            .get(&self.url)
+        let mut response = client
+            .get(url)
             .header(reqwest::header::RANGE, format!("bytes={offset}-{last}"))
             .send()
             .await
@@ -178,6 +211,100 @@ impl Inner {
     }
 }
 
+impl Fetch {
+    /// An input GDAL will read by ranges: its size (HEAD), and a file in
+    /// `/vsiwarpline/` under its own safe name. Charged GDAL's cache for
+    /// it, not its size.
+    pub(super) async fn window(
+        &self,
+        id: &str,
+        url: &str,
+        held: &mut Held,
+    ) -> Result<Fetched, StageError> {
+        let shown = redact(url);
+        let response = self
+            .client
+            .head(url)
+            .send()
+            .await
+            .map_err(|e| request_error(&shown, e))?;
+        if !response.status().is_success() {
+            return Err(self.status_error(&response, url, &shown));
+        }
+        let ranges = response
+            .headers()
+            .get(reqwest::header::ACCEPT_RANGES)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("bytes"));
+        // From the header: reqwest's `content_length` is the (empty) body's.
+        let size = response
+            .headers()
+            .get(reqwest::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|n| *n > 0);
+        let (Some(size), true) = (size, ranges) else {
+            return Err(StageError::permanent(format!(
+                "{shown}: the server does not serve byte ranges (Accept-Ranges: bytes and a \
+                 Content-Length): read it with read = \"whole\""
+            )));
+        };
+        let source = Source::Http {
+            client: self.client.clone(),
+            url: url.to_owned(),
+        };
+        self.remote(id, url, source, size, held).await
+    }
+
+    /// An `s3://` object GDAL will read by ranges (ranged GetObject): its
+    /// size from the listing or a HEAD request.
+    pub(super) async fn s3_window(
+        &self,
+        id: &str,
+        source: &str,
+        size_hint: Option<u64>,
+        held: &mut Held,
+    ) -> Result<Fetched, StageError> {
+        let url = store::S3Url::parse(source).map_err(StageError::permanent)?;
+        let store = self.stores.bucket(&url.bucket)?;
+        let path = url.path()?;
+        let size = match size_hint {
+            Some(size) => size,
+            None => {
+                use object_store::ObjectStoreExt;
+                let shown = url.to_string();
+                let head = store.head(&path).await;
+                head.map_err(|e| store::stage_error(&shown, &e))?.size
+            }
+        };
+        let from = Source::S3 { store, path };
+        self.remote(id, source, from, size, held).await
+    }
+
+    /// The input as a file of `/vsiwarpline/` under its own safe name,
+    /// charged GDAL's cache for it.
+    async fn remote(
+        &self,
+        id: &str,
+        url: &str,
+        source: Source,
+        size: u64,
+        held: &mut Held,
+    ) -> Result<Fetched, StageError> {
+        self.charge_to(id, held, crate::gdal::CACHE_BYTES).await?;
+        held.bytes += crate::gdal::CACHE_BYTES;
+        let reader = RangeReader::new(source, url, size, self.timeout, &self.limits);
+        let name = crate::names::safe_file_name(crate::names::last_component(url));
+        Ok(Fetched {
+            remote: Some(crate::gdal::RemoteFile::new(
+                &name,
+                std::sync::Arc::new(reader),
+            )),
+            ..Fetched::default()
+        })
+    }
+}
+
 /// The wait before try `attempt + 1`: the server's `Retry-After`, else
 /// 400 ms doubling, at most [`MAX_WAIT`].
 fn wait(attempt: u32, asked: Option<Duration>) -> Duration {
@@ -186,7 +313,7 @@ fn wait(attempt: u32, asked: Option<Duration>) -> Duration {
         .min(MAX_WAIT)
 }
 
-impl RangeRead for HttpRange {
+impl RangeRead for RangeReader {
     fn size(&self) -> u64 {
         self.0.size
     }

@@ -122,6 +122,7 @@ pub(super) struct ReprojectSettings {
     crop_to_cutline: Option<bool>,
     metadata: Option<bool>,
     conflicting_metadata: Option<String>,
+    vertical_shift: Option<bool>,
     warp_memory: Option<SizeValue>,
     warp_options: Option<BTreeMap<String, String>>,
     max_pixels: Option<u64>,
@@ -386,6 +387,11 @@ impl Builder<'_> {
         }
         if let Some(v) = self.r.conflicting_metadata.clone() {
             self.arg("-cvmd", &[v]);
+        }
+        match self.r.vertical_shift {
+            Some(true) => self.arg("-vshift", &[]),
+            Some(false) => self.arg("-novshift", &[]),
+            None => {}
         }
     }
 
