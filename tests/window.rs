@@ -212,3 +212,80 @@ fn a_server_that_stalls_mid_warp_fails_the_item_without_a_hang() {
     assert_eq!(server.ranges.load(Ordering::Relaxed), 4);
     assert_eq!(std::fs::read_dir(&out).map_or(0, |d| d.count()), 0);
 }
+
+/// Names the pipeline file a child process runs ([`child_run`]).
+const CHILD: &str = "WARPLINE_WINDOW_CHILD";
+
+/// In a child process started by the S3 test (with the server's
+/// credentials in its environment): runs the pipeline in
+/// `$WARPLINE_WINDOW_CHILD`. Started on its own it does nothing.
+#[test]
+#[ignore = "run by its parent test, in a process of its own"]
+fn child_run() {
+    let Some(path) = std::env::var_os(CHILD) else {
+        return;
+    };
+    let report = common::run(&std::fs::read_to_string(path).unwrap());
+    assert_eq!(report.items.done, 1, "{report}");
+}
+
+#[test]
+fn a_window_of_a_large_cog_in_s3_equals_gdalwarp() {
+    let Some(data) = real_rasters() else { return };
+    let (Ok(endpoint), Ok(root), Ok(bucket), Ok(key), Ok(secret)) = (
+        std::env::var("WARPLINE_TEST_S3"),
+        std::env::var("WARPLINE_TEST_S3_ROOT"),
+        std::env::var("WARPLINE_TEST_S3_BUCKET"),
+        std::env::var("WARPLINE_TEST_S3_KEY"),
+        std::env::var("WARPLINE_TEST_S3_SECRET"),
+    ) else {
+        eprintln!("WARPLINE_TEST_S3 is not set: the S3 window test is skipped");
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let cog = large_cog(&data[0], work.path());
+    // Put where the server keeps the bucket's objects, under a prefix of
+    // this test's own.
+    let prefix = format!("window-{}", std::process::id());
+    let dir = Path::new(&root).join(&bucket).join(&prefix);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&cog, dir.join("large-cog.tif")).unwrap();
+    let out = work.path().join("out");
+    let reproject = "crs = \"EPSG:3857\"\nextent = [200000, 2700000, 250000, 2750000]\n\
+                     extent_crs = \"EPSG:32618\"\nresolution = 60";
+    let url = format!("s3://{bucket}/{prefix}/large-cog.tif");
+    let endpoint = format!("endpoint = {endpoint:?}");
+    let toml = work.path().join("pipeline.toml");
+    std::fs::write(&toml, pipeline(&url, reproject, &out, &endpoint)).unwrap();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_run", "--ignored", "--test-threads=1"])
+        .env(CHILD, &toml)
+        .env("AWS_ACCESS_KEY_ID", key)
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        child.status.success(),
+        "{}",
+        String::from_utf8_lossy(&child.stdout)
+    );
+    let theirs = work.path().join("gdalwarp.tif");
+    let args = [
+        "-t_srs",
+        "EPSG:3857",
+        "-te",
+        "200000",
+        "2700000",
+        "250000",
+        "2750000",
+        "-te_srs",
+        "EPSG:32618",
+        "-tr",
+        "60",
+        "60",
+    ];
+    gdalwarp(&args.map(String::from), &cog, &theirs);
+    assert_same_raster(&out.join("large-cog.tif"), &theirs, "s3 window");
+}
