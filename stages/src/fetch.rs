@@ -19,6 +19,8 @@
 //!   also pauses the host's rate bucket); other 4xx fail the item at once
 //!   with the URL and status. By default a fetch is tried 6 times, over
 //!   7.75 to 15.5 s, so a short outage costs no item.
+//! - `read = "window"`: an http(s) or `s3://` input is not read here; GDAL
+//!   reads the blocks the warp needs by range requests (see `window`).
 
 use std::time::Duration;
 
@@ -36,6 +38,8 @@ use warpline_engine::{
 use crate::store::{self, Stores};
 
 mod window;
+
+use window::Read;
 
 /// What fetch hands on: the input's bytes, and for a local file the
 /// siblings GDAL would read beside it.
@@ -100,17 +104,6 @@ struct FetchSettings {
     user_agent: Option<String>,
     endpoint: Option<String>,
     read: Option<Read>,
-}
-
-/// How an input is read (`read`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Read {
-    /// Every byte, before decode (the default).
-    #[default]
-    Whole,
-    /// The bytes the warp needs, by range requests as it reads them.
-    Window,
 }
 
 /// The fetch stage.

@@ -34,6 +34,17 @@ use crate::store;
 
 use crate::gdal::RangeRead;
 
+/// How an input is read (fetch's `read`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Read {
+    /// Every byte, before decode (the default).
+    #[default]
+    Whole,
+    /// The bytes the warp needs, by range requests as it reads them.
+    Window,
+}
+
 /// Requests per block read: the first and two retries of a transient
 /// failure (a timeout, a reset, a body cut short, 408, 429, 5xx).
 const TRIES: u32 = 3;

@@ -322,3 +322,105 @@ fn install() {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes in memory, read by range; counts its reads; panics when told.
+    struct Memory {
+        bytes: Vec<u8>,
+        reads: AtomicU64,
+        panics: bool,
+    }
+
+    impl RangeRead for Memory {
+        fn size(&self) -> u64 {
+            self.bytes.len() as u64
+        }
+
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, String> {
+            assert!(!self.panics, "a reader that panics");
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            let from = offset as usize;
+            let n = buf.len().min(self.bytes.len() - from);
+            buf[..n].copy_from_slice(&self.bytes[from..from + n]);
+            Ok(n)
+        }
+
+        fn take_failure(&self) -> Option<String> {
+            None
+        }
+    }
+
+    /// A small GTiff's bytes.
+    fn tiff() -> Vec<u8> {
+        crate::samples::sample_tiles(1, 64).unwrap().remove(0).bytes
+    }
+
+    fn open(path: &str) -> gdal::errors::Result<gdal::Dataset> {
+        gdal::Dataset::open_ex(
+            path,
+            gdal::DatasetOptions {
+                allowed_drivers: Some(&["GTiff"]),
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn gdal_reads_a_registered_file_by_ranges_and_nothing_else_is_there() {
+        let bytes = tiff();
+        let file = Arc::new(Memory {
+            bytes: bytes.clone(),
+            reads: AtomicU64::new(0),
+            panics: false,
+        });
+        let remote = RemoteFile::new("tile.tif", Arc::clone(&file) as Arc<dyn RangeRead>);
+        let ds = open(remote.path()).unwrap();
+        let band = ds.rasterband(1).unwrap();
+        let (w, h) = ds.raster_size();
+        let ours = band.read_as::<u8>((0, 0), (w, h), (w, h), None).unwrap();
+        assert!(file.reads.load(Ordering::Relaxed) > 0);
+        let mem = MemoryFile::new(bytes);
+        let same = open(&mem.0).unwrap();
+        let theirs = same.rasterband(1).unwrap();
+        let theirs = theirs.read_as::<u8>((0, 0), (w, h), (w, h), None).unwrap();
+        assert_eq!(ours.data(), theirs.data());
+        // A sibling, another name, or the file once dropped: not there.
+        let path = remote.path().to_owned();
+        assert!(open(&format!("{path}.ovr")).is_err());
+        assert!(open("/vsiwarpline/999999/tile.tif").is_err());
+        drop(ds);
+        drop(remote);
+        assert!(open(&path).is_err());
+    }
+
+    #[test]
+    fn a_reader_that_panics_is_a_failed_read_not_an_abort() {
+        let file = Arc::new(Memory {
+            bytes: tiff(),
+            reads: AtomicU64::new(0),
+            panics: true,
+        });
+        let remote = RemoteFile::new("tile.tif", file);
+        assert!(open(remote.path()).is_err());
+    }
+
+    /// The same bytes in GDAL's own `/vsimem/`, for comparison.
+    struct MemoryFile(String);
+
+    impl MemoryFile {
+        fn new(bytes: Vec<u8>) -> Self {
+            let path = format!("/vsimem/vsi-test-{}.tif", fastrand::u64(..));
+            gdal::vsi::create_mem_file(&path, bytes).unwrap();
+            MemoryFile(path)
+        }
+    }
+
+    impl Drop for MemoryFile {
+        fn drop(&mut self) {
+            let _ = gdal::vsi::unlink_mem_file(&self.0);
+        }
+    }
+}
