@@ -200,6 +200,16 @@ fn an_output_over_the_budget_warped_in_memory_meets_the_oversize_policy() {
         "{}",
         failure.message
     );
+    // On disk, chunk buffers of warp_memory (64 MiB by default) do not fit
+    // a 32 MiB budget either: the error says what to lower.
+    let reproject = "crs = \"EPSG:3857\"\nresolution = 33";
+    let report = common::run(&mosaic(&inputs, "32MiB", reproject, &out));
+    assert_eq!(report.items.failed, 1, "{report}");
+    let message = &report.failures[0].message;
+    assert!(
+        message.contains("even warped to disk") && message.contains("warp_memory"),
+        "{message}"
+    );
 }
 
 #[test]

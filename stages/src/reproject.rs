@@ -375,6 +375,7 @@ impl Reproject {
         let buffers = (decoded + out).min(self.warp_memory);
         let (charge, to_disk) = self.disk.choose(files + out + buffers, files + buffers);
         if to_disk {
+            self.disk.refuse(id, files, buffers)?;
             tracing::info!(
                 "{id}: the output ({} MiB) is warped to disk in chunks of warp_memory",
                 out >> 20

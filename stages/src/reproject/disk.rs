@@ -17,7 +17,8 @@ use std::sync::OnceLock;
 
 use gdal::Dataset;
 use serde::Deserialize;
-use warpline_engine::{LimiterKind, Settings, StageError};
+use warpline_engine::limit::Oversize;
+use warpline_engine::{Limiter, LimiterKind, Settings, StageError};
 
 use crate::gdal::{warp_into, Raster, ScratchFile, WarpError, WarpOptions};
 use crate::source::file_name_id;
@@ -40,8 +41,10 @@ pub(crate) enum WarpTo {
 #[derive(Debug, Default)]
 pub(crate) struct Disk {
     warp_to: WarpTo,
-    /// The smallest byte budget the stage's `limits` charge.
+    /// The smallest byte budget the stage's `limits` charge, and whether
+    /// an item over it fails (`oversize = "fail"`).
     budget: Option<u64>,
+    oversize_fails: bool,
     /// `scratch`, if set; else the write stage's default staging directory.
     configured: Option<PathBuf>,
     dir: OnceLock<Result<PathBuf, String>>,
@@ -50,15 +53,15 @@ pub(crate) struct Disk {
 
 impl Disk {
     pub(crate) fn new(warp_to: WarpTo, scratch: Option<PathBuf>, s: &Settings) -> Self {
-        let budget = s
+        let smallest = s
             .stage_limits()
             .iter()
             .filter(|l| l.kind() == LimiterKind::Bytes)
-            .map(|l| l.capacity())
-            .min();
+            .min_by_key(|l| l.capacity());
         Disk {
             warp_to,
-            budget,
+            budget: smallest.map(Limiter::capacity),
+            oversize_fails: smallest.and_then(Limiter::oversize) == Some(Oversize::Fail),
             configured: scratch,
             ..Disk::default()
         }
@@ -76,6 +79,30 @@ impl Disk {
             (disk, true)
         } else {
             (memory, false)
+        }
+    }
+
+    /// A warp to disk whose charge (`files`: the inputs, `buffers`: the
+    /// chunk buffers) is still over a budget whose oversize items fail:
+    /// the error says what to change.
+    pub(crate) fn refuse(&self, id: &str, files: u64, buffers: u64) -> Result<(), StageError> {
+        let mib = |b: u64| b.div_ceil(1 << 20);
+        match self.budget {
+            Some(budget) if self.oversize_fails && files + buffers > budget => {
+                Err(StageError::new(
+                    warpline_engine::ErrorKind::OverBudget,
+                    format!(
+                        "{id}: even warped to disk, the item needs its inputs ({} MiB) and the \
+                         warp's chunk buffers ({} MiB, at most warp_memory), over the whole \
+                         budget ({} MiB): lower reproject's warp_memory, raise the budget, or \
+                         set oversize = \"alone\"",
+                        mib(files),
+                        mib(buffers),
+                        mib(budget)
+                    ),
+                ))
+            }
+            _ => Ok(()),
         }
     }
 
