@@ -42,6 +42,12 @@ fn main() {
             .block_on(pipeline.run())
             .unwrap();
         assert_eq!(report.items.done, 1, "{report}");
+        let busy: Vec<String> = report
+            .stages
+            .iter()
+            .map(|s| format!("{} {:.2} s", s.name, s.busy_s))
+            .collect();
+        eprintln!("cog-1g warpline: busy {}", busy.join(", "));
         return;
     }
     if !std::env::args().any(|a| a == "cog-1g") {
@@ -77,11 +83,12 @@ fn main() {
         .and_then(|p| p.parse().ok())
         .unwrap_or(8441);
     let mut server = S3Server::start(&root, port);
-    let (proxy, sent) = counting_proxy(port);
+    let (proxy, sent, requests) = counting_proxy(port);
     let endpoint = format!("http://127.0.0.1:{proxy}");
 
     let theirs = work.path().join("gdalwarp.tif");
     sent.store(0, Ordering::SeqCst);
+    requests.store(0, Ordering::SeqCst);
     let (wall, rss) = timed(
         Command::new("gdalwarp")
             .args(["-q", "-overwrite", "-of", "GTiff", "-t_srs", "EPSG:3857"])
@@ -96,9 +103,10 @@ fn main() {
     );
     let gdal_bytes = sent.load(Ordering::SeqCst);
     println!(
-        "cog-1g gdalwarp /vsis3/: {gdal_bytes} bytes from the server ({:.2}% of {size}), \
-         {wall:.2} s, peak RSS {} MiB",
+        "cog-1g gdalwarp /vsis3/: {gdal_bytes} bytes from the server ({:.2}% of {size}) in {} \
+         requests, {wall:.2} s, peak RSS {} MiB",
         100.0 * gdal_bytes as f64 / size as f64,
+        requests.load(Ordering::SeqCst),
         rss >> 20
     );
 
@@ -106,6 +114,7 @@ fn main() {
     let toml = work.path().join("pipeline.toml");
     std::fs::write(&toml, pipeline(&endpoint, &out)).unwrap();
     sent.store(0, Ordering::SeqCst);
+    requests.store(0, Ordering::SeqCst);
     let (wall, rss) = timed(
         Command::new(std::env::current_exe().unwrap())
             .env(CHILD, &toml)
@@ -117,9 +126,10 @@ fn main() {
     let ours_bytes = sent.load(Ordering::SeqCst);
     let same = same_pixels(&out.join("big.tif"), &theirs);
     println!(
-        "cog-1g warpline read = \"window\": {ours_bytes} bytes from the server ({:.2}% of {size}), \
-         {wall:.2} s, peak RSS {} MiB; pixels equal gdalwarp's: {same}",
+        "cog-1g warpline read = \"window\": {ours_bytes} bytes from the server ({:.2}% of {size}) \
+         in {} requests, {wall:.2} s, peak RSS {} MiB; pixels equal gdalwarp's: {same}",
         100.0 * ours_bytes as f64 / size as f64,
+        requests.load(Ordering::SeqCst),
         rss >> 20
     );
     server.stop();
@@ -249,21 +259,35 @@ impl S3Server {
     }
 }
 
-/// A loopback proxy to `port` that counts the bytes the server sends:
-/// its port, and the count.
-fn counting_proxy(port: u16) -> (u16, Arc<AtomicU64>) {
+/// A loopback proxy to `port` that counts the bytes the server sends, and
+/// the requests (reads from the client that start with an HTTP method):
+/// its port, and the counts.
+fn counting_proxy(port: u16) -> (u16, Arc<AtomicU64>, Arc<AtomicU64>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let proxy = listener.local_addr().unwrap().port();
     let sent = Arc::new(AtomicU64::new(0));
-    let counter = Arc::clone(&sent);
+    let requests = Arc::new(AtomicU64::new(0));
+    let (counter, asked) = (Arc::clone(&sent), Arc::clone(&requests));
     std::thread::spawn(move || {
         for client in listener.incoming().flatten() {
             let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
                 continue;
             };
             let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let asked = Arc::clone(&asked);
             std::thread::spawn(move || {
-                let _ = std::io::copy(&mut c_in, &mut s_out);
+                let mut buf = vec![0; 64 << 10];
+                while let Ok(n) = c_in.read(&mut buf) {
+                    if n == 0 || s_out.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    if [&b"GET "[..], b"HEAD ", b"PUT ", b"POST "]
+                        .iter()
+                        .any(|m| buf[..n].starts_with(m))
+                    {
+                        asked.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
                 let _ = s_out.shutdown(std::net::Shutdown::Write);
             });
             let counter = Arc::clone(&counter);
@@ -280,5 +304,5 @@ fn counting_proxy(port: u16) -> (u16, Arc<AtomicU64>) {
             });
         }
     });
-    (proxy, sent)
+    (proxy, sent, requests)
 }

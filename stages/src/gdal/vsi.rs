@@ -31,9 +31,11 @@ use gdal_sys as sys;
 /// The prefix of the file system.
 const PREFIX: &str = "/vsiwarpline/";
 
-/// GDAL's read-ahead block for these files: each range request asks for
-/// at least this much (a COG's header and tiles come in few requests).
-const BLOCK: usize = 256 << 10;
+/// GDAL's block for these files (its `/vsicurl/` chunk): each range
+/// request asks for whole blocks, consecutive missing ones in one request.
+/// 16 KiB reads as many bytes as `/vsis3/` on a 1 GB COG (README); 64 KiB
+/// read 2% more, 256 KiB 10% more.
+const BLOCK: usize = 16 << 10;
 
 /// What GDAL keeps of one open file, in [`BLOCK`]s: what fetch charges.
 pub(crate) const CACHE_BYTES: u64 = 16 << 20;
