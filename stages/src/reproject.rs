@@ -1,6 +1,7 @@
 //! The `reproject` stage (blocking): `GDALWarp` (through [`crate::gdal`]),
 //! with the options of the `gdalwarp` command, warping to an in-memory
-//! dataset.
+//! dataset (or, for an output over the memory budget, to a GTiff on disk:
+//! see `disk.rs`).
 //!
 //! Everything that changes pixels is an explicit setting with gdalwarp's
 //! default: the resampling method, the transformer error threshold (`-et`,
