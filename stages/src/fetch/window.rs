@@ -15,7 +15,7 @@
 //! on the runtime's async workers (or, on a current-thread runtime, on the
 //! thread in `Runtime::block_on`), and takes no `connections` permit (one
 //! taken while the item holds its `memory` share would break the one
-//! acquisition order) and no budget (GDAL's cache for the file,
+//! acquisition order) and no budget (the file's block cache,
 //! [`CACHE_BYTES`](crate::gdal::CACHE_BYTES), was charged by fetch): only
 //! rate tokens, which are never held. Every request has the client's
 //! `timeout`, a read makes at most [`TRIES`] of them, and the wait for the

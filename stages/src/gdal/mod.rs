@@ -30,6 +30,7 @@ use gdal::cpl::CslStringList;
 use gdal::errors::GdalError;
 use gdal_sys as sys;
 
+mod blocks;
 mod copy;
 mod files;
 mod raster;

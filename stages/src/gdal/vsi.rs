@@ -9,11 +9,13 @@
 //! that reaches the file system or the network). Nothing else exists in it:
 //! a sibling GDAL looks for (`.ovr`, `.msk`, `.aux.xml`) is not there.
 //!
-//! GDAL wraps each open file in its own block cache (`nBufferSize`-byte
-//! blocks, `nCacheSize` bytes per open file), so its many small reads of
-//! a TIFF's directory and tiles become few range requests; the cache is
-//! what the item holds, and what fetch charges to the budget
-//! ([`CACHE_BYTES`]).
+//! Each open file has its own block cache (`blocks.rs`: [`BLOCK`]-byte
+//! blocks, [`CACHE_BYTES`] per open file), so GDAL's many small reads of a
+//! TIFF's directories become few range requests; the cache is what the
+//! item holds, and what fetch charges to the budget. The file system says
+//! it reads many ranges at once (`read_multi_range`), so GDAL's TIFF reader
+//! asks for all the tiles a read needs together, as it does on `/vsis3/`:
+//! adjacent ones are one request.
 //!
 //! Soundness: every callback catches panics (none crosses into C), checks
 //! its pointers, and reports failure the way GDAL's C API expects (-1,
@@ -31,13 +33,15 @@ use gdal_sys as sys;
 /// The prefix of the file system.
 const PREFIX: &str = "/vsiwarpline/";
 
-/// GDAL's block for these files (its `/vsicurl/` chunk): each range
-/// request asks for whole blocks, consecutive missing ones in one request.
-/// 16 KiB reads as many bytes as `/vsis3/` on a 1 GB COG (README); 64 KiB
-/// read 2% more, 256 KiB 10% more.
+/// The cache's block (GDAL's `/vsicurl/` chunk): a read outside
+/// `read_multi_range` asks for whole blocks, consecutive missing ones in
+/// one request. Larger blocks read more than a window needs (on the 1 GB
+/// COG of the README, before `read_multi_range`: 64 KiB 2% more than
+/// 16 KiB, 256 KiB 10% more).
 const BLOCK: usize = 16 << 10;
 
-/// What GDAL keeps of one open file, in [`BLOCK`]s: what fetch charges.
+/// What the cache keeps of one open file, in [`BLOCK`]s: what fetch
+/// charges.
 pub(crate) const CACHE_BYTES: u64 = 16 << 20;
 
 /// A file whose bytes are read by range.
@@ -125,6 +129,7 @@ struct Handle {
     file: Arc<dyn RangeRead>,
     pos: u64,
     eof: bool,
+    blocks: super::blocks::Blocks,
 }
 
 /// The name after the prefix, if `name` is a valid C string under it.
@@ -191,6 +196,7 @@ unsafe extern "C" fn open(
                 file,
                 pos: 0,
                 eof: false,
+                blocks: super::blocks::Blocks::new(BLOCK, CACHE_BYTES),
             }))
             .cast(),
             _ => std::ptr::null_mut(),
@@ -252,7 +258,7 @@ unsafe extern "C" fn read(h: *mut c_void, buf: *mut c_void, size: usize, count: 
         let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), want) };
         let left = h.file.size().saturating_sub(h.pos);
         let n = want.min(usize::try_from(left).unwrap_or(usize::MAX));
-        let got = match h.file.read_at(h.pos, &mut out[..n]) {
+        let got = match h.blocks.read(&*h.file, h.pos, &mut out[..n]) {
             Ok(got) => got,
             Err(message) => {
                 say_failure(&message);
@@ -264,6 +270,71 @@ unsafe extern "C" fn read(h: *mut c_void, buf: *mut c_void, size: usize, count: 
             h.eof = true;
         }
         got / size
+    })
+}
+
+unsafe extern "C" fn read_multi_range(
+    h: *mut c_void,
+    count: c_int,
+    data: *mut *mut c_void,
+    offsets: *const sys::vsi_l_offset,
+    sizes: *const usize,
+) -> c_int {
+    guarded(-1, || {
+        // SAFETY: GDAL passes the handle `open` made.
+        let Some(h) = (unsafe { handle(h) }) else {
+            return -1;
+        };
+        let n = usize::try_from(count).unwrap_or(0);
+        if n == 0 || data.is_null() || offsets.is_null() || sizes.is_null() {
+            return -1;
+        }
+        // SAFETY: GDAL passes `count` buffers, offsets and sizes.
+        let (data, offsets, sizes) = unsafe {
+            (
+                std::slice::from_raw_parts(data, n),
+                std::slice::from_raw_parts(offsets, n),
+                std::slice::from_raw_parts(sizes, n),
+            )
+        };
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| offsets[i]);
+        // Ranges that touch or overlap are one request.
+        let mut groups: Vec<(u64, u64, Vec<usize>)> = Vec::new();
+        for i in order {
+            let (start, end) = (offsets[i], offsets[i] + sizes[i] as u64);
+            match groups.last_mut() {
+                Some((_, last, members)) if start <= *last => {
+                    *last = (*last).max(end);
+                    members.push(i);
+                }
+                _ => groups.push((start, end, vec![i])),
+            }
+        }
+        for (start, end, members) in groups {
+            let mut buf = vec![0; (end - start) as usize];
+            match h.file.read_at(start, &mut buf) {
+                Ok(got) if got == buf.len() => {}
+                Ok(got) => {
+                    say_failure(&format!("{got} bytes of {} at {start}", buf.len()));
+                    return -1;
+                }
+                Err(message) => {
+                    say_failure(&message);
+                    return -1;
+                }
+            }
+            for i in members {
+                if data[i].is_null() {
+                    return -1;
+                }
+                let from = (offsets[i] - start) as usize;
+                // SAFETY: GDAL's buffer `i` has room for `sizes[i]` bytes.
+                let out = unsafe { std::slice::from_raw_parts_mut(data[i].cast::<u8>(), sizes[i]) };
+                out.copy_from_slice(&buf[from..from + sizes[i]]);
+            }
+        }
+        0
     })
 }
 
@@ -313,10 +384,13 @@ fn install() {
             (*cb).tell = Some(tell);
             (*cb).seek = Some(seek);
             (*cb).read = Some(read);
+            (*cb).read_multi_range = Some(read_multi_range);
             (*cb).eof = Some(eof);
             (*cb).close = Some(close);
-            (*cb).nBufferSize = BLOCK;
-            (*cb).nCacheSize = CACHE_BYTES as usize;
+            // Our own cache (`Handle::blocks`): GDAL's would hide
+            // `read_multi_range` behind reads of one block run at a time.
+            (*cb).nBufferSize = 0;
+            (*cb).nCacheSize = 0;
             let prefix = c"/vsiwarpline/";
             if sys::VSIInstallPluginHandler(prefix.as_ptr(), cb) != 0 {
                 tracing::error!("GDAL refused the /vsiwarpline/ file system");
