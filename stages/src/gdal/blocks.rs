@@ -92,3 +92,66 @@ impl Blocks {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Bytes 0, 1, 2, ... read by range, each read noted.
+    struct Counting {
+        bytes: Vec<u8>,
+        reads: Mutex<Vec<(u64, usize)>>,
+    }
+
+    impl RangeRead for Counting {
+        fn size(&self) -> u64 {
+            self.bytes.len() as u64
+        }
+
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, String> {
+            self.reads.lock().unwrap().push((offset, buf.len()));
+            let from = offset as usize;
+            let n = buf.len().min(self.bytes.len() - from);
+            buf[..n].copy_from_slice(&self.bytes[from..from + n]);
+            Ok(n)
+        }
+
+        fn take_failure(&self) -> Option<String> {
+            None
+        }
+    }
+
+    #[test]
+    fn reads_come_from_whole_blocks_each_missing_run_once() {
+        let file = Counting {
+            bytes: (0..1000u32).map(|i| i as u8).collect(),
+            reads: Mutex::new(Vec::new()),
+        };
+        // Blocks of 100 bytes, 4 kept.
+        let mut blocks = Blocks::new(100, 400);
+        let mut out = [0u8; 150];
+        assert_eq!(blocks.read(&file, 50, &mut out), Ok(150));
+        assert_eq!(out.to_vec(), file.bytes[50..200].to_vec());
+        // Blocks 0 and 1 in one request; again from the cache.
+        assert_eq!(*file.reads.lock().unwrap(), vec![(0, 200)]);
+        assert_eq!(blocks.read(&file, 120, &mut out[..60]), Ok(60));
+        assert_eq!(file.reads.lock().unwrap().len(), 1);
+        // Block 1 held, 2 and 3 missing: one request for them.
+        let mut two = [0u8; 200];
+        assert_eq!(blocks.read(&file, 150, &mut two), Ok(200));
+        assert_eq!(two.to_vec(), file.bytes[150..350].to_vec());
+        assert_eq!(file.reads.lock().unwrap()[1], (200, 200));
+        // The end of the file: fewer bytes.
+        assert_eq!(blocks.read(&file, 950, &mut out), Ok(50));
+        assert_eq!(out[..50].to_vec(), file.bytes[950..].to_vec());
+        // Five blocks seen, four kept: the first one is read again.
+        file.reads.lock().unwrap().clear();
+        assert_eq!(blocks.read(&file, 0, &mut out[..10]), Ok(10));
+        assert_eq!(*file.reads.lock().unwrap(), vec![(0, 100)]);
+        // More than half the cache: straight through.
+        let mut big = [0u8; 300];
+        assert_eq!(blocks.read(&file, 500, &mut big), Ok(300));
+        assert_eq!(file.reads.lock().unwrap()[1], (500, 300));
+    }
+}
