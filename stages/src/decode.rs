@@ -344,12 +344,33 @@ impl Decode {
     }
 
     /// Opens one input's bytes (`line`: its source) and checks its header.
-    fn open_one(&self, fetched: Fetched, line: &str, id: &str) -> Result<Raster, StageError> {
+    fn open_one(&self, mut fetched: Fetched, line: &str, id: &str) -> Result<Raster, StageError> {
         let id = id.to_owned();
         let (source, member) = names::split_member(line);
-        let (dir, file) = files_of(fetched, source, &id)?;
-        let path = open_path(&dir, &file, member, &id)?;
-        let ds = self.open(&path, &id)?;
+        let remote = fetched.remote.take();
+        let (dir, path) = match &remote {
+            // Read by ranges (fetch's `read = "window"`): no bytes here.
+            Some(_) if member.is_some() => {
+                return Err(StageError::permanent(format!(
+                "{id}: a member of an archive is not read by windows: set fetch's read = \"whole\""
+            )))
+            }
+            Some(r) => (MemDir::new(), r.path().to_owned()),
+            None => {
+                let (dir, file) = files_of(fetched, source, &id)?;
+                let path = open_path(&dir, &file, member, &id)?;
+                (dir, path)
+            }
+        };
+        let ds = self.open(&path, &id).map_err(|e| {
+            match remote
+                .as_ref()
+                .and_then(crate::gdal::RemoteFile::take_failure)
+            {
+                Some(m) => StageError::transient(format!("{id}: {m}")),
+                None => e,
+            }
+        })?;
         refs::refuse_references(&ds, &id)?;
         if path.starts_with("/vsizip/") || path.starts_with("/vstar/") {
             refs::refuse_archive_siblings(&path, &id)?;
@@ -368,6 +389,8 @@ impl Decode {
                 _under: None,
                 files: Some(dir),
                 others: Vec::new(),
+                scratch: None,
+                remote,
             });
         }
         let Some(assumed) = &self.assume_crs else {
@@ -382,6 +405,8 @@ impl Decode {
             _under: Some(ds),
             files: Some(dir),
             others: Vec::new(),
+            scratch: None,
+            remote,
         })
     }
 }

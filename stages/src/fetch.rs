@@ -19,6 +19,8 @@
 //!   also pauses the host's rate bucket); other 4xx fail the item at once
 //!   with the URL and status. By default a fetch is tried 6 times, over
 //!   7.75 to 15.5 s, so a short outage costs no item.
+//! - `read = "window"`: an http(s) or `s3://` input is not read here; GDAL
+//!   reads the blocks the warp needs by range requests (see `window`).
 
 use std::time::Duration;
 
@@ -35,6 +37,10 @@ use warpline_engine::{
 
 use crate::store::{self, Stores};
 
+mod window;
+
+use window::Read;
+
 /// What fetch hands on: the input's bytes, and for a local file the
 /// siblings GDAL would read beside it.
 #[derive(Debug, Default)]
@@ -46,6 +52,9 @@ pub struct Fetched {
     pub siblings: Vec<Sibling>,
     /// A mosaic's inputs, one each, in order (`bytes` is then empty).
     pub parts: Vec<Fetched>,
+    /// An input read by ranges while it is warped (`read = "window"`):
+    /// `bytes` is then empty.
+    pub(crate) remote: Option<crate::gdal::RemoteFile>,
 }
 
 impl Fetched {
@@ -94,6 +103,7 @@ struct FetchSettings {
     memory: Option<String>,
     user_agent: Option<String>,
     endpoint: Option<String>,
+    read: Option<Read>,
 }
 
 /// The fetch stage.
@@ -104,6 +114,11 @@ pub struct Fetch {
     max_bytes: u64,
     memory: Option<Limiter>,
     stores: Stores,
+    read: Read,
+    /// The stage's limiters (its rate limiters pace range reads too).
+    limits: Vec<Limiter>,
+    /// The whole-request timeout (bounds a range read's wait).
+    timeout: Duration,
 }
 
 const DEFAULT_MAX_BYTES: u64 = 256 << 20;
@@ -174,6 +189,9 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         max_bytes,
         memory,
         stores,
+        read: f.read.unwrap_or_default(),
+        limits: s.stage_limits().to_vec(),
+        timeout,
     }))
 }
 
@@ -397,7 +415,7 @@ impl Fetch {
         Ok(Fetched {
             bytes,
             siblings: kept,
-            parts: Vec::new(),
+            ..Fetched::default()
         })
     }
 
@@ -428,7 +446,7 @@ impl Fetch {
         Ok(Fetched {
             bytes,
             siblings,
-            parts: Vec::new(),
+            ..Fetched::default()
         })
     }
 
@@ -451,8 +469,13 @@ impl Fetch {
         held: &mut Held,
     ) -> Result<Fetched, StageError> {
         let source = crate::names::split_member(line).0;
-        if source.starts_with("http://") || source.starts_with("https://") {
+        let http = source.starts_with("http://") || source.starts_with("https://");
+        if http && self.read == Read::Window {
+            self.window(id, source, held).await
+        } else if http {
             Ok(Fetched::new(self.http(id, source, held).await?))
+        } else if store::is_s3(source) && self.read == Read::Window {
+            self.s3_window(id, source, size_hint, held).await
         } else if store::is_s3(source) {
             self.s3(id, source, size_hint, held).await
         } else {

@@ -1,6 +1,7 @@
 //! The `reproject` stage (blocking): `GDALWarp` (through [`crate::gdal`]),
 //! with the options of the `gdalwarp` command, warping to an in-memory
-//! dataset.
+//! dataset (or, for an output over the memory budget, to a GTiff on disk:
+//! see `disk.rs`).
 //!
 //! Everything that changes pixels is an explicit setting with gdalwarp's
 //! default: the resampling method, the transformer error threshold (`-et`,
@@ -27,6 +28,7 @@ use crate::gdal::{
 };
 
 mod args;
+mod disk;
 
 #[cfg(test)]
 use args::DEFAULT_WARP_MEMORY;
@@ -50,6 +52,8 @@ pub struct Reproject {
     /// By source CRS (WKT): whether it shares its geographic CRS with the
     /// target, so that one area of interest serves every tile.
     same_datum: std::sync::Mutex<std::collections::HashMap<String, bool>>,
+    /// Whether an output is warped in memory or on disk (`warp_to`).
+    disk: disk::Disk,
 }
 
 /// The area of interest given to GDAL's transformers when the source and
@@ -73,6 +77,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         max_pixels: p.max_pixels,
         warp_memory: p.warp_memory,
         same_datum: Default::default(),
+        disk: disk::Disk::new(p.warp_to, p.scratch, s),
     }))
 }
 
@@ -255,10 +260,13 @@ impl Reproject {
 }
 
 /// A raster whose warp output was sized (and found under `max_pixels`) in
-/// `demand`, with the area of interest its transformers get.
+/// `demand`, with the area of interest its transformers get, its output's
+/// bytes, and whether it is warped to disk.
 struct Checked {
     raster: Raster,
     aoi: Option<&'static str>,
+    out: u64,
+    to_disk: bool,
 }
 
 /// The datasets to warp: each input's own, or its view (`bands`). Never
@@ -286,56 +294,110 @@ impl BlockingStage for Reproject {
         let views = self.source_views(&raster, &id)?;
         let srcs = datasets(&raster, &views);
         let aoi = self.area_of_interest(srcs[0]);
-        let out = self.output_bytes(&srcs, aoi, &id);
-        let decoded: u64 = srcs.iter().map(|s| pixel_bytes(s)).sum();
-        let files = raster.file_bytes();
+        let planned = self.plan(&srcs, &raster, aoi, &id);
         drop(srcs);
         drop(views);
+        let (charge, out, to_disk) = match planned {
+            Ok(p) => p,
+            Err(e) => {
+                item.set_payload(raster);
+                return Err(e);
+            }
+        };
         // `process` need not ask GDAL for the output size again.
-        item.set_payload(Checked { raster, aoi });
-        // The input's bytes stay while the warp reads them; the output
-        // lives beside its chunk buffers, which hold at most the source
-        // window and the output (full resolution, an upper bound when an
-        // overview is read) and never more than `warp_memory`.
-        let out = out?;
-        Ok(files + out + (decoded + out).min(self.warp_memory))
+        item.set_payload(Checked {
+            raster,
+            aoi,
+            out,
+            to_disk,
+        });
+        Ok(charge)
     }
 
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         let id = item.id.clone();
         let (raster, checked) = match item.take_payload::<Checked>() {
-            Some(Checked { raster, aoi }) => (raster, Some(aoi)),
+            Some(Checked {
+                raster,
+                aoi,
+                out,
+                to_disk,
+            }) => (raster, Some((aoi, out, to_disk))),
             None => (Self::take_raster(item)?, None),
         };
         let views = self.source_views(&raster, &id)?;
         let srcs = datasets(&raster, &views);
-        let aoi = match checked {
-            Some(aoi) => aoi,
+        let (aoi, out, to_disk) = match checked {
+            Some(c) => c,
             None => {
                 let aoi = self.area_of_interest(srcs[0]);
-                self.output_bytes(&srcs, aoi, &id)?;
-                aoi
+                let (_, out, to_disk) = self.plan(&srcs, &raster, aoi, &id)?;
+                (aoi, out, to_disk)
             }
         };
-        let out = self.warp(&srcs, aoi, &id)?;
+        let out = if to_disk {
+            self.disk.warp(&srcs, &self.warp_args(aoi), &id, out)
+        } else {
+            self.warp(&srcs, aoi, &id).map(Raster::in_memory)
+        };
+        // An input read by ranges that could not be read: the server's
+        // fault (maybe for a moment), said as such.
+        let out = out.map_err(|e| match raster.remote_failure() {
+            Some(m) => StageError::transient(format!("{id}: {m}")),
+            None => e,
+        })?;
         let input: u64 = srcs.iter().map(|s| pixel_bytes(s)).sum();
         drop(srcs);
         drop(views);
         drop(raster);
         crate::gdal::trim_heap_after(input);
-        item.set_payload(Raster::in_memory(out));
+        item.set_payload(out);
         Ok(Outcome::Continue)
     }
 }
 
 impl Reproject {
-    /// `gdalwarp <args> srcs...` to a MEM dataset.
-    fn warp(&self, srcs: &[&Dataset], aoi: Option<&str>, id: &str) -> Result<Dataset, StageError> {
-        let src = srcs[0];
+    /// What the item is charged, its output's bytes, and whether it is
+    /// warped to disk. In memory, the input's bytes stay while the warp
+    /// reads them, and the output lives beside its chunk buffers, which
+    /// hold at most the source window and the output (full resolution, an
+    /// upper bound when an overview is read) and never more than
+    /// `warp_memory`; on disk, the output is not held.
+    fn plan(
+        &self,
+        srcs: &[&Dataset],
+        raster: &Raster,
+        aoi: Option<&str>,
+        id: &str,
+    ) -> Result<(u64, u64, bool), StageError> {
+        let out = self.output_bytes(srcs, aoi, id)?;
+        let decoded: u64 = srcs.iter().map(|s| pixel_bytes(s)).sum();
+        let files = raster.file_bytes();
+        let buffers = (decoded + out).min(self.warp_memory);
+        let (charge, to_disk) = self.disk.choose(files + out + buffers, files + buffers);
+        if to_disk {
+            self.disk.refuse(id, files, buffers)?;
+            tracing::info!(
+                "{id}: the output ({} MiB) is warped to disk in chunks of warp_memory",
+                out >> 20
+            );
+        }
+        Ok((charge, out, to_disk))
+    }
+
+    /// gdalwarp's arguments for a warp of sources sharing `aoi`.
+    fn warp_args(&self, aoi: Option<&str>) -> Vec<String> {
         let mut args = self.args.clone();
         if let Some(aoi) = aoi {
             args.extend(["-to".to_owned(), aoi.to_owned()]);
         }
+        args
+    }
+
+    /// `gdalwarp <args> srcs...` to a MEM dataset.
+    fn warp(&self, srcs: &[&Dataset], aoi: Option<&str>, id: &str) -> Result<Dataset, StageError> {
+        let src = srcs[0];
+        let args = self.warp_args(aoi);
         let options =
             WarpOptions::new(&args).map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
         let out = warp(srcs, &options).map_err(|e| match e {

@@ -34,7 +34,8 @@ mod sidecars;
 mod space;
 
 use claims::Claims;
-use space::{failed, io_full, SpaceWatch};
+use space::{failed, io_full};
+pub(crate) use space::{failed as disk_failed, SpaceWatch};
 
 /// The bytes the item holds of byte limiters (`None`: it holds none).
 fn byte_share(item: &Item) -> Option<u64> {
@@ -451,10 +452,9 @@ impl BlockingStage for Write {
         // and the free space is looked at before the guard removes what was
         // written.
         let watch = SpaceWatch::start();
-        let written = self.create_copy(&raster, &tmp);
+        let written = self.make(raster, &tmp);
         let said_full = watch.said_full();
         written.map_err(|m| fail(format!("cannot write {}: {m}", path.display()), said_full))?;
-        drop(raster);
         if let Some(remote) = &self.remote {
             // The side files first, the output last (its object appears
             // last, as a final name does on disk). The guard removes the
@@ -524,6 +524,20 @@ impl Write {
         )))
     }
 
+    /// Makes the output at `tmp`. A warp made on disk (an output larger
+    /// than the memory budget) is already the file a GTiff output without
+    /// creation options is (`gdalwarp -of GTiff`), so it is moved there;
+    /// anything else is copied by the driver.
+    fn make(&self, raster: Raster, tmp: &Path) -> Result<(), String> {
+        if self.driver == "GTiff" && self.options.is_empty() && raster.is_on_disk() {
+            if let Some(file) = raster.into_scratch() {
+                return move_scratch(file, tmp);
+            }
+            return Err("the warped file is gone".to_owned());
+        }
+        self.create_copy(&raster, tmp)
+    }
+
     /// Writes `raster` to `tmp` with GDAL; GDAL's last message on failure.
     fn create_copy(&self, raster: &Raster, tmp: &Path) -> Result<(), String> {
         let mut options = self.creation_options(raster);
@@ -532,6 +546,30 @@ impl Write {
         options.push("QUIET_DELETE_ON_CREATE_COPY=NO".to_owned());
         crate::gdal::create_copy(&self.driver, &raster.ds, tmp, &options)
     }
+}
+
+/// Moves a scratch file (and GDAL's side files of it) to `tmp`: a rename,
+/// or a copy when they are on different file systems.
+fn move_scratch(file: crate::gdal::ScratchFile, tmp: &Path) -> Result<(), String> {
+    let from = file.path().to_owned();
+    let pairs = std::iter::once((from.clone(), tmp.to_owned())).chain(
+        crate::gdal::ScratchFile::side_files(&from)
+            .into_iter()
+            .zip(crate::gdal::ScratchFile::side_files(tmp))
+            .filter(|(side, _)| side.exists()),
+    );
+    for (a, b) in pairs {
+        if let Err(e) = std::fs::rename(&a, &b) {
+            if e.kind() != std::io::ErrorKind::CrossesDevices {
+                return Err(format!("cannot move {}: {e}", a.display()));
+            }
+            std::fs::copy(&a, &b).map_err(|e| format!("cannot copy {}: {e}", a.display()))?;
+        }
+    }
+    // Dropping `file` removes what is left under the scratch name (the
+    // copies' sources).
+    drop(file);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -48,3 +48,17 @@ pub(crate) fn create_copy(
     }
     Ok(())
 }
+
+/// Writes the blocks of `ds` still in GDAL's cache to its file; GDAL's
+/// message if one failed (GDAL 3.6's `GDALFlushCache` returns nothing, so
+/// the last error is read after it).
+pub(crate) fn flush(ds: &mut Dataset) -> Result<(), String> {
+    reset_error();
+    ds.flush_cache().map_err(|e| e.to_string())?;
+    // SAFETY: reads this thread's last error class, right after the flush.
+    let class = unsafe { sys::CPLGetLastErrorType() };
+    if class == sys::CPLErr::CE_Failure || class == sys::CPLErr::CE_Fatal {
+        return Err(last_error("writing the cached blocks failed"));
+    }
+    Ok(())
+}

@@ -30,19 +30,25 @@ use gdal::cpl::CslStringList;
 use gdal::errors::GdalError;
 use gdal_sys as sys;
 
+mod blocks;
 mod copy;
 mod files;
 mod raster;
 mod translate;
+mod vsi;
 mod warp;
 mod watch;
 
-pub(crate) use copy::create_copy;
+pub(crate) use copy::{create_copy, flush};
 pub(crate) use files::{archive_files, vsi_head, MemDir};
 pub(crate) use raster::pixel_bytes;
+pub(crate) use raster::ScratchFile;
 pub use raster::{DataType, Pixel, Raster, RasterError};
 pub(crate) use translate::vrt_view;
-pub(crate) use warp::{same_geog_cs, suggested_output, warp, Suggested, WarpError, WarpOptions};
+pub(crate) use vsi::{RangeRead, RemoteFile, CACHE_BYTES};
+pub(crate) use warp::{
+    same_geog_cs, suggested_output, warp, warp_into, Suggested, WarpError, WarpOptions,
+};
 #[cfg(test)]
 pub(crate) use watch::report_failure;
 pub(crate) use watch::MessageWatch;

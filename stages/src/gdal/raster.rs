@@ -32,6 +32,53 @@ pub struct Raster {
     pub(crate) files: Option<MemDir>,
     /// A mosaic's other inputs, in order (this one is the first).
     pub(crate) others: Vec<Raster>,
+    /// The file on disk `ds` is (a warp too large for memory), removed
+    /// when the raster is dropped, after `ds` is closed.
+    pub(crate) scratch: Option<ScratchFile>,
+    /// The remote file `ds` reads by ranges (fetch's `read = "window"`),
+    /// registered while the raster lives.
+    pub(crate) remote: Option<super::RemoteFile>,
+}
+
+/// A file a stage made on disk for one item (the warp's output when it
+/// does not fit the memory budget): removed on drop, with the side files
+/// GDAL may have written beside it.
+#[derive(Debug)]
+pub(crate) struct ScratchFile(std::path::PathBuf);
+
+impl ScratchFile {
+    /// Owns `path` from now on: it is removed on drop.
+    pub(crate) fn new(path: std::path::PathBuf) -> Self {
+        ScratchFile(path)
+    }
+
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    /// GDAL's side files of `path` (PAM metadata, a mask, overviews).
+    pub(crate) fn side_files(path: &std::path::Path) -> Vec<std::path::PathBuf> {
+        [".aux.xml", ".msk", ".ovr"]
+            .iter()
+            .map(|ext| {
+                let mut p = path.as_os_str().to_owned();
+                p.push(ext);
+                std::path::PathBuf::from(p)
+            })
+            .collect()
+    }
+}
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        if self.0.as_os_str().is_empty() {
+            return;
+        }
+        let _ = std::fs::remove_file(&self.0);
+        for side in Self::side_files(&self.0) {
+            let _ = std::fs::remove_file(side);
+        }
+    }
 }
 
 impl std::fmt::Debug for Raster {
@@ -58,7 +105,31 @@ impl Raster {
             _under: None,
             files: None,
             others: Vec::new(),
+            scratch: None,
+            remote: None,
         }
+    }
+
+    /// A dataset GDAL wrote to `file` on disk, removed when the raster is
+    /// dropped.
+    pub(crate) fn on_disk(ds: Dataset, file: ScratchFile) -> Self {
+        Raster {
+            scratch: Some(file),
+            ..Raster::in_memory(ds)
+        }
+    }
+
+    /// Whether the raster is a file on disk (see [`Raster::on_disk`]).
+    pub(crate) fn is_on_disk(&self) -> bool {
+        self.scratch.is_some()
+    }
+
+    /// The file on disk the raster is, if it is one: closes the dataset
+    /// and hands the file over.
+    pub(crate) fn into_scratch(self) -> Option<ScratchFile> {
+        let Raster { ds, scratch, .. } = self;
+        drop(ds);
+        scratch
     }
 
     /// The dataset.
@@ -75,7 +146,17 @@ impl Raster {
     /// as fetched); 0 for a dataset made in memory.
     pub fn file_bytes(&self) -> u64 {
         self.files.as_ref().map_or(0, MemDir::bytes)
+            + self.remote.as_ref().map_or(0, |_| super::CACHE_BYTES)
             + self.others.iter().map(Raster::file_bytes).sum::<u64>()
+    }
+
+    /// Why a range read of a remote input failed, if one did (this input's
+    /// or a mosaic's other's); taken, so a retry reads afresh.
+    pub(crate) fn remote_failure(&self) -> Option<String> {
+        self.remote
+            .as_ref()
+            .and_then(super::RemoteFile::take_failure)
+            .or_else(|| self.others.iter().find_map(Raster::remote_failure))
     }
 
     /// How many inputs it holds: 1, or a mosaic's count.

@@ -20,8 +20,14 @@ pub(crate) struct WarpOptions(*mut sys::GDALWarpAppOptions);
 impl WarpOptions {
     /// Options from `gdalwarp` arguments, warping to a MEM dataset.
     pub(crate) fn new(args: &[String]) -> Result<Self, String> {
+        Self::with_format(args, "MEM")
+    }
+
+    /// Options from `gdalwarp` arguments, warping to a dataset of `format`
+    /// (`GTiff`: a file, chunked by `-wm` as the command does).
+    pub(crate) fn with_format(args: &[String], format: &str) -> Result<Self, String> {
         let mut argv: Vec<String> = args.to_vec();
-        argv.extend(["-of".to_owned(), "MEM".to_owned()]);
+        argv.extend(["-of".to_owned(), format.to_owned()]);
         let list = string_list(&argv)?;
         reset_error();
         // SAFETY: `list` is a NULL-terminated argument list alive for the
@@ -124,16 +130,25 @@ pub(crate) enum WarpError {
 /// `options`, to a new MEM dataset. GDAL's last error is read right after
 /// the warp.
 pub(crate) fn warp(srcs: &[&Dataset], options: &WarpOptions) -> Result<Dataset, WarpError> {
+    warp_into(srcs, options, c"")
+}
+
+/// As [`warp`], to a new dataset at `dest` (a file for a file format).
+pub(crate) fn warp_into(
+    srcs: &[&Dataset],
+    options: &WarpOptions,
+    dest: &std::ffi::CStr,
+) -> Result<Dataset, WarpError> {
     let mut sources: Vec<sys::GDALDatasetH> = srcs.iter().map(|s| s.c_dataset()).collect();
     let count = i32::try_from(sources.len()).unwrap_or(i32::MAX);
     let mut usage_error = 0;
     reset_error();
     // SAFETY: `count` valid source datasets (alive for the call); valid
-    // options; "" names the MEM output, which GDALWarp creates and we own
-    // (wrapped at once).
+    // options; `dest` names the new output ("" for MEM), which GDALWarp
+    // creates and we own (wrapped at once).
     let out = unsafe {
         sys::GDALWarp(
-            c"".as_ptr(),
+            dest.as_ptr(),
             ptr::null_mut(),
             count,
             sources.as_mut_ptr(),

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use warpline_engine::units::SizeValue;
 use warpline_engine::{Problem, Settings};
 
+use super::disk::WarpTo;
 use crate::decode::crs_to_wkt;
 use crate::gdal::{dtype_by_name, WarpOptions};
 
@@ -121,9 +122,12 @@ pub(super) struct ReprojectSettings {
     crop_to_cutline: Option<bool>,
     metadata: Option<bool>,
     conflicting_metadata: Option<String>,
+    vertical_shift: Option<bool>,
     warp_memory: Option<SizeValue>,
     warp_options: Option<BTreeMap<String, String>>,
     max_pixels: Option<u64>,
+    warp_to: Option<WarpTo>,
+    scratch: Option<String>,
 }
 
 /// What the stage needs from its settings.
@@ -142,6 +146,10 @@ pub(super) struct Parsed {
     pub(super) bands: Option<Vec<usize>>,
     pub(super) max_pixels: u64,
     pub(super) warp_memory: u64,
+    /// Where the output is made (`warp_to`), and the directory of those
+    /// made on disk (`scratch`).
+    pub(super) warp_to: WarpTo,
+    pub(super) scratch: Option<std::path::PathBuf>,
 }
 
 pub(super) const DEFAULT_WARP_MEMORY: u64 = 64 << 20;
@@ -380,6 +388,11 @@ impl Builder<'_> {
         if let Some(v) = self.r.conflicting_metadata.clone() {
             self.arg("-cvmd", &[v]);
         }
+        match self.r.vertical_shift {
+            Some(true) => self.arg("-vshift", &[]),
+            Some(false) => self.arg("-novshift", &[]),
+            None => {}
+        }
     }
 
     fn transformer(&mut self) {
@@ -522,5 +535,11 @@ impl Builder<'_> {
             self.arg("-wo", &[format!("{k}={v}")]);
         }
         self.out.max_pixels = self.r.max_pixels.unwrap_or(1 << 28);
+        self.out.warp_to = self.r.warp_to.unwrap_or_default();
+        match self.r.scratch.as_deref() {
+            Some(d) if d.trim().is_empty() => self.problem("scratch", "must not be empty"),
+            Some(d) => self.out.scratch = Some(d.into()),
+            None => {}
+        }
     }
 }

@@ -17,6 +17,7 @@ fn to(crs: &str) -> Reproject {
         warp_memory: DEFAULT_WARP_MEMORY,
         dst_alpha: false,
         same_datum: Default::default(),
+        disk: Default::default(),
     }
 }
 

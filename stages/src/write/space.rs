@@ -35,15 +35,15 @@ pub(super) fn io_full(e: &std::io::Error) -> bool {
 /// says the device is full (and forwarded to `tracing` as the process-wide
 /// handler does, see `crate::gdal::init`). Not `Send`: GDAL's handler stack
 /// is per thread.
-pub(super) struct SpaceWatch(MessageWatch);
+pub(crate) struct SpaceWatch(MessageWatch);
 
 impl SpaceWatch {
-    pub(super) fn start() -> Self {
+    pub(crate) fn start() -> Self {
         SpaceWatch(MessageWatch::start(says_full))
     }
 
     /// Stops watching; whether a message said the device is full.
-    pub(super) fn said_full(self) -> bool {
+    pub(crate) fn said_full(self) -> bool {
         self.0.matched()
     }
 }
@@ -52,7 +52,7 @@ impl SpaceWatch {
 /// `dir` is full (`said_full`: an I/O error or GDAL said so; or less is
 /// free than the output's `needed` bytes), the error says so and stops the
 /// run, since every later write would fail the same way.
-pub(super) fn failed(
+pub(crate) fn failed(
     id: &str,
     dir: &Path,
     needed: u64,

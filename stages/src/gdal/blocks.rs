@@ -1,0 +1,157 @@
+//! The block cache of one open `/vsiwarpline/` file: GDAL's many small
+//! reads (a TIFF's header, its directories, a tile at a time) become one
+//! range request per run of consecutive missing blocks. Blocks are dropped
+//! first in, first out past the cache's size; a read larger than half the
+//! cache bypasses it.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::vsi::RangeRead;
+
+/// The cached blocks of one open file.
+pub(super) struct Blocks {
+    block: u64,
+    capacity: usize,
+    held: HashMap<u64, Vec<u8>>,
+    order: VecDeque<u64>,
+}
+
+impl Blocks {
+    /// A cache of `bytes` in blocks of `block` bytes.
+    pub(super) fn new(block: usize, bytes: u64) -> Self {
+        let block = block.max(1) as u64;
+        Blocks {
+            block,
+            capacity: usize::try_from(bytes / block).unwrap_or(usize::MAX).max(1),
+            held: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    /// Fills `out` from `offset` (fewer bytes only at the end of `file`).
+    pub(super) fn read(
+        &mut self,
+        file: &dyn RangeRead,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<usize, String> {
+        let end = (offset + out.len() as u64).min(file.size());
+        if offset >= end {
+            return Ok(0);
+        }
+        let want = (end - offset) as usize;
+        if want as u64 > self.block * self.capacity as u64 / 2 {
+            return file.read_at(offset, &mut out[..want]);
+        }
+        let (first, last) = (offset / self.block, (end - 1) / self.block);
+        let mut b = first;
+        while b <= last {
+            if self.held.contains_key(&b) {
+                b += 1;
+                continue;
+            }
+            let run = b;
+            while b <= last && !self.held.contains_key(&b) {
+                b += 1;
+            }
+            self.load(file, run, b)?;
+        }
+        let mut at = offset;
+        while at < end {
+            let index = at / self.block;
+            let Some(data) = self.held.get(&index) else {
+                return Err(format!("block {index} was not kept"));
+            };
+            let from = (at - index * self.block) as usize;
+            let n = (data.len() - from).min((end - at) as usize);
+            let to = (at - offset) as usize;
+            out[to..to + n].copy_from_slice(&data[from..from + n]);
+            at += n as u64;
+        }
+        Ok(want)
+    }
+
+    /// Reads blocks `first..past` in one request, and keeps them.
+    fn load(&mut self, file: &dyn RangeRead, first: u64, past: u64) -> Result<(), String> {
+        let from = first * self.block;
+        let to = (past * self.block).min(file.size());
+        let mut buf = vec![0; (to - from) as usize];
+        let got = file.read_at(from, &mut buf)?;
+        if got < buf.len() {
+            return Err(format!("{got} bytes of {} at {from}", buf.len()));
+        }
+        for (i, chunk) in buf.chunks(self.block as usize).enumerate() {
+            while self.order.len() >= self.capacity {
+                if let Some(old) = self.order.pop_front() {
+                    self.held.remove(&old);
+                }
+            }
+            self.held.insert(first + i as u64, chunk.to_vec());
+            self.order.push_back(first + i as u64);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Bytes 0, 1, 2, ... read by range, each read noted.
+    struct Counting {
+        bytes: Vec<u8>,
+        reads: Mutex<Vec<(u64, usize)>>,
+    }
+
+    impl RangeRead for Counting {
+        fn size(&self) -> u64 {
+            self.bytes.len() as u64
+        }
+
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, String> {
+            self.reads.lock().unwrap().push((offset, buf.len()));
+            let from = offset as usize;
+            let n = buf.len().min(self.bytes.len() - from);
+            buf[..n].copy_from_slice(&self.bytes[from..from + n]);
+            Ok(n)
+        }
+
+        fn take_failure(&self) -> Option<String> {
+            None
+        }
+    }
+
+    #[test]
+    fn reads_come_from_whole_blocks_each_missing_run_once() {
+        let file = Counting {
+            bytes: (0..1000u32).map(|i| i as u8).collect(),
+            reads: Mutex::new(Vec::new()),
+        };
+        // Blocks of 100 bytes, 4 kept.
+        let mut blocks = Blocks::new(100, 400);
+        let mut out = [0u8; 150];
+        assert_eq!(blocks.read(&file, 50, &mut out), Ok(150));
+        assert_eq!(out.to_vec(), file.bytes[50..200].to_vec());
+        // Blocks 0 and 1 in one request; again from the cache.
+        assert_eq!(*file.reads.lock().unwrap(), vec![(0, 200)]);
+        assert_eq!(blocks.read(&file, 120, &mut out[..60]), Ok(60));
+        assert_eq!(file.reads.lock().unwrap().len(), 1);
+        // Block 1 held, 2 and 3 missing: one request for them.
+        let mut two = [0u8; 200];
+        assert_eq!(blocks.read(&file, 150, &mut two), Ok(200));
+        assert_eq!(two.to_vec(), file.bytes[150..350].to_vec());
+        assert_eq!(file.reads.lock().unwrap()[1], (200, 200));
+        // The end of the file: fewer bytes.
+        assert_eq!(blocks.read(&file, 950, &mut out), Ok(50));
+        assert_eq!(out[..50].to_vec(), file.bytes[950..].to_vec());
+        // Five blocks seen, four kept: the first one is read again.
+        file.reads.lock().unwrap().clear();
+        assert_eq!(blocks.read(&file, 0, &mut out[..10]), Ok(10));
+        assert_eq!(*file.reads.lock().unwrap(), vec![(0, 100)]);
+        // More than half the cache: straight through.
+        let mut big = [0u8; 300];
+        assert_eq!(blocks.read(&file, 500, &mut big), Ok(300));
+        assert_eq!(file.reads.lock().unwrap()[1], (500, 300));
+    }
+}
