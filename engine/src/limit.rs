@@ -44,11 +44,13 @@ use governor::{Quota, RateLimiter};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
-/// What an item larger than a whole byte budget does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// What an item larger than a whole byte budget does: `oversize =
+/// "fail"` (the default) or `"alone"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum Oversize {
     /// Fail the item with a clear error (the default).
+    #[default]
     Fail,
     /// Wait until the whole budget is free and run alone.
     Alone,
@@ -124,14 +126,53 @@ pub trait RateBackend: Send + Sync + 'static {
 /// Makes the backend of a global rate limiter: `(name, per_second, burst)`.
 pub type RateBackendFactory = Arc<dyn Fn(&str, f64, u32) -> Arc<dyn RateBackend> + Send + Sync>;
 
-/// How a rate limiter chooses its bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+impl TryFrom<String> for Oversize {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        let words = [("fail", Oversize::Fail), ("alone", Oversize::Alone)];
+        crate::units::one_of(&text, &words, "\"fail\" or \"alone\"")
+    }
+}
+
+/// How a rate limiter chooses its bucket: `per = "all"` (the default) or
+/// `"host"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum RateKey {
     /// One bucket for everything.
+    #[default]
     Global,
     /// One bucket per remote host of the item's source.
     Host,
+}
+
+impl TryFrom<String> for RateKey {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        let words = [("host", RateKey::Host), ("all", RateKey::Global)];
+        let expected = "\"host\" (one bucket per remote host) or \"all\"";
+        crate::units::one_of(&text, &words, expected)
+    }
+}
+
+/// Who keeps a rate limiter's bucket: `scope = "local"` (the default: this
+/// process) or `"global"` (the coordinator, for every worker of a run).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "String")]
+pub enum RateScope {
+    /// This process.
+    #[default]
+    Local,
+    /// The coordinator, shared by every worker of the run.
+    Global,
+}
+
+impl TryFrom<String> for RateScope {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        let words = [("local", RateScope::Local), ("global", RateScope::Global)];
+        crate::units::one_of(&text, &words, "\"local\" or \"global\"")
+    }
 }
 
 /// A clock for governor that reads tokio's clock, so rate limits follow

@@ -64,14 +64,24 @@ pub struct StagePlan {
     pub adaptive: Option<crate::adapt::Adaptive>,
 }
 
-/// What a failed item does to the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+/// What a failed item does to the run: `on_error = "continue"` (the
+/// default) or `"abort"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum OnError {
     /// Record the failure and go on with the other items.
+    #[default]
     Continue,
     /// Record the failure and abort the run.
     Abort,
+}
+
+impl TryFrom<String> for OnError {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        let words = [("continue", OnError::Continue), ("abort", OnError::Abort)];
+        crate::units::one_of(&text, &words, "\"continue\" or \"abort\"")
+    }
 }
 
 /// A validated pipeline, ready to run.

@@ -29,6 +29,44 @@ impl SizeValue {
     }
 }
 
+/// A byte size as a pipeline writes it, checked when the file is read: a
+/// number of bytes or text with a unit, as [`SizeValue`] takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "SizeValue")]
+pub struct Size(pub u64);
+
+impl TryFrom<SizeValue> for Size {
+    type Error = String;
+    fn try_from(value: SizeValue) -> Result<Self, String> {
+        value.bytes().map(Size)
+    }
+}
+
+/// A duration as a pipeline writes it (`"250ms"`, `"30s"`, `"1h 30m"`),
+/// checked by [`parse_duration`] when the file is read. It is read as text,
+/// as every text setting is: `30` is the text "30", which lacks a unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct HumanDuration(pub Duration);
+
+impl TryFrom<String> for HumanDuration {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        parse_duration(&text).map(HumanDuration)
+    }
+}
+
+/// A setting that is one of a few words (`on_error = "abort"`): the value
+/// `text` names in `words`, or a message saying what is `expected` (the
+/// words as the file writes them) and what the file said instead.
+pub fn one_of<T: Copy>(text: &str, words: &[(&str, T)], expected: &str) -> Result<T, String> {
+    words
+        .iter()
+        .find(|(word, _)| *word == text)
+        .map(|(_, value)| *value)
+        .ok_or_else(|| format!("expected {expected}, got {text:?}"))
+}
+
 /// A count as written in a pipeline: a positive integer, `"cores"` (the
 /// number of CPUs this process may use), or `"cores+N"` / `"cores-N"`
 /// (never below 1).

@@ -14,7 +14,7 @@ use crate::pipeline::Pipeline;
 use crate::registry::Registry;
 
 pub use crate::pipeline::OnError;
-pub(crate) use crate::problem::{join, known, nearest, problem_from};
+pub(crate) use crate::problem::{join, known, nearest};
 pub use crate::problem::{Problem, Tier};
 pub use file::{LimitSection, PipelineSection};
 
