@@ -27,7 +27,7 @@ use serde::Deserialize;
 use warpline_engine::limit::{LimitError, LimiterKind};
 use warpline_engine::pipeline::RetryPolicy;
 use warpline_engine::report::redact;
-use warpline_engine::units::{parse_duration, SizeValue};
+use warpline_engine::units::{HumanDuration, Size};
 use warpline_engine::{
     AsyncStage, ErrorKind, Handler, Item, Limiter, Outcome, Payload, Problem, Settings, StageError,
     Ticket,
@@ -87,10 +87,10 @@ pub struct Sibling {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FetchSettings {
-    connect_timeout: Option<String>,
-    timeout: Option<String>,
+    connect_timeout: Option<HumanDuration>,
+    timeout: Option<HumanDuration>,
     max_redirects: Option<u32>,
-    max_bytes: Option<SizeValue>,
+    max_bytes: Option<Size>,
     memory: Option<String>,
     user_agent: Option<String>,
     endpoint: Option<String>,
@@ -109,28 +109,13 @@ pub struct Fetch {
 const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
-    let f: FetchSettings = s.parse()?;
     let mut problems = Vec::new();
-    let mut duration = |key: &str, value: &Option<String>, default: Duration| match value {
-        None => default,
-        Some(text) => parse_duration(text).unwrap_or_else(|m| {
-            problems.push(s.problem(key, m));
-            default
-        }),
+    let Some(f) = s.read::<FetchSettings>(&mut problems) else {
+        return Err(problems);
     };
-    let connect_timeout = duration(
-        "connect_timeout",
-        &f.connect_timeout,
-        Duration::from_secs(10),
-    );
-    let timeout = duration("timeout", &f.timeout, Duration::from_secs(60));
-    let max_bytes = match &f.max_bytes {
-        None => DEFAULT_MAX_BYTES,
-        Some(v) => v.bytes().unwrap_or_else(|m| {
-            problems.push(s.problem("max_bytes", m));
-            DEFAULT_MAX_BYTES
-        }),
-    };
+    let connect_timeout = f.connect_timeout.map_or(Duration::from_secs(10), |d| d.0);
+    let timeout = f.timeout.map_or(Duration::from_secs(60), |d| d.0);
+    let max_bytes = f.max_bytes.map_or(DEFAULT_MAX_BYTES, |b| b.0);
     let memory = f.memory.as_deref().and_then(|name| {
         s.limiter("memory", name, LimiterKind::Bytes)
             .map_err(|p| problems.push(p))

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
+use warpline_engine::units::one_of;
 use warpline_engine::{
     BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
 };
@@ -43,10 +44,13 @@ pub struct Written {
     pub path: PathBuf,
 }
 
-/// What to do when the output already exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What to do when the output already exists: `exists = "skip"` (the
+/// default), `"overwrite"` or `"error"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
 pub enum Exists {
     /// Count the item skipped (an earlier run finished it).
+    #[default]
     Skip,
     /// Replace it.
     Overwrite,
@@ -54,14 +58,54 @@ pub enum Exists {
     Error,
 }
 
+impl TryFrom<String> for Exists {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        let words = [
+            ("skip", Exists::Skip),
+            ("overwrite", Exists::Overwrite),
+            ("error", Exists::Error),
+        ];
+        one_of(&text, &words, "\"skip\", \"overwrite\" or \"error\"")
+    }
+}
+
+/// The file format written: `format = "GTiff"` (the default) or `"COG"`,
+/// by the GDAL driver of that name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+enum Format {
+    #[default]
+    GTiff,
+    Cog,
+}
+
+impl Format {
+    /// The GDAL driver's name.
+    fn driver(self) -> &'static str {
+        match self {
+            Format::GTiff => "GTiff",
+            Format::Cog => "COG",
+        }
+    }
+}
+
+impl TryFrom<String> for Format {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        let words = [("GTiff", Format::GTiff), ("COG", Format::Cog)];
+        one_of(&text, &words, "\"GTiff\" or \"COG\"")
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WriteSettings {
     dir: Option<String>,
     name: Option<String>,
-    format: Option<String>,
+    format: Option<Format>,
     creation_options: Option<BTreeMap<String, String>>,
-    exists: Option<String>,
+    exists: Option<Exists>,
     endpoint: Option<String>,
     staging: Option<String>,
 }
@@ -183,8 +227,10 @@ fn check_template(name: &str) -> Result<(), String> {
 
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     init();
-    let w: WriteSettings = s.parse()?;
     let mut problems = Vec::new();
+    let Some(w) = s.read::<WriteSettings>(&mut problems) else {
+        return Err(problems);
+    };
     let dir = match w.dir {
         Some(d) if !d.trim().is_empty() => d,
         _ => {
@@ -203,16 +249,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     if let Err(m) = check_template(&name) {
         problems.push(s.problem("name", m));
     }
-    let driver = match w.format.as_deref().unwrap_or("GTiff") {
-        f @ ("GTiff" | "COG") => f.to_owned(),
-        other => {
-            problems.push(s.problem(
-                "format",
-                format!("expected \"GTiff\" or \"COG\", got {other:?}"),
-            ));
-            "GTiff".to_owned()
-        }
-    };
+    let driver = w.format.unwrap_or_default().driver().to_owned();
     let options: Vec<(String, String)> =
         w.creation_options.unwrap_or_default().into_iter().collect();
     match gdal::DriverManager::get_driver_by_name(&driver)
@@ -228,18 +265,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
             }
         }
     }
-    let exists = match w.exists.as_deref() {
-        None | Some("skip") => Exists::Skip,
-        Some("overwrite") => Exists::Overwrite,
-        Some("error") => Exists::Error,
-        Some(other) => {
-            problems.push(s.problem(
-                "exists",
-                format!("expected \"skip\", \"overwrite\" or \"error\", got {other:?}"),
-            ));
-            Exists::Skip
-        }
-    };
+    let exists = w.exists.unwrap_or_default();
     if !problems.is_empty() {
         return Err(problems);
     }
