@@ -189,9 +189,9 @@ pub use warpline_engine::async_trait;
 pub use warpline_engine::limit::{Limiter, Limits, Oversize, RateKey};
 pub use warpline_engine::{
     AsyncStage, BlockingStage, ConfigErrors, Event, EventKind, EventSink, Handler, Input, Item,
-    Loader, Outcome, Payload, Pipeline, PipelineBuilder, Problem, Progress, Registry, RunControl,
-    RunError, RunHandle, RunOptions, RunReport, RunWatch, Settings, Source, SourceError,
-    SourceSpec, StageError,
+    Loader, OpenError, Outcome, Payload, Pipeline, PipelineBuilder, Problem, Progress, Registry,
+    RunControl, RunError, RunHandle, RunOptions, RunReport, RunWatch, Settings, Source,
+    SourceError, SourceSpec, StageError,
 };
 
 /// Tunes glibc's allocator for tile work. Call it first thing in `main`;

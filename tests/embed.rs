@@ -18,7 +18,7 @@ struct Words(String);
 struct WordsRun(std::vec::IntoIter<String>);
 
 impl SourceSpec for Words {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline::OpenError> {
         let words: Vec<String> = self.0.split_whitespace().map(str::to_owned).collect();
         Ok(Box::new(WordsRun(words.into_iter())))
     }

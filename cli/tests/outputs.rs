@@ -127,7 +127,7 @@ struct Given(Vec<(String, String)>);
 struct GivenRun(std::vec::IntoIter<(String, String)>);
 
 impl SourceSpec for Given {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline::OpenError> {
         Ok(Box::new(GivenRun(self.0.clone().into_iter())))
     }
 }

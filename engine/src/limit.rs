@@ -116,19 +116,31 @@ pub enum LimitError {
 #[async_trait::async_trait]
 pub trait RateBackend: Send + Sync + 'static {
     /// Waits until a token of the bucket `key` may be taken, and takes it.
-    async fn acquire(&self, key: &str) -> Result<(), String>;
+    async fn acquire(&self, key: &str) -> Result<(), RateBackendError>;
 
     /// Hands out no token of `key` before `delay` has passed (a server
     /// said `Retry-After`), for every worker.
-    async fn pause(&self, key: &str, delay: Duration) -> Result<(), String>;
+    async fn pause(&self, key: &str, delay: Duration) -> Result<(), RateBackendError>;
+}
+
+/// Why a rate kept elsewhere could not be reached, said by the backend
+/// (`?` turns its own message into one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RateBackendError(pub String);
+
+impl From<String> for RateBackendError {
+    fn from(message: String) -> Self {
+        RateBackendError(message)
+    }
 }
 
 /// Makes the backend of a global rate limiter: `(name, per_second, burst)`.
 pub type RateBackendFactory = Arc<dyn Fn(&str, f64, u32) -> Arc<dyn RateBackend> + Send + Sync>;
 
 impl TryFrom<String> for Oversize {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
+    type Error = crate::units::ValueError;
+    fn try_from(text: String) -> Result<Self, crate::units::ValueError> {
         let words = [("fail", Oversize::Fail), ("alone", Oversize::Alone)];
         crate::units::one_of(&text, &words, "\"fail\" or \"alone\"")
     }
@@ -147,8 +159,8 @@ pub enum RateKey {
 }
 
 impl TryFrom<String> for RateKey {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
+    type Error = crate::units::ValueError;
+    fn try_from(text: String) -> Result<Self, crate::units::ValueError> {
         let words = [("host", RateKey::Host), ("all", RateKey::Global)];
         let expected = "\"host\" (one bucket per remote host) or \"all\"";
         crate::units::one_of(&text, &words, expected)
@@ -168,8 +180,8 @@ pub enum RateScope {
 }
 
 impl TryFrom<String> for RateScope {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
+    type Error = crate::units::ValueError;
+    fn try_from(text: String) -> Result<Self, crate::units::ValueError> {
         let words = [("local", RateScope::Local), ("global", RateScope::Global)];
         crate::units::one_of(&text, &words, "\"local\" or \"global\"")
     }
@@ -466,10 +478,12 @@ impl Limiter {
                     // a failed try (transient), not a dead worker.
                     let asked = crate::guard::guarded_async(backend.acquire(&bucket))
                         .await
-                        .unwrap_or_else(|text| Err(format!("the rate backend panicked: {text}")));
+                        .unwrap_or_else(|text| {
+                            Err(format!("the rate backend panicked: {text}").into())
+                        });
                     return asked.map(|_| None).map_err(|message| LimitError::Backend {
                         limiter: self.inner.name.clone(),
-                        message,
+                        message: message.to_string(),
                     });
                 }
                 let mut waiting = None;

@@ -22,7 +22,7 @@ pub struct SourcePlan {
 
 impl SourcePlan {
     /// Opens the source on its own (to list or enqueue its inputs).
-    pub fn open(&self) -> Result<Box<dyn crate::stage::Source>, String> {
+    pub fn open(&self) -> Result<Box<dyn crate::stage::Source>, crate::stage::OpenError> {
         self.spec.open()
     }
 }
@@ -77,8 +77,8 @@ pub enum OnError {
 }
 
 impl TryFrom<String> for OnError {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
+    type Error = crate::units::ValueError;
+    fn try_from(text: String) -> Result<Self, crate::units::ValueError> {
         let words = [("continue", OnError::Continue), ("abort", OnError::Abort)];
         crate::units::one_of(&text, &words, "\"continue\" or \"abort\"")
     }

@@ -241,5 +241,17 @@ pub trait Source: Send + 'static {
 pub trait SourceSpec: Send + Sync + 'static {
     /// Opens the source for a run. An error here fails the whole run (for
     /// example: the list file does not exist).
-    fn open(&self) -> Result<Box<dyn Source>, String>;
+    fn open(&self) -> Result<Box<dyn Source>, OpenError>;
+}
+
+/// Why a source could not be opened for a run, said by the source kind
+/// (`?` turns the kind's own message into one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OpenError(pub String);
+
+impl From<String> for OpenError {
+    fn from(message: String) -> Self {
+        OpenError(message)
+    }
 }

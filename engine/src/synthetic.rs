@@ -19,7 +19,9 @@ use serde::Deserialize;
 use crate::item::{Input, Item, Outcome, StageError};
 use crate::problem::Problem;
 use crate::registry::{Registry, Settings};
-use crate::stage::{AsyncStage, BlockingStage, Handler, Source, SourceError, SourceSpec};
+use crate::stage::{
+    AsyncStage, BlockingStage, Handler, OpenError, Source, SourceError, SourceSpec,
+};
 use crate::units::{HumanDuration, Size};
 
 impl Registry {
@@ -81,7 +83,7 @@ fn generate(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
 }
 
 impl SourceSpec for Generate {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, OpenError> {
         Ok(Box::new(GenerateRun {
             next: 0,
             count: self.count,
@@ -143,8 +145,8 @@ enum HoldMode {
 }
 
 impl TryFrom<String> for HoldMode {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
+    type Error = crate::units::ValueError;
+    fn try_from(text: String) -> Result<Self, crate::units::ValueError> {
         let words = [("sleep", HoldMode::Sleep), ("spin", HoldMode::Spin)];
         let expected = "\"sleep\" (async wait) or \"spin\" (busy CPU on a blocking worker)";
         crate::units::one_of(&text, &words, expected)

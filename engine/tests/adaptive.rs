@@ -50,7 +50,7 @@ struct Urls(u64);
 struct UrlsRun(u64, u64);
 
 impl SourceSpec for Urls {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         Ok(Box::new(UrlsRun(0, self.0)))
     }
 }

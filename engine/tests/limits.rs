@@ -378,10 +378,14 @@ struct PanickingBackend;
 
 #[async_trait::async_trait]
 impl warpline_engine::limit::RateBackend for PanickingBackend {
-    async fn acquire(&self, _key: &str) -> Result<(), String> {
+    async fn acquire(&self, _key: &str) -> Result<(), warpline_engine::RateBackendError> {
         panic!("backend boom")
     }
-    async fn pause(&self, _key: &str, _delay: Duration) -> Result<(), String> {
+    async fn pause(
+        &self,
+        _key: &str,
+        _delay: Duration,
+    ) -> Result<(), warpline_engine::RateBackendError> {
         Ok(())
     }
 }

@@ -334,7 +334,7 @@ struct Trickle(u64);
 struct TrickleRun(u64);
 
 impl SourceSpec for Trickle {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         Ok(Box::new(TrickleRun(self.0)))
     }
 }

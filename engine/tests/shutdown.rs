@@ -301,7 +301,7 @@ struct PanickingSource;
 struct PanickingRun(u32);
 
 impl SourceSpec for PanickingSource {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         Ok(Box::new(PanickingRun(0)))
     }
 }
@@ -357,7 +357,7 @@ async fn a_panicking_source_ends_the_run_with_what_it_gave_and_says_why() {
 struct PanicsOnOpen;
 
 impl SourceSpec for PanicsOnOpen {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         panic!("cannot open: boom")
     }
 }

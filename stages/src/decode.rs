@@ -174,7 +174,7 @@ fn open_path(
         }
     }
     if let Some(member) = member {
-        names::check_member(member).map_err(fail)?;
+        names::check_member(member).map_err(|e| fail(e.to_string()))?;
         return Ok(format!("{whole}/{member}"));
     }
     let mut files = archive_files(&whole, MAX_MEMBERS_LISTED)

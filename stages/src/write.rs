@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
-use warpline_engine::units::one_of;
+use warpline_engine::units::{one_of, ValueError};
 use warpline_engine::{
     BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
 };
@@ -59,8 +59,8 @@ pub enum Exists {
 }
 
 impl TryFrom<String> for Exists {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
+    type Error = ValueError;
+    fn try_from(text: String) -> Result<Self, ValueError> {
         let words = [
             ("skip", Exists::Skip),
             ("overwrite", Exists::Overwrite),
@@ -91,8 +91,8 @@ impl Format {
 }
 
 impl TryFrom<String> for Format {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
+    type Error = ValueError;
+    fn try_from(text: String) -> Result<Self, ValueError> {
         let words = [("GTiff", Format::GTiff), ("COG", Format::Cog)];
         one_of(&text, &words, "\"GTiff\" or \"COG\"")
     }

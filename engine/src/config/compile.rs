@@ -116,7 +116,7 @@ fn count(path: &str, value: &Option<CountValue>, default: u32, problems: &mut Ve
     match value {
         None => default,
         Some(v) => v.resolve().unwrap_or_else(|m| {
-            problems.push(Problem::new(path, m));
+            problems.push(Problem::new(path, m.to_string()));
             default
         }),
     }

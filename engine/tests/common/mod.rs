@@ -37,7 +37,7 @@ struct CountedRun {
 }
 
 impl SourceSpec for Counted {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         Ok(Box::new(CountedRun {
             next: 0,
             count: self.count,

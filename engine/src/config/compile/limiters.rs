@@ -96,7 +96,7 @@ fn count_limiter(
     misplaced(path, "per", s.per.is_some(), problems);
     let n = permits
         .resolve()
-        .map_err(|m| problems.push(Problem::new(join(path, "permits"), m)))
+        .map_err(|m| problems.push(Problem::new(join(path, "permits"), m.to_string())))
         .ok()?;
     Some(Limiter::count(name, NonZeroU32::new(n)?))
 }
