@@ -4,7 +4,7 @@
 //! when no task can make progress, so after the long sleep below nothing in
 //! the pipeline can move any more.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

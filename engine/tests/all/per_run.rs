@@ -3,7 +3,7 @@
 //! never admitted are counted, in the report, its event and `Progress`;
 //! an embedder sees each stage's items in its workers and the rate.
 
-mod common;
+use crate::common;
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};

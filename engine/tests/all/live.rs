@@ -2,7 +2,7 @@
 //! stage, limiter use and waiters), and the timeline's samples as the peak
 //! of each interval, so a burst between two samples still shows.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

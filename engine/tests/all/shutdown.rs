@@ -2,7 +2,7 @@
 //! failed; a stop drains, a deadline aborts, `on_error = "abort"` aborts, and
 //! a panicking stage fails its item without taking the run down.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

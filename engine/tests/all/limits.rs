@@ -3,7 +3,7 @@
 //! listing orders cannot deadlock, an aborted run gives every permit back,
 //! and token buckets keep their rate and their keys apart.
 
-mod common;
+use crate::common;
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
