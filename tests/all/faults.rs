@@ -5,7 +5,7 @@
 //! reason, done + skipped + failed == total, transient faults with enough
 //! attempts end all done, and every output equals a clean run's.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -4,10 +4,10 @@
 //! pipeline gets 400 with every problem.
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/service.rs"]
+#[path = "../../examples/service.rs"]
 mod service;
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

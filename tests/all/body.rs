@@ -2,7 +2,7 @@
 //! before each chunk that would pass the charge: an endless chunked body is
 //! stopped by the budget, not read up to `max_bytes` outside it (issue 16).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -5,8 +5,7 @@
 //! the shared real rasters or made from one with GDAL's own tools, and each
 //! output is compared with the `gdalwarp` command with the same options.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod inputs;
 mod outputs;
 mod pixels;

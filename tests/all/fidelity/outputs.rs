@@ -3,7 +3,7 @@
 use gdal::Dataset;
 
 use crate::common::{raster_pipeline, run};
-use crate::{data, s, same_as_gdalwarp};
+use super::{data, s, same_as_gdalwarp};
 
 #[test]
 fn per_band_nodata_is_taken_as_gdalwarp_takes_it_and_never_collapsed() {
@@ -97,7 +97,7 @@ fn a_cog_equals_gdalwarp_to_gtiff_then_gdal_translate_to_cog() {
         &warped,
     );
     let theirs = work.path().join("theirs.tif");
-    crate::gdal(
+    super::gdal(
         "gdal_translate",
         &["-q", "-of", "COG", &s(&warped), &s(&theirs)],
     );
@@ -170,7 +170,7 @@ fn three_inputs_warp_into_one_output_as_gdalwarp_makes_a_mosaic() {
         args.extend(win);
         let (from, to) = (rgb.clone(), s(&piece));
         args.extend([from.as_str(), to.as_str()]);
-        crate::gdal("gdal_translate", &args);
+        super::gdal("gdal_translate", &args);
         pieces.push(to);
     }
     let out_dir = work.path().join("mosaic");

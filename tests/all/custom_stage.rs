@@ -2,9 +2,9 @@
 //! its output compared with the same NDVI computed here and warped by
 //! gdalwarp.
 
-mod common;
+use crate::common;
 
-#[path = "../examples/ndvi.rs"]
+#[path = "../../examples/ndvi.rs"]
 mod ndvi;
 
 use gdal::raster::Buffer;

@@ -1,7 +1,7 @@
 //! The raster stages end to end with real GDAL, real files and real HTTP
 //! over loopback: outputs equal gdalwarp's, whatever the worker count.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -1,7 +1,7 @@
 //! Bad inputs: each is a clear per-item error naming the input, never a
 //! crash, and the good inputs beside them are done.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::common::{raster_pipeline, run};
-use crate::{data, gdal, s, zip_stored};
+use super::{data, gdal, s, zip_stored};
 
 /// Runs one input through the raster pipeline; returns (done, messages).
 fn one(input: &str, decode: &str, out: &Path) -> (u64, Vec<String>) {
