@@ -11,7 +11,7 @@
 //!
 //! runs it on the sample tiles (no network, no data files): fetch, decode,
 //! `ndvi`, reproject to EPSG:3857, write. The test suite runs it too
-//! (tests/custom_stage.rs).
+//! (tests/all/custom_stage.rs).
 
 use std::path::Path;
 

@@ -3,8 +3,7 @@
 //! of another input of the same run fails loudly instead of being skipped
 //! as "exists" or overwriting it.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -11,8 +11,7 @@
 //! binary, each with its own credentials in its environment; each test
 //! works under a prefix of its own.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 mod faults;
 mod server;
 
@@ -25,7 +24,7 @@ use server::{files, items, pipeline, s3};
 
 #[test]
 fn a_bucket_to_bucket_run_equals_the_local_run_and_a_rerun_skips() {
-    let _serial = crate::server::serial();
+    let _serial = server::serial();
     let Some(s3) = s3("roundtrip") else { return };
     let Some(rasters) = common::real_rasters() else {
         return;
@@ -99,7 +98,7 @@ fn a_bucket_to_bucket_run_equals_the_local_run_and_a_rerun_skips() {
 
 #[test]
 fn s3_lines_in_a_list_file_are_fetched_and_missing_objects_fail_clearly() {
-    let _serial = crate::server::serial();
+    let _serial = server::serial();
     let Some(s3) = s3("list") else { return };
     let work = tempfile::tempdir().unwrap();
     let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
@@ -155,7 +154,7 @@ fn s3_lines_in_a_list_file_are_fetched_and_missing_objects_fail_clearly() {
 
 #[test]
 fn wrong_credentials_fail_each_item_once_naming_the_bucket() {
-    let _serial = crate::server::serial();
+    let _serial = server::serial();
     let Some(s3) = s3("creds") else { return };
     let work = tempfile::tempdir().unwrap();
     let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
@@ -218,7 +217,7 @@ fn wrong_credentials_fail_each_item_once_naming_the_bucket() {
 
 #[test]
 fn a_body_over_max_bytes_fails_before_it_is_read() {
-    let _serial = crate::server::serial();
+    let _serial = server::serial();
     let Some(s3) = s3("maxbytes") else { return };
     let work = tempfile::tempdir().unwrap();
     let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
@@ -242,7 +241,7 @@ fn a_body_over_max_bytes_fails_before_it_is_read() {
 /// The S3 example of docs/pipeline.md, with this server and bucket.
 #[test]
 fn the_reference_s3_example_runs() {
-    let _serial = crate::server::serial();
+    let _serial = server::serial();
     let Some(s3) = s3("docs") else { return };
     let doc =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/pipeline.md"))
@@ -285,7 +284,7 @@ fn the_reference_s3_example_runs() {
 /// the pattern matches 2,000: every match is an input, and nothing else.
 #[test]
 fn a_large_listing_is_read_page_by_page() {
-    let _serial = crate::server::serial();
+    let _serial = server::serial();
     let Some(s3) = s3("many") else { return };
     use futures::StreamExt;
     let names: Vec<String> = (0..2500)
@@ -330,7 +329,7 @@ kind = "discard"
 /// go up with it, under the output's name.
 #[test]
 fn side_files_are_uploaded_beside_the_output() {
-    let _serial = crate::server::serial();
+    let _serial = server::serial();
     let Some(s3) = s3("sides") else { return };
     let Some(rasters) = common::real_rasters() else {
         return;
@@ -375,7 +374,7 @@ fn side_files_are_uploaded_beside_the_output() {
 /// reads the mask beside the local file.
 #[test]
 fn an_objects_mask_beside_it_is_read_as_a_local_files_is() {
-    let _serial = crate::server::serial();
+    let _serial = server::serial();
     let Some(s3) = s3("siblings") else { return };
     let Some(rasters) = common::real_rasters() else {
         return;

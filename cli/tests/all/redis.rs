@@ -5,8 +5,7 @@
 //! (`scripts/test.sh` starts one). Without the variable these tests say
 //! they are skipped; with it, an unreachable server fails them.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;

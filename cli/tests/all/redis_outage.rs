@@ -3,9 +3,8 @@
 //! exactly once, with outputs identical to a single-process run, and none
 //! waits for reclaim.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod own_redis;
+use crate::common;
+use crate::own_redis;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

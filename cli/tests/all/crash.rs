@@ -2,8 +2,7 @@
 //! finishes exactly the rest, every final file complete and identical to a
 //! clean run's.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -2,8 +2,7 @@
 //! schemes are fetched, credentials never leak, GDAL opens nothing of its
 //! own, and a decompression bomb fails before allocating.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

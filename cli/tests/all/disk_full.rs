@@ -7,8 +7,7 @@
 //! Mounting needs root (CAP_SYS_ADMIN), as the tests have in CI; where the
 //! mount is refused, each test says it is skipped and why.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

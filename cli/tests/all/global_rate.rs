@@ -2,12 +2,11 @@
 //! whole run, queue drained or not, with no 429 from a server that allows
 //! exactly that rate. On a redis-server of the test's own.
 //!
-//! The README's figure: `cargo test -p warpline-cli --test global_rate --
-//! --ignored --nocapture` (3 workers, 300 tiles, bucket 20/s, bursts 1 and 2).
+//! The README's figure: `cargo test -p warpline-cli --test all global_rate
+//! -- --ignored --nocapture` (3 workers, 300 tiles, bucket 20/s, bursts 1 and 2).
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod own_redis;
+use crate::common;
+use crate::own_redis;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -4,14 +4,14 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
+use super::server::{files, items, s3, uploads_in_progress};
 use crate::common;
-use crate::server::{files, items, s3, uploads_in_progress};
 
 /// A server that cannot be reached fails an item as `transient`, tried
 /// again by the stage's retry policy. Needs no server: nothing listens.
 #[test]
 fn an_unreachable_server_is_a_transient_failure_tried_again() {
-    let _serial = crate::server::serial();
+    let _serial = super::server::serial();
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -126,7 +126,7 @@ fn stalling_proxy(
 /// server), removes its staged file, and writes every output once.
 #[test]
 fn a_run_killed_during_an_upload_leaves_no_partial_object_and_resumes() {
-    let _serial = crate::server::serial();
+    let _serial = super::server::serial();
     use std::sync::atomic::Ordering;
     let Some(s3) = s3("killed") else { return };
     let work = tempfile::tempdir().unwrap();
