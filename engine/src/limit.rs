@@ -138,13 +138,10 @@ impl From<String> for RateBackendError {
 /// Makes the backend of a global rate limiter: `(name, per_second, burst)`.
 pub type RateBackendFactory = Arc<dyn Fn(&str, f64, u32) -> Arc<dyn RateBackend> + Send + Sync>;
 
-impl TryFrom<String> for Oversize {
-    type Error = crate::units::ValueError;
-    fn try_from(text: String) -> Result<Self, crate::units::ValueError> {
-        let words = [("fail", Oversize::Fail), ("alone", Oversize::Alone)];
-        crate::units::one_of(&text, &words, "\"fail\" or \"alone\"")
-    }
-}
+crate::word_setting!(Oversize, "\"fail\" or \"alone\"", {
+    "fail" => Oversize::Fail,
+    "alone" => Oversize::Alone,
+});
 
 /// How a rate limiter chooses its bucket: `per = "all"` (the default) or
 /// `"host"`.
@@ -158,14 +155,10 @@ pub enum RateKey {
     Host,
 }
 
-impl TryFrom<String> for RateKey {
-    type Error = crate::units::ValueError;
-    fn try_from(text: String) -> Result<Self, crate::units::ValueError> {
-        let words = [("host", RateKey::Host), ("all", RateKey::Global)];
-        let expected = "\"host\" (one bucket per remote host) or \"all\"";
-        crate::units::one_of(&text, &words, expected)
-    }
-}
+crate::word_setting!(RateKey, "\"host\" (one bucket per remote host) or \"all\"", {
+    "host" => RateKey::Host,
+    "all" => RateKey::Global,
+});
 
 /// Who keeps a rate limiter's bucket: `scope = "local"` (the default: this
 /// process) or `"global"` (the coordinator, for every worker of a run).
@@ -179,13 +172,10 @@ pub enum RateScope {
     Global,
 }
 
-impl TryFrom<String> for RateScope {
-    type Error = crate::units::ValueError;
-    fn try_from(text: String) -> Result<Self, crate::units::ValueError> {
-        let words = [("local", RateScope::Local), ("global", RateScope::Global)];
-        crate::units::one_of(&text, &words, "\"local\" or \"global\"")
-    }
-}
+crate::word_setting!(RateScope, "\"local\" or \"global\"", {
+    "local" => RateScope::Local,
+    "global" => RateScope::Global,
+});
 
 /// A clock for governor that reads tokio's clock, so rate limits follow
 /// paused time in tests and `tokio::time::sleep` waits exactly as long as

@@ -76,13 +76,10 @@ pub enum OnError {
     Abort,
 }
 
-impl TryFrom<String> for OnError {
-    type Error = crate::units::ValueError;
-    fn try_from(text: String) -> Result<Self, crate::units::ValueError> {
-        let words = [("continue", OnError::Continue), ("abort", OnError::Abort)];
-        crate::units::one_of(&text, &words, "\"continue\" or \"abort\"")
-    }
-}
+crate::word_setting!(OnError, "\"continue\" or \"abort\"", {
+    "continue" => OnError::Continue,
+    "abort" => OnError::Abort,
+});
 
 /// A validated pipeline, ready to run.
 ///

@@ -144,14 +144,10 @@ enum HoldMode {
     Spin,
 }
 
-impl TryFrom<String> for HoldMode {
-    type Error = crate::units::ValueError;
-    fn try_from(text: String) -> Result<Self, crate::units::ValueError> {
-        let words = [("sleep", HoldMode::Sleep), ("spin", HoldMode::Spin)];
-        let expected = "\"sleep\" (async wait) or \"spin\" (busy CPU on a blocking worker)";
-        crate::units::one_of(&text, &words, expected)
-    }
-}
+crate::word_setting!(HoldMode, "\"sleep\" (async wait) or \"spin\" (busy CPU on a blocking worker)", {
+    "sleep" => HoldMode::Sleep,
+    "spin" => HoldMode::Spin,
+});
 
 #[derive(Debug)]
 struct Hold {

@@ -116,6 +116,35 @@ pub fn one_of<T: Copy>(text: &str, words: &[(&str, T)], expected: &str) -> Resul
         })
 }
 
+/// Reads a setting that is one of a few words (`on_error = "abort"`) into
+/// a type with [`one_of`](crate::units::one_of); the type says
+/// `#[serde(try_from = "String")]`. `$expected` is how the message names
+/// the words.
+///
+/// ```
+/// #[derive(Clone, Copy, serde::Deserialize)]
+/// #[serde(try_from = "String")]
+/// enum Mode { Fast, Safe }
+/// warpline_engine::word_setting!(Mode, "\"fast\" or \"safe\"", {
+///     "fast" => Mode::Fast, "safe" => Mode::Safe,
+/// });
+/// let e = Mode::try_from("slow".to_owned()).err().unwrap();
+/// assert_eq!(e.to_string(), r#"expected "fast" or "safe", got "slow""#);
+/// ```
+#[macro_export]
+macro_rules! word_setting {
+    ($ty:ty, $expected:expr, { $($word:literal => $value:expr),+ $(,)? }) => {
+        impl ::core::convert::TryFrom<::std::string::String> for $ty {
+            type Error = $crate::units::ValueError;
+            fn try_from(
+                text: ::std::string::String,
+            ) -> ::core::result::Result<Self, $crate::units::ValueError> {
+                $crate::units::one_of(&text, &[$(($word, $value)),+], $expected)
+            }
+        }
+    };
+}
+
 /// A count as written in a pipeline: a positive integer, `"cores"` (the
 /// number of CPUs this process may use), or `"cores+N"` / `"cores-N"`
 /// (never below 1).

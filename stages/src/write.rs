@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
-use warpline_engine::units::{one_of, ValueError};
 use warpline_engine::{
     BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
 };
@@ -58,17 +57,11 @@ pub enum Exists {
     Error,
 }
 
-impl TryFrom<String> for Exists {
-    type Error = ValueError;
-    fn try_from(text: String) -> Result<Self, ValueError> {
-        let words = [
-            ("skip", Exists::Skip),
-            ("overwrite", Exists::Overwrite),
-            ("error", Exists::Error),
-        ];
-        one_of(&text, &words, "\"skip\", \"overwrite\" or \"error\"")
-    }
-}
+warpline_engine::word_setting!(Exists, "\"skip\", \"overwrite\" or \"error\"", {
+    "skip" => Exists::Skip,
+    "overwrite" => Exists::Overwrite,
+    "error" => Exists::Error,
+});
 
 /// The file format written: `format = "GTiff"` (the default) or `"COG"`,
 /// by the GDAL driver of that name.
@@ -90,13 +83,10 @@ impl Format {
     }
 }
 
-impl TryFrom<String> for Format {
-    type Error = ValueError;
-    fn try_from(text: String) -> Result<Self, ValueError> {
-        let words = [("GTiff", Format::GTiff), ("COG", Format::Cog)];
-        one_of(&text, &words, "\"GTiff\" or \"COG\"")
-    }
-}
+warpline_engine::word_setting!(Format, "\"GTiff\" or \"COG\"", {
+    "GTiff" => Format::GTiff,
+    "COG" => Format::Cog,
+});
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -2,7 +2,6 @@
 //! diagnosis that names the limiter a pipeline was built to be bound by, and
 //! events that agree with the report.
 
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::{assert_same_raster, gdalwarp, raster_pipeline, run};
 use super::{data, gdal, s, same_as_gdalwarp};
+use crate::common::{assert_same_raster, gdalwarp, raster_pipeline, run};
 
 #[test]
 fn a_world_file_places_the_raster_as_gdalwarp_does() {

@@ -2,8 +2,8 @@
 
 use gdal::Dataset;
 
-use crate::common::{raster_pipeline, run};
 use super::{data, s, same_as_gdalwarp};
+use crate::common::{raster_pipeline, run};
 
 #[test]
 fn per_band_nodata_is_taken_as_gdalwarp_takes_it_and_never_collapsed() {

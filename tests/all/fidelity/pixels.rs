@@ -4,8 +4,8 @@ use std::process::Command;
 
 use gdal::{Dataset, Metadata};
 
-use crate::common::gdalwarp;
 use super::{data, gdal, pixels_differ, s, same_as_gdalwarp};
+use crate::common::gdalwarp;
 
 #[test]
 fn an_internal_mask_is_read_as_gdalwarp_reads_it() {

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use crate::common::{raster_pipeline, run};
 use super::{data, gdal, s, zip_stored};
+use crate::common::{raster_pipeline, run};
 
 /// Runs one input through the raster pipeline; returns (done, messages).
 fn one(input: &str, decode: &str, out: &Path) -> (u64, Vec<String>) {
