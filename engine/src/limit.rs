@@ -123,17 +123,10 @@ pub trait RateBackend: Send + Sync + 'static {
     async fn pause(&self, key: &str, delay: Duration) -> Result<(), RateBackendError>;
 }
 
-/// Why a rate kept elsewhere could not be reached, said by the backend
-/// (`?` turns its own message into one).
+/// Why a rate kept elsewhere could not be reached, said by the backend.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct RateBackendError(pub String);
-
-impl From<String> for RateBackendError {
-    fn from(message: String) -> Self {
-        RateBackendError(message)
-    }
-}
 
 /// Makes the backend of a global rate limiter: `(name, per_second, burst)`.
 pub type RateBackendFactory = Arc<dyn Fn(&str, f64, u32) -> Arc<dyn RateBackend> + Send + Sync>;
@@ -469,7 +462,9 @@ impl Limiter {
                     let asked = crate::guard::guarded_async(backend.acquire(&bucket))
                         .await
                         .unwrap_or_else(|text| {
-                            Err(format!("the rate backend panicked: {text}").into())
+                            Err(RateBackendError(format!(
+                                "the rate backend panicked: {text}"
+                            )))
                         });
                     return asked.map(|_| None).map_err(|message| LimitError::Backend {
                         limiter: self.inner.name.clone(),

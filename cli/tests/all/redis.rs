@@ -137,11 +137,7 @@ fn status(url: &str, run: &str) -> serde_json::Value {
     ])
     .output()
     .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::common::assert_success(&out);
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -285,11 +281,7 @@ fn three_workers_one_killed_every_item_once_within_the_global_rate() {
     let co = ["--coordinator", url.as_str(), "--run", run.as_str()];
     for _ in 0..2 {
         let out = warpline(&["enqueue", p]).args(co).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::common::assert_success(&out);
     }
     assert_eq!(
         status(&url, &run)["enqueued"],
@@ -470,11 +462,7 @@ fn list_dead(co: &[&str], format: &str) -> String {
         .args(co)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::common::assert_success(&out);
     String::from_utf8(out.stdout).unwrap()
 }
 

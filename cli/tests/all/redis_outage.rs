@@ -204,11 +204,7 @@ fn status(url: &str, run: &str) -> serde_json::Value {
         .args(["--format", "json"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::common::assert_success(&out);
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

@@ -296,3 +296,12 @@ pub fn write_url_list<'a>(
     let urls: Vec<String> = names.into_iter().map(|n| server.url(n)).collect();
     std::fs::write(list, urls.join("\n")).unwrap();
 }
+
+/// Asserts a command succeeded, showing its standard error when not.
+pub fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -27,11 +27,7 @@ fn an_internal_mask_is_read_as_gdalwarp_reads_it() {
         .env("GDAL_TIFF_INTERNAL_MASK", "YES")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::common::assert_success(&out);
     assert!(
         !work.path().join("masked.tif.msk").exists(),
         "the mask is internal"

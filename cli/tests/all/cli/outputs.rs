@@ -130,11 +130,7 @@ fn the_html_report_is_self_contained_and_has_the_timeline_chart() {
         .arg(&events)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::common::assert_success(&out);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.starts_with("<!doctype html>"));
     assert!(
