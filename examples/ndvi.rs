@@ -43,7 +43,7 @@ pub fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     Ok(Handler::from_blocking(Ndvi { a: n.a, b: n.b }))
 }
 
-impl BlockingStage for Ndvi {
+impl warpline::Stage for Ndvi {
     /// Takes a decoded raster and hands one on: checked against its
     /// neighbours in the flow when the pipeline compiles.
     fn takes(&self) -> Payload {
@@ -65,7 +65,9 @@ impl BlockingStage for Ndvi {
         let pixels = (w * h) as u64;
         Ok(raster.file_bytes() + 4 * pixels * 4)
     }
+}
 
+impl BlockingStage for Ndvi {
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         let id = item.id.clone();
         let fail = |m: String| StageError::permanent(format!("{id}: {m}"));

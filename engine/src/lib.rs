@@ -109,4 +109,6 @@ pub use pipeline::Pipeline;
 pub use registry::{Registry, Settings};
 pub use report::RunReport;
 pub use run::{FailuresFileError, RunControl, RunError, RunOptions};
-pub use stage::{AsyncStage, BlockingStage, Handler, OpenError, Source, SourceError, SourceSpec};
+pub use stage::{
+    AsyncStage, BlockingStage, Handler, OpenError, Source, SourceError, SourceSpec, Stage,
+};

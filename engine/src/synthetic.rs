@@ -20,7 +20,7 @@ use crate::item::{Input, Item, Outcome, StageError};
 use crate::problem::Problem;
 use crate::registry::{Registry, Settings};
 use crate::stage::{
-    AsyncStage, BlockingStage, Handler, OpenError, Source, SourceError, SourceSpec,
+    AsyncStage, BlockingStage, Handler, OpenError, Source, SourceError, SourceSpec, Stage,
 };
 use crate::units::{HumanDuration, Size};
 
@@ -198,6 +198,8 @@ fn hold(s: &Settings) -> Result<Handler, Vec<Problem>> {
     }
 }
 
+impl Stage for Hold {}
+
 #[async_trait]
 impl AsyncStage for Hold {
     async fn process(&self, _: &mut Item) -> Result<Outcome, StageError> {
@@ -226,6 +228,8 @@ struct DiscardSettings {}
 
 #[derive(Debug)]
 struct Discard;
+
+impl Stage for Discard {}
 
 #[async_trait]
 impl AsyncStage for Discard {

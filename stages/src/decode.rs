@@ -382,7 +382,7 @@ impl Decode {
     }
 }
 
-impl BlockingStage for Decode {
+impl warpline_engine::Stage for Decode {
     fn takes(&self) -> Payload {
         crate::payloads::fetched()
     }
@@ -399,7 +399,9 @@ impl BlockingStage for Decode {
         item.set_payload(raster);
         Ok(bytes)
     }
+}
 
+impl BlockingStage for Decode {
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         if item.payload::<Raster>().is_none() {
             let raster = self.open_header(item)?;

@@ -482,12 +482,24 @@ fn request_error(shown: &str, e: reqwest::Error) -> StageError {
     }
 }
 
-#[async_trait]
-impl AsyncStage for Fetch {
+impl warpline_engine::Stage for Fetch {
     fn hands_on(&self) -> Payload {
         crate::payloads::fetched()
     }
 
+    fn counts_requests(&self) -> bool {
+        true
+    }
+
+    fn retry_default(&self) -> RetryPolicy {
+        // Waits of 7.75 to 15.5 s in all: a server down for a few seconds
+        // (a restart, a failover) costs no item.
+        RetryPolicy::patient(6)
+    }
+}
+
+#[async_trait]
+impl AsyncStage for Fetch {
     async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         // A retry starts afresh: give back what an earlier try charged.
         if let Some(m) = &self.memory {
@@ -514,16 +526,6 @@ impl AsyncStage for Fetch {
         item.bytes_in += fetched.len();
         item.set_payload(fetched);
         Ok(Outcome::Continue)
-    }
-
-    fn counts_requests(&self) -> bool {
-        true
-    }
-
-    fn retry_default(&self) -> RetryPolicy {
-        // Waits of 7.75 to 15.5 s in all: a server down for a few seconds
-        // (a restart, a failover) costs no item.
-        RetryPolicy::patient(6)
     }
 }
 

@@ -359,7 +359,7 @@ impl Write {
     }
 }
 
-impl BlockingStage for Write {
+impl warpline_engine::Stage for Write {
     fn takes(&self) -> Payload {
         crate::payloads::raster()
     }
@@ -414,7 +414,9 @@ impl BlockingStage for Write {
         self.claims.claim(&path, item).ok()?;
         Some(format!("{} exists", self.shown(&item.id, &path)))
     }
+}
 
+impl BlockingStage for Write {
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         let id = item.id.clone();
         let path = self.output_path(&id);

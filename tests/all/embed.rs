@@ -39,6 +39,8 @@ impl Source for WordsRun {
 /// A custom async stage: puts the word in the payload, upper-cased.
 struct Shout;
 
+impl warpline::Stage for Shout {}
+
 #[async_trait]
 impl AsyncStage for Shout {
     async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
@@ -49,6 +51,8 @@ impl AsyncStage for Shout {
 
 /// A custom blocking stage: counts letters of the payload.
 struct Count(Arc<AtomicU64>);
+
+impl warpline::Stage for Count {}
 
 impl BlockingStage for Count {
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
@@ -158,6 +162,8 @@ fn many_pipelines_spawned_from_many_tasks_share_limiters() {
                 (Arc::clone(&shared), Arc::clone(&inside), Arc::clone(&peak));
             tasks.push(tokio::spawn(async move {
                 struct Measure(Arc<AtomicU64>, Arc<AtomicU64>);
+                impl warpline::Stage for Measure {}
+
                 impl BlockingStage for Measure {
                     fn process(&self, _: &mut Item) -> Result<Outcome, StageError> {
                         let now = self.0.fetch_add(1, Ordering::SeqCst) + 1;

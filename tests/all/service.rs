@@ -5,7 +5,7 @@
 
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../examples/service.rs"]
-mod service;
+mod example;
 
 use crate::common;
 
@@ -16,15 +16,15 @@ use warpline_testkit::{Faults, TileServer};
 
 struct Running {
     base: String,
-    service: Arc<service::Service>,
+    service: Arc<example::Service>,
     client: reqwest::Client,
 }
 
 async fn start_service() -> Running {
-    let service = service::Service::new(service::default_limits());
+    let service = example::Service::new(example::default_limits());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = service::app(Arc::clone(&service));
+    let app = example::app(Arc::clone(&service));
     tokio::spawn(async move { axum::serve(listener, app).await });
     Running {
         base,

@@ -24,6 +24,12 @@ struct Host {
     log: Arc<Mutex<Vec<(Instant, bool)>>>,
 }
 
+impl warpline_engine::Stage for Host {
+    fn counts_requests(&self) -> bool {
+        true
+    }
+}
+
 #[async_trait]
 impl AsyncStage for Host {
     async fn process(&self, _item: &mut Item) -> Result<Outcome, StageError> {
@@ -37,10 +43,6 @@ impl AsyncStage for Host {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
         Ok(Outcome::Continue)
-    }
-
-    fn counts_requests(&self) -> bool {
-        true
     }
 }
 
@@ -198,6 +200,12 @@ async fn an_unreachable_host_is_paused_not_hammered() {
         until: Instant,
         tries_while_down: Arc<AtomicU64>,
     }
+    impl warpline_engine::Stage for Down {
+        fn counts_requests(&self) -> bool {
+            true
+        }
+    }
+
     #[async_trait]
     impl AsyncStage for Down {
         async fn process(&self, _item: &mut Item) -> Result<Outcome, StageError> {
@@ -207,9 +215,6 @@ async fn an_unreachable_host_is_paused_not_hammered() {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
             Ok(Outcome::Continue)
-        }
-        fn counts_requests(&self) -> bool {
-            true
         }
     }
     let down = Down {

@@ -27,15 +27,17 @@ struct GrowSettings {
     factor: u64,
 }
 
+impl warpline_engine::Stage for Grow {
+    fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
+        Ok(item.size_hint.unwrap_or(0) * self.factor)
+    }
+}
+
 #[async_trait]
 impl AsyncStage for Grow {
     async fn process(&self, _item: &mut Item) -> Result<Outcome, StageError> {
         tokio::time::sleep(Duration::from_millis(1)).await;
         Ok(Outcome::Continue)
-    }
-
-    fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
-        Ok(item.size_hint.unwrap_or(0) * self.factor)
     }
 }
 

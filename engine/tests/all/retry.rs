@@ -21,6 +21,8 @@ struct Flaky {
     tries: Arc<Mutex<HashMap<String, u32>>>,
 }
 
+impl warpline_engine::Stage for Flaky {}
+
 #[async_trait]
 impl AsyncStage for Flaky {
     async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {

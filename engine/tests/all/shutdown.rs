@@ -164,6 +164,8 @@ async fn on_error_continue_counts_failures_and_goes_on() {
 
 struct Panics;
 
+impl warpline_engine::Stage for Panics {}
+
 #[async_trait]
 impl AsyncStage for Panics {
     async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
@@ -175,6 +177,8 @@ impl AsyncStage for Panics {
 }
 
 struct Skips;
+
+impl warpline_engine::Stage for Skips {}
 
 #[async_trait]
 impl AsyncStage for Skips {
@@ -226,7 +230,7 @@ async fn a_panicking_stage_fails_its_item_and_the_run_goes_on() {
 /// limiter (`demand`) and the admission-time skip check.
 struct PanicsAround;
 
-impl BlockingStage for PanicsAround {
+impl warpline_engine::Stage for PanicsAround {
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         if item.id.ends_with('7') {
             panic!("demand boom on {}", item.id);
@@ -240,7 +244,9 @@ impl BlockingStage for PanicsAround {
         }
         None
     }
+}
 
+impl BlockingStage for PanicsAround {
     fn process(&self, _item: &mut Item) -> Result<Outcome, StageError> {
         Ok(Outcome::Continue)
     }

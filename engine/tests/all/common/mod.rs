@@ -107,6 +107,8 @@ impl Gate {
 struct AsyncGate(Gate);
 struct BlockingGate(Gate);
 
+impl warpline_engine::Stage for AsyncGate {}
+
 #[async_trait]
 impl AsyncStage for AsyncGate {
     async fn process(&self, _item: &mut Item) -> Result<Outcome, StageError> {
@@ -115,6 +117,8 @@ impl AsyncStage for AsyncGate {
         Ok(Outcome::Continue)
     }
 }
+
+impl warpline_engine::Stage for BlockingGate {}
 
 impl BlockingStage for BlockingGate {
     fn process(&self, _item: &mut Item) -> Result<Outcome, StageError> {
@@ -174,6 +178,8 @@ struct Measure {
     alone_over: u64,
 }
 
+impl warpline_engine::Stage for Measure {}
+
 #[async_trait]
 impl AsyncStage for Measure {
     async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
@@ -189,6 +195,8 @@ struct MeasureBlocking {
     inside: Inside,
     hold: Duration,
 }
+
+impl warpline_engine::Stage for MeasureBlocking {}
 
 impl BlockingStage for MeasureBlocking {
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {

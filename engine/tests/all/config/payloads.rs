@@ -8,28 +8,32 @@ use warpline_engine::{
 
 struct Speaks;
 
+impl warpline_engine::Stage for Speaks {
+    fn hands_on(&self) -> Payload {
+        Payload::of::<String>("a word")
+    }
+}
+
 #[async_trait]
 impl AsyncStage for Speaks {
     async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         item.set_payload(item.id.clone());
         Ok(Outcome::Continue)
     }
-
-    fn hands_on(&self) -> Payload {
-        Payload::of::<String>("a word")
-    }
 }
 
 struct Counts;
+
+impl warpline_engine::Stage for Counts {
+    fn takes(&self) -> Payload {
+        Payload::of::<u64>("a number")
+    }
+}
 
 impl BlockingStage for Counts {
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         item.take_payload::<u64>();
         Ok(Outcome::Continue)
-    }
-
-    fn takes(&self) -> Payload {
-        Payload::of::<u64>("a number")
     }
 }
 
