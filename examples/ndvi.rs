@@ -11,7 +11,7 @@
 //!
 //! runs it on the sample tiles (no network, no data files): fetch, decode,
 //! `ndvi`, reproject to EPSG:3857, write. The test suite runs it too
-//! (tests/custom_stage.rs).
+//! (tests/all/custom_stage.rs).
 
 use std::path::Path;
 
@@ -43,7 +43,7 @@ pub fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     Ok(Handler::from_blocking(Ndvi { a: n.a, b: n.b }))
 }
 
-impl BlockingStage for Ndvi {
+impl warpline::Stage for Ndvi {
     /// Takes a decoded raster and hands one on: checked against its
     /// neighbours in the flow when the pipeline compiles.
     fn takes(&self) -> Payload {
@@ -65,7 +65,9 @@ impl BlockingStage for Ndvi {
         let pixels = (w * h) as u64;
         Ok(raster.file_bytes() + 4 * pixels * 4)
     }
+}
 
+impl BlockingStage for Ndvi {
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         let id = item.id.clone();
         let fail = |m: String| StageError::permanent(format!("{id}: {m}"));

@@ -23,7 +23,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-# An S3-compatible server for cli/tests/s3/ (and the store unit tests),
+# An S3-compatible server for cli/tests/all/s3/ (and the store unit tests),
 # only for the tests (scripts/test.sh sets WARPLINE_SETUP_S3=1; the demo and
 # the benches do not need it): s3s-fs serves a directory and
 # checks SigV4 signatures. 0.14.1 because later versions need rustc 1.96.

@@ -9,7 +9,7 @@ WARPLINE_SETUP_S3=1 bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-# A throwaway Redis on its own port, for cli/tests/redis.rs.
+# A throwaway Redis on its own port, for cli/tests/all/redis.rs.
 REDIS_PORT=${WARPLINE_TEST_REDIS_PORT:-6399}
 if ! redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --daemonize yes --save "" --appendonly no >/dev/null
@@ -18,7 +18,7 @@ fi
 export WARPLINE_TEST_REDIS="redis://127.0.0.1:$REDIS_PORT"
 
 # A throwaway S3-compatible server (s3s-fs, which checks SigV4 signatures)
-# on its own port, over an empty directory with one bucket, for cli/tests/s3/ and the store unit tests.
+# on its own port, over an empty directory with one bucket, for cli/tests/all/s3/ and the store unit tests.
 # Known test credentials, for this server only.
 S3_PORT=${WARPLINE_TEST_S3_PORT:-8415}
 S3_ROOT=$(mktemp -d)

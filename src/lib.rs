@@ -143,16 +143,20 @@
 //!
 //! ## Your own stages and sources
 //!
-//! Implement [`AsyncStage`] (I/O, on tokio tasks) or [`BlockingStage`] (CPU
-//! or blocking C, on OS threads the stage owns) and register a factory by
+//! Implement [`Stage`] (what the stage says of itself: its payload types,
+//! what to charge before it runs; every method has a default) and
+//! [`AsyncStage`] (I/O, on tokio tasks) or [`BlockingStage`] (CPU or
+//! blocking C, on OS threads the stage owns), and register a factory by
 //! kind name; a file then uses it with `kind = "..."`. Sources implement
 //! [`Source`] and [`SourceSpec`]. A factory reads its settings with
 //! [`Settings::parse`] into a struct with `#[serde(deny_unknown_fields)]`.
 //!
 //! ```
-//! use warpline::{async_trait, AsyncStage, Handler, Item, Outcome, StageError};
+//! use warpline::{async_trait, AsyncStage, Handler, Item, Outcome, Stage, StageError};
 //!
 //! struct Stamp;
+//!
+//! impl Stage for Stamp {}
 //!
 //! #[async_trait]
 //! impl AsyncStage for Stamp {
@@ -189,9 +193,9 @@ pub use warpline_engine::async_trait;
 pub use warpline_engine::limit::{Limiter, Limits, Oversize, RateKey};
 pub use warpline_engine::{
     AsyncStage, BlockingStage, ConfigErrors, Event, EventKind, EventSink, Handler, Input, Item,
-    Loader, Outcome, Payload, Pipeline, PipelineBuilder, Problem, Progress, Registry, RunControl,
-    RunError, RunHandle, RunOptions, RunReport, RunWatch, Settings, Source, SourceError,
-    SourceSpec, StageError,
+    Loader, OpenError, Outcome, Payload, Pipeline, PipelineBuilder, Problem, Progress, Registry,
+    RunControl, RunError, RunHandle, RunOptions, RunReport, RunWatch, Settings, Source,
+    SourceError, SourceSpec, Stage, StageError,
 };
 
 /// Tunes glibc's allocator for tile work. Call it first thing in `main`;

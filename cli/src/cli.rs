@@ -420,10 +420,16 @@ struct NotConnected;
 
 #[warpline::async_trait]
 impl warpline::engine::limit::RateBackend for NotConnected {
-    async fn acquire(&self, _key: &str) -> Result<(), String> {
-        Err("the coordinator is not connected".to_owned())
+    async fn acquire(&self, _key: &str) -> Result<(), warpline::engine::limit::RateBackendError> {
+        Err(warpline::engine::limit::RateBackendError(
+            "the coordinator is not connected".to_owned(),
+        ))
     }
-    async fn pause(&self, _key: &str, _delay: Duration) -> Result<(), String> {
+    async fn pause(
+        &self,
+        _key: &str,
+        _delay: Duration,
+    ) -> Result<(), warpline::engine::limit::RateBackendError> {
         Ok(())
     }
 }

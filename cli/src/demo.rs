@@ -46,7 +46,7 @@ pub async fn prepare(dir: &Path, sets: &[(String, String)]) -> Result<Demo, Demo
     })
     .await
     .map_err(|e| DemoError::Setup(e.to_string()))?
-    .map_err(DemoError::Setup)?;
+    .map_err(|e| DemoError::Setup(e.to_string()))?;
     let names: Vec<String> = tiles.iter().map(|t| t.name.clone()).collect();
     let server = TileServer::start(tiles.into_iter().map(|t| (t.name, t.bytes)))
         .await

@@ -112,7 +112,7 @@ impl PipelineBuilder {
     }
 
     /// The pipeline as TOML text (what a file would say).
-    pub fn to_toml(&self) -> Result<String, String> {
+    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
         let mut pipeline = self.pipeline.clone();
         pipeline.insert("flow".into(), Value::from(self.flow.clone()));
         let mut root = Map::new();
@@ -124,7 +124,7 @@ impl PipelineBuilder {
             root.insert("limits".into(), Value::Object(self.limits.clone()));
         }
         root.insert("stages".into(), Value::Object(self.stages.clone()));
-        toml::to_string(&Value::Object(root)).map_err(|e| e.to_string())
+        toml::to_string(&Value::Object(root))
     }
 
     /// Compiles the pipeline, with every problem at once.
@@ -139,7 +139,7 @@ impl PipelineBuilder {
         }
         let text = self
             .to_toml()
-            .map_err(|e| fail(vec![Problem::new("<builder>", e)]))?;
+            .map_err(|e| fail(vec![Problem::new("<builder>", e.to_string())]))?;
         let mut loader = Loader::from_toml_str(&text);
         if let Some(shared) = &self.shared {
             loader = loader.with_limits(shared);

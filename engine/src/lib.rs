@@ -101,12 +101,14 @@ pub use builder::PipelineBuilder;
 pub use config::{ConfigErrors, Loader, Problem, Tier};
 pub use handle::{Progress, RunHandle, RunWatch, StageProgress};
 pub use item::{ErrorKind, Input, Item, Outcome, StageError};
-pub use limit::{Limiter, LimiterKind, Limits, Ticket};
+pub use limit::{Limiter, LimiterKind, Limits, RateBackendError, Ticket};
 pub use live::{Probe, Snapshot};
 pub use observe::{Event, EventKind, EventSink, TryOutcome};
 pub use payload::Payload;
 pub use pipeline::Pipeline;
 pub use registry::{Registry, Settings};
 pub use report::RunReport;
-pub use run::{RunControl, RunError, RunOptions};
-pub use stage::{AsyncStage, BlockingStage, Handler, Source, SourceError, SourceSpec};
+pub use run::{FailuresFileError, RunControl, RunError, RunOptions};
+pub use stage::{
+    AsyncStage, BlockingStage, Handler, OpenError, Source, SourceError, SourceSpec, Stage,
+};

@@ -16,39 +16,40 @@
 //! position in the pipeline's [`Limits`], the order of declaration), which
 //! makes deadlock between stages impossible.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 mod budget;
+mod count;
 mod gauge;
+mod rate;
 mod set;
 mod ticket;
 
 use budget::Budget;
 pub use budget::Priority;
+use count::Count;
 use gauge::Gauge;
 pub use gauge::{Window, WindowFigures};
+use rate::Rate;
+pub use rate::{RateBackend, RateBackendError, RateBackendFactory, RateKey, RateScope};
 pub use set::{DuplicateLimiter, Limits};
 pub(crate) use ticket::Charged;
 pub use ticket::Ticket;
 
-use governor::clock::Clock;
-use governor::middleware::NoOpMiddleware;
-use governor::nanos::Nanos;
-use governor::state::keyed::HashMapStateStore;
-use governor::{Quota, RateLimiter};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
-/// What an item larger than a whole byte budget does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// What an item larger than a whole byte budget does: `oversize =
+/// "fail"` (the default) or `"alone"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum Oversize {
     /// Fail the item with a clear error (the default).
+    #[default]
     Fail,
     /// Wait until the whole budget is free and run alone.
     Alone,
@@ -109,70 +110,20 @@ pub enum LimitError {
     },
 }
 
-/// A token bucket kept outside this process, shared by every worker of a
-/// run on every machine (for example in Redis, with Redis's own clock).
-#[async_trait::async_trait]
-pub trait RateBackend: Send + Sync + 'static {
-    /// Waits until a token of the bucket `key` may be taken, and takes it.
-    async fn acquire(&self, key: &str) -> Result<(), String>;
+crate::word_setting!(Oversize, "\"fail\" or \"alone\"", {
+    "fail" => Oversize::Fail,
+    "alone" => Oversize::Alone,
+});
 
-    /// Hands out no token of `key` before `delay` has passed (a server
-    /// said `Retry-After`), for every worker.
-    async fn pause(&self, key: &str, delay: Duration) -> Result<(), String>;
-}
-
-/// Makes the backend of a global rate limiter: `(name, per_second, burst)`.
-pub type RateBackendFactory = Arc<dyn Fn(&str, f64, u32) -> Arc<dyn RateBackend> + Send + Sync>;
-
-/// How a rate limiter chooses its bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RateKey {
-    /// One bucket for everything.
-    Global,
-    /// One bucket per remote host of the item's source.
-    Host,
-}
-
-/// A clock for governor that reads tokio's clock, so rate limits follow
-/// paused time in tests and `tokio::time::sleep` waits exactly as long as
-/// governor asks.
-#[derive(Debug, Clone)]
-struct TokioClock {
-    base: tokio::time::Instant,
-}
-
-impl Clock for TokioClock {
-    type Instant = Nanos;
-
-    fn now(&self) -> Nanos {
-        Nanos::from(tokio::time::Instant::now().saturating_duration_since(self.base))
-    }
-}
-
-type Buckets = RateLimiter<String, HashMapStateStore<String>, TokioClock, NoOpMiddleware<Nanos>>;
-
+/// A limiter's kind and its own state; every method of [`Limiter`] that
+/// depends on the kind dispatches here.
 enum State {
-    Count {
-        sem: Arc<Semaphore>,
-        permits: u32,
-    },
+    Count(Count),
     Bytes {
         budget: Arc<Budget>,
         oversize: Oversize,
     },
-    Rate {
-        buckets: Buckets,
-        clock: TokioClock,
-        per_second: f64,
-        burst: u32,
-        key: RateKey,
-        /// Kept elsewhere (`scope = "global"`) instead of in `buckets`.
-        external: Option<Arc<dyn RateBackend>>,
-        /// Per key, a time before which no token is handed out (set when a
-        /// server says `Retry-After`).
-        paused_until: Mutex<HashMap<String, tokio::time::Instant>>,
-    },
+    Rate(Rate),
 }
 
 struct Inner {
@@ -203,14 +154,7 @@ const KIB: u64 = 1024;
 impl Limiter {
     /// A count limiter with `permits` slots (at least 1).
     pub fn count(name: impl Into<String>, permits: NonZeroU32) -> Self {
-        let permits = permits.get();
-        Self::new(
-            name,
-            State::Count {
-                sem: Arc::new(Semaphore::new(permits as usize)),
-                permits,
-            },
-        )
+        Self::new(name, State::Count(Count::new(permits)))
     }
 
     /// A byte budget of `budget` bytes (rounded up to whole KiB, at least 1
@@ -248,27 +192,8 @@ impl Limiter {
         key: RateKey,
         external: Option<Arc<dyn RateBackend>>,
     ) -> Option<Self> {
-        if !(per_second.is_finite() && per_second > 0.0) {
-            return None;
-        }
-        let period = Duration::try_from_secs_f64(1.0 / per_second).ok()?;
-        let quota = Quota::with_period(period)?.allow_burst(burst);
-        let clock = TokioClock {
-            base: tokio::time::Instant::now(),
-        };
-        let buckets = RateLimiter::new(quota, HashMapStateStore::default(), clock.clone());
-        Some(Self::new(
-            name,
-            State::Rate {
-                buckets,
-                clock,
-                per_second,
-                burst: burst.get(),
-                key,
-                external,
-                paused_until: Mutex::new(HashMap::new()),
-            },
-        ))
+        let rate = Rate::new(per_second, burst, key, external)?;
+        Some(Self::new(name, State::Rate(rate)))
     }
 
     fn new(name: impl Into<String>, state: State) -> Self {
@@ -301,25 +226,25 @@ impl Limiter {
     /// Count, bytes or rate.
     pub fn kind(&self) -> LimiterKind {
         match self.inner.state {
-            State::Count { .. } => LimiterKind::Count,
+            State::Count(_) => LimiterKind::Count,
             State::Bytes { .. } => LimiterKind::Bytes,
-            State::Rate { .. } => LimiterKind::Rate,
+            State::Rate(_) => LimiterKind::Rate,
         }
     }
 
     /// Slots for a count limiter, bytes for a byte budget, the burst for a rate.
     pub fn capacity(&self) -> u64 {
         match &self.inner.state {
-            State::Count { permits, .. } => u64::from(*permits),
+            State::Count(count) => count.capacity(),
             State::Bytes { budget, .. } => budget.capacity(),
-            State::Rate { burst, .. } => u64::from(*burst),
+            State::Rate(rate) => u64::from(rate.burst),
         }
     }
 
     /// Tokens per second, for a rate limiter.
     pub fn per_second(&self) -> Option<f64> {
         match &self.inner.state {
-            State::Rate { per_second, .. } => Some(*per_second),
+            State::Rate(rate) => Some(rate.per_second),
             _ => None,
         }
     }
@@ -327,7 +252,7 @@ impl Limiter {
     /// How a rate limiter picks its bucket (`None` for other kinds).
     pub fn rate_key(&self) -> Option<RateKey> {
         match &self.inner.state {
-            State::Rate { key, .. } => Some(*key),
+            State::Rate(rate) => Some(rate.key),
             _ => None,
         }
     }
@@ -383,9 +308,9 @@ impl Limiter {
     /// nothing is held. For a rate limiter, the burst.
     pub fn available(&self) -> u64 {
         match &self.inner.state {
-            State::Count { sem, .. } => sem.available_permits() as u64,
+            State::Count(count) => count.available(),
             State::Bytes { budget, .. } => budget.available(),
-            State::Rate { burst, .. } => u64::from(*burst),
+            State::Rate(rate) => u64::from(rate.burst),
         }
     }
 
@@ -405,59 +330,12 @@ impl Limiter {
         key: Option<&str>,
     ) -> Result<Option<Ticket>, LimitError> {
         match &self.inner.state {
-            State::Count { sem, .. } => self.take(sem, 1, 1).await.map(Some),
+            State::Count(count) => self.take(&count.sem, 1, 1).await.map(Some),
             State::Bytes { .. } => self.resize(None, amount).await.map(Some),
-            State::Rate {
-                buckets,
-                clock,
-                key: keying,
-                paused_until,
-                external,
-                ..
-            } => {
-                let bucket = match keying {
-                    RateKey::Global => String::new(),
-                    RateKey::Host => key.unwrap_or_default().to_owned(),
-                };
-                if let Some(backend) = external {
-                    let _waiting = self.inner.gauge.begin_wait();
-                    // The backend is the embedder's code: a panic in it is
-                    // a failed try (transient), not a dead worker.
-                    let asked = crate::guard::guarded_async(backend.acquire(&bucket))
-                        .await
-                        .unwrap_or_else(|text| Err(format!("the rate backend panicked: {text}")));
-                    return asked.map(|_| None).map_err(|message| LimitError::Backend {
-                        limiter: self.inner.name.clone(),
-                        message,
-                    });
-                }
-                let mut waiting = None;
-                loop {
-                    let resume = paused_until
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner())
-                        .get(&bucket)
-                        .copied();
-                    if let Some(at) = resume {
-                        if at > tokio::time::Instant::now() {
-                            waiting.get_or_insert_with(|| self.inner.gauge.begin_wait());
-                            tokio::time::sleep_until(at).await;
-                            continue;
-                        }
-                    }
-                    match buckets.check_key(&bucket) {
-                        Ok(()) => break,
-                        Err(not_until) => {
-                            waiting.get_or_insert_with(|| self.inner.gauge.begin_wait());
-                            tokio::time::sleep(not_until.wait_time_from(clock.now())).await
-                        }
-                    }
-                }
-                if waiting.is_none() {
-                    self.inner.gauge.immediate.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(None)
-            }
+            State::Rate(rate) => rate
+                .acquire(&self.inner.name, &self.inner.gauge, key)
+                .await
+                .map(|()| None),
         }
     }
 
@@ -466,33 +344,8 @@ impl Limiter {
     /// that draws on that bucket slows, not only the one that was refused.
     /// No effect on other kinds.
     pub fn pause_key(&self, key: Option<&str>, delay: Duration) {
-        if let State::Rate {
-            key: keying,
-            paused_until,
-            external,
-            ..
-        } = &self.inner.state
-        {
-            let bucket = match keying {
-                RateKey::Global => String::new(),
-                RateKey::Host => key.unwrap_or_default().to_owned(),
-            };
-            if let Some(backend) = external {
-                let (backend, bucket) = (Arc::clone(backend), bucket.clone());
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(async move {
-                        if let Err(e) = backend.pause(&bucket, delay).await {
-                            tracing::warn!("cannot pause the global rate bucket {bucket:?}: {e}");
-                        }
-                    });
-                }
-            }
-            let until = tokio::time::Instant::now() + delay;
-            let mut map = paused_until
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            let entry = map.entry(bucket).or_insert(until);
-            *entry = (*entry).max(until);
+        if let State::Rate(rate) = &self.inner.state {
+            rate.pause(key, delay);
         }
     }
 

@@ -22,7 +22,7 @@ pub struct SourcePlan {
 
 impl SourcePlan {
     /// Opens the source on its own (to list or enqueue its inputs).
-    pub fn open(&self) -> Result<Box<dyn crate::stage::Source>, String> {
+    pub fn open(&self) -> Result<Box<dyn crate::stage::Source>, crate::stage::OpenError> {
         self.spec.open()
     }
 }
@@ -64,15 +64,22 @@ pub struct StagePlan {
     pub adaptive: Option<crate::adapt::Adaptive>,
 }
 
-/// What a failed item does to the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+/// What a failed item does to the run: `on_error = "continue"` (the
+/// default) or `"abort"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum OnError {
     /// Record the failure and go on with the other items.
+    #[default]
     Continue,
     /// Record the failure and abort the run.
     Abort,
 }
+
+crate::word_setting!(OnError, "\"continue\" or \"abort\"", {
+    "continue" => OnError::Continue,
+    "abort" => OnError::Abort,
+});
 
 /// A validated pipeline, ready to run.
 ///

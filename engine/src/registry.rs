@@ -140,15 +140,21 @@ impl Settings {
     /// Reads the settings into `T`, which should use
     /// `#[serde(deny_unknown_fields)]` so a misspelt key is an error.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, Vec<Problem>> {
-        config::Value::new(None, config::ValueKind::Table(self.table.clone()))
-            .try_deserialize::<T>()
-            .map_err(|e| {
-                vec![crate::problem::problem_from(
-                    &self.path,
-                    e,
-                    self.engine_keys,
-                )]
-            })
+        let mut problems = Vec::new();
+        match self.read(&mut problems) {
+            Some(t) if problems.is_empty() => Ok(t),
+            _ => Err(problems),
+        }
+    }
+
+    /// Reads the settings into `T` as [`parse`](Settings::parse) does, adding
+    /// to `problems` every value that did not read as its setting (a word
+    /// no setting takes, a duration without a unit) and returning `T`
+    /// without those values, so the kind's own checks still run; `None`
+    /// after any other problem (an unknown key, a wrong type).
+    pub fn read<T: DeserializeOwned>(&self, problems: &mut Vec<Problem>) -> Option<T> {
+        let table = config::Value::new(None, config::ValueKind::Table(self.table.clone()));
+        crate::problem::deserialize_all(&self.path, table, self.engine_keys, problems)
     }
 }
 

@@ -160,24 +160,61 @@ impl std::fmt::Debug for RunOptions {
     }
 }
 
+/// What is wrong with a failures file given to `--retry-failed`.
+#[derive(Debug, thiserror::Error)]
+pub enum FailuresFileError {
+    /// It cannot be read.
+    #[error("cannot read failures file {path}: {error}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why not.
+        error: std::io::Error,
+    },
+    /// A line is not JSON.
+    #[error("{path}:{line}: not a failure record: {error}")]
+    NotARecord {
+        /// The file.
+        path: String,
+        /// The line, from 1.
+        line: usize,
+        /// What the JSON parser said.
+        error: serde_json::Error,
+    },
+    /// A record without an id.
+    #[error("{path}:{line}: a failure record has no \"id\"")]
+    NoId {
+        /// The file.
+        path: String,
+        /// The line, from 1.
+        line: usize,
+    },
+}
+
 impl RunOptions {
     /// The ids in a failures file written by an earlier run.
-    pub fn ids_from_failures(path: &Path) -> Result<HashSet<String>, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read failures file {}: {e}", path.display()))?;
+    pub fn ids_from_failures(path: &Path) -> Result<HashSet<String>, FailuresFileError> {
+        let file = || path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|error| FailuresFileError::Read {
+            path: file(),
+            error,
+        })?;
         let mut ids = HashSet::new();
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            let value: serde_json::Value = serde_json::from_str(line)
-                .map_err(|e| format!("{}:{}: not a failure record: {e}", path.display(), n + 1))?;
+            let value: serde_json::Value =
+                serde_json::from_str(line).map_err(|error| FailuresFileError::NotARecord {
+                    path: file(),
+                    line: n + 1,
+                    error,
+                })?;
             let id = value.get("id").and_then(|v| v.as_str()).ok_or_else(|| {
-                format!(
-                    "{}:{}: a failure record has no \"id\"",
-                    path.display(),
-                    n + 1
-                )
+                FailuresFileError::NoId {
+                    path: file(),
+                    line: n + 1,
+                }
             })?;
             ids.insert(id.to_owned());
         }

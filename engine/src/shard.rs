@@ -25,15 +25,76 @@ pub const INDEX_VARIABLES: &[&str] = &[
     "AWS_BATCH_JOB_ARRAY_INDEX",
 ];
 
+/// What is wrong with a shard as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    /// A number with a sign, spaces or leading zeros.
+    #[error("{what} {text:?} is not a whole number written plainly (digits only, no sign, spaces or leading zeros)")]
+    NotPlain {
+        /// What the number is (`the index`, a variable's name).
+        what: String,
+        /// The number as given.
+        text: String,
+    },
+    /// A number above `u32::MAX`.
+    #[error("{what} {text} is too large (at most {max})", max = u32::MAX)]
+    TooLarge {
+        /// What the number is.
+        what: String,
+        /// The number as given.
+        text: String,
+    },
+    /// `i/0`.
+    #[error("the shard count must be at least 1")]
+    NoCount,
+    /// `3/3`.
+    #[error("shard index {index} is not below the count {count} (indexes start at 0)")]
+    IndexTooLarge {
+        /// The index given.
+        index: u32,
+        /// The count given.
+        count: u32,
+    },
+    /// A Slurm array task below the array's first.
+    #[error("SLURM_ARRAY_TASK_ID={index} is below SLURM_ARRAY_TASK_MIN={min}")]
+    BelowSlurmMin {
+        /// `SLURM_ARRAY_TASK_ID`.
+        index: u32,
+        /// `SLURM_ARRAY_TASK_MIN`.
+        min: u32,
+    },
+    /// `auto/N` with none of [`INDEX_VARIABLES`] set.
+    #[error("--shard auto/{count}: none of {vars} is set", vars = INDEX_VARIABLES.join(", "))]
+    NoIndexVariable {
+        /// The count given.
+        count: u32,
+    },
+    /// Not `INDEX/COUNT`.
+    #[error("{given:?}: expected INDEX/COUNT, e.g. 3/10 or auto/10")]
+    NotIndexCount {
+        /// The text given.
+        given: String,
+    },
+    /// A number of `given` that is not written plainly.
+    #[error("{given:?}: {number}")]
+    Number {
+        /// The text given.
+        given: String,
+        /// What is wrong with the number.
+        number: Box<ShardError>,
+    },
+}
+
 /// A shard number as written: plain digits, no sign, no spaces, no leading
 /// zero (`00/3`, `+1/3` and `' 0/3'` are typos more often than intent).
-fn whole_number(what: &str, text: &str) -> Result<u32, String> {
+fn whole_number(what: &str, text: &str) -> Result<u32, ShardError> {
     let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    let (what, text) = (what.to_owned(), text.to_owned());
     if !digits || (text.len() > 1 && text.starts_with('0')) {
-        return Err(format!("{what} {text:?} is not a whole number written plainly (digits only, no sign, spaces or leading zeros)"));
+        return Err(ShardError::NotPlain { what, text });
     }
     text.parse()
-        .map_err(|_| format!("{what} {text} is too large (at most {})", u32::MAX))
+        .map_err(|_| ShardError::TooLarge { what, text })
 }
 
 /// 64-bit FNV-1a: tiny, and fixed forever (unlike `std`'s hasher).
@@ -48,14 +109,12 @@ pub fn stable_hash(id: &str) -> u64 {
 
 impl Shard {
     /// Shard `index` of `count`; `index < count`, `count >= 1`.
-    pub fn new(index: u32, count: u32) -> Result<Self, String> {
+    pub fn new(index: u32, count: u32) -> Result<Self, ShardError> {
         if count == 0 {
-            return Err("the shard count must be at least 1".to_owned());
+            return Err(ShardError::NoCount);
         }
         if index >= count {
-            return Err(format!(
-                "shard index {index} is not below the count {count} (indexes start at 0)"
-            ));
+            return Err(ShardError::IndexTooLarge { index, count });
         }
         Ok(Shard { index, count })
     }
@@ -70,43 +129,43 @@ impl Shard {
     pub fn from_environment(
         count: u32,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ShardError> {
         for var in INDEX_VARIABLES {
             if let Some(value) = env(var) {
                 let mut index = whole_number(var, value.trim())?;
                 if *var == "SLURM_ARRAY_TASK_ID" {
                     if let Some(min) = env("SLURM_ARRAY_TASK_MIN") {
                         let min = whole_number("SLURM_ARRAY_TASK_MIN", min.trim())?;
-                        index = index.checked_sub(min).ok_or_else(|| {
-                            format!(
-                                "SLURM_ARRAY_TASK_ID={index} is below SLURM_ARRAY_TASK_MIN={min}"
-                            )
-                        })?;
+                        index = index
+                            .checked_sub(min)
+                            .ok_or(ShardError::BelowSlurmMin { index, min })?;
                     }
                 }
                 return Shard::new(index, count);
             }
         }
-        Err(format!(
-            "--shard auto/{count}: none of {} is set",
-            INDEX_VARIABLES.join(", ")
-        ))
+        Err(ShardError::NoIndexVariable { count })
     }
 }
 
 impl FromStr for Shard {
-    type Err = String;
+    type Err = ShardError;
 
     /// `i/N`, or `auto/N` to read the index from the environment.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, ShardError> {
+        let given = || s.to_owned();
         let (i, n) = s
             .split_once('/')
-            .ok_or_else(|| format!("{s:?}: expected INDEX/COUNT, e.g. 3/10 or auto/10"))?;
-        let count = whole_number("the count", n).map_err(|e| format!("{s:?}: {e}"))?;
+            .ok_or_else(|| ShardError::NotIndexCount { given: given() })?;
+        let in_given = |e| ShardError::Number {
+            given: given(),
+            number: Box::new(e),
+        };
+        let count = whole_number("the count", n).map_err(in_given)?;
         if i == "auto" {
             return Shard::from_environment(count, |k| std::env::var(k).ok());
         }
-        let index = whole_number("the index", i).map_err(|e| format!("{s:?}: {e}"))?;
+        let index = whole_number("the index", i).map_err(in_given)?;
         Shard::new(index, count)
     }
 }
@@ -147,17 +206,20 @@ mod tests {
     fn shards_are_written_plainly_and_say_what_is_wrong() {
         for typo in ["+1/3", "00/3", " 0/3", "0/ 3", "1/03", "-1/3"] {
             let e = typo.parse::<Shard>().unwrap_err();
-            assert!(e.contains("written plainly"), "{typo}: {e}");
+            assert!(e.to_string().contains("written plainly"), "{typo}: {e}");
         }
         let e = "0/99999999999".parse::<Shard>().unwrap_err();
-        assert!(e.contains("too large"), "{e}");
+        assert!(e.to_string().contains("too large"), "{e}");
         let e = Shard::from_environment(4, |k| match k {
             "SLURM_ARRAY_TASK_ID" => Some("1".into()),
             "SLURM_ARRAY_TASK_MIN" => Some("2".into()),
             _ => None,
         })
         .unwrap_err();
-        assert_eq!(e, "SLURM_ARRAY_TASK_ID=1 is below SLURM_ARRAY_TASK_MIN=2");
+        assert_eq!(
+            e.to_string(),
+            "SLURM_ARRAY_TASK_ID=1 is below SLURM_ARRAY_TASK_MIN=2"
+        );
     }
 
     #[test]

@@ -15,19 +15,19 @@ use crate::item::{Input, Item, Outcome, StageError};
 use crate::payload::Payload;
 use crate::retry::RetryPolicy;
 
-/// A stage whose work is asynchronous I/O. Runs on tokio tasks.
-#[async_trait]
-pub trait AsyncStage: Send + Sync + 'static {
-    /// Does this stage's work on `item`.
-    async fn process(&self, item: &mut Item) -> Result<Outcome, StageError>;
-
+/// What every stage says of itself, async or blocking: what to charge
+/// before it runs, its retry default, its payload types, what it checks
+/// before a run. Every method has a default, so `impl Stage for X {}` is a
+/// stage that says nothing more; its work is [`AsyncStage`] or
+/// [`BlockingStage`].
+pub trait Stage: Send + Sync + 'static {
     /// Bytes to charge on each byte limiter the stage lists, worked out
-    /// before the stage's limiters are acquired and before
-    /// [`process`](Self::process) runs: everything the stage will hold at
-    /// its peak for this item. It may look at the item cheaply (for example
-    /// read a header) and leave what it learnt in the payload for `process`.
-    /// An error fails the try like an error from `process`. Defaults to the
-    /// item's size hint.
+    /// before the stage's limiters are acquired and before the stage's
+    /// `process` runs: everything the stage will hold at its peak for this
+    /// item. It may look at the item cheaply (for example read a header)
+    /// and leave what it learnt in the payload for `process`. An error
+    /// fails the try like an error from `process`. Defaults to the item's
+    /// size hint.
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         Ok(item.size_hint.unwrap_or(0))
     }
@@ -70,59 +70,18 @@ pub trait AsyncStage: Send + Sync + 'static {
     }
 }
 
+/// A stage whose work is asynchronous I/O. Runs on tokio tasks.
+#[async_trait]
+pub trait AsyncStage: Stage {
+    /// Does this stage's work on `item`.
+    async fn process(&self, item: &mut Item) -> Result<Outcome, StageError>;
+}
+
 /// A stage whose work blocks (CPU, GDAL, file I/O). Runs on OS threads the
 /// stage owns, never on the async runtime.
-pub trait BlockingStage: Send + Sync + 'static {
+pub trait BlockingStage: Stage {
     /// Does this stage's work on `item`.
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError>;
-
-    /// Bytes to charge on each byte limiter the stage lists, worked out
-    /// before the stage's limiters are acquired and before
-    /// [`process`](Self::process) runs: everything the stage will hold at
-    /// its peak for this item. It may look at the item cheaply (for example
-    /// read a header) and leave what it learnt in the payload for `process`.
-    /// An error fails the try like an error from `process`. Defaults to the
-    /// item's size hint.
-    fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
-        Ok(item.size_hint.unwrap_or(0))
-    }
-
-    /// The retry policy when the pipeline file sets none.
-    fn retry_default(&self) -> RetryPolicy {
-        RetryPolicy::none()
-    }
-
-    /// Whether the item's work is already done (for example its output
-    /// exists from an earlier run): `Some(reason)` skips the item as soon as
-    /// it is admitted, before any stage works on it. Must be cheap.
-    fn skip_check(&self, _item: &Item) -> Option<String> {
-        None
-    }
-
-    /// Whether each try is a request to the item's host (a fetch): the
-    /// report then counts requests, 429s and retries per host.
-    fn counts_requests(&self) -> bool {
-        false
-    }
-
-    /// Checks this machine before a run (for example: the output directory
-    /// can be written). Each message is a problem; none by default.
-    fn check_environment(&self) -> Vec<String> {
-        Vec::new()
-    }
-
-    /// The payload this stage takes from the stage before it: checked
-    /// against what that stage [hands on](Self::hands_on) when the pipeline
-    /// compiles. [`Payload::ANY`] by default.
-    fn takes(&self) -> Payload {
-        Payload::ANY
-    }
-
-    /// The payload this stage hands on to the next. [`Payload::ANY`] by
-    /// default.
-    fn hands_on(&self) -> Payload {
-        Payload::ANY
-    }
 }
 
 /// A stage implementation, async or blocking.
@@ -189,7 +148,7 @@ impl Handler {
         }
     }
 
-    /// The payload the stage takes (see [`AsyncStage::takes`]).
+    /// The payload the stage takes (see [`Stage::takes`]).
     pub fn takes(&self) -> Payload {
         match self {
             Handler::Async(s) => s.takes(),
@@ -197,7 +156,7 @@ impl Handler {
         }
     }
 
-    /// The payload the stage hands on (see [`AsyncStage::hands_on`]).
+    /// The payload the stage hands on (see [`Stage::hands_on`]).
     pub fn hands_on(&self) -> Payload {
         match self {
             Handler::Async(s) => s.hands_on(),
@@ -241,5 +200,17 @@ pub trait Source: Send + 'static {
 pub trait SourceSpec: Send + Sync + 'static {
     /// Opens the source for a run. An error here fails the whole run (for
     /// example: the list file does not exist).
-    fn open(&self) -> Result<Box<dyn Source>, String>;
+    fn open(&self) -> Result<Box<dyn Source>, OpenError>;
+}
+
+/// Why a source could not be opened for a run, said by the source kind
+/// (`?` turns the kind's own message into one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OpenError(pub String);
+
+impl From<String> for OpenError {
+    fn from(message: String) -> Self {
+        OpenError(message)
+    }
 }

@@ -19,8 +19,10 @@ use serde::Deserialize;
 use crate::item::{Input, Item, Outcome, StageError};
 use crate::problem::Problem;
 use crate::registry::{Registry, Settings};
-use crate::stage::{AsyncStage, BlockingStage, Handler, Source, SourceError, SourceSpec};
-use crate::units::{parse_duration, SizeValue};
+use crate::stage::{
+    AsyncStage, BlockingStage, Handler, OpenError, Source, SourceError, SourceSpec, Stage,
+};
+use crate::units::{HumanDuration, Size};
 
 impl Registry {
     /// A registry with the engine's synthetic kinds: source `generate`,
@@ -46,8 +48,8 @@ pub(crate) fn register(r: &mut Registry) {
 #[serde(deny_unknown_fields)]
 struct GenerateSettings {
     count: Option<u64>,
-    size: Option<SizeValue>,
-    sizes: Option<Vec<SizeValue>>,
+    size: Option<Size>,
+    sizes: Option<Vec<Size>>,
     prefix: Option<String>,
 }
 
@@ -68,19 +70,8 @@ fn generate(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
     if g.size.is_some() && g.sizes.is_some() {
         problems.push(s.problem("sizes", "give `size` or `sizes`, not both"));
     }
-    let mut sizes = Vec::new();
-    if let Some(v) = &g.size {
-        match v.bytes() {
-            Ok(b) => sizes.push(b),
-            Err(m) => problems.push(s.problem("size", m)),
-        }
-    }
-    for (i, v) in g.sizes.iter().flatten().enumerate() {
-        match v.bytes() {
-            Ok(b) => sizes.push(b),
-            Err(m) => problems.push(s.problem(&format!("sizes[{i}]"), m)),
-        }
-    }
+    let sizes = g.size.into_iter().chain(g.sizes.into_iter().flatten());
+    let sizes = sizes.map(|b| b.0).collect();
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -92,7 +83,7 @@ fn generate(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
 }
 
 impl SourceSpec for Generate {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, OpenError> {
         Ok(Box::new(GenerateRun {
             next: 0,
             count: self.count,
@@ -138,10 +129,25 @@ impl Source for GenerateRun {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct HoldSettings {
-    duration: Option<String>,
-    mode: Option<String>,
+    duration: Option<HumanDuration>,
+    mode: Option<HoldMode>,
     fail_every: Option<u64>,
 }
+
+/// How `hold` spends its time: `"sleep"` (an async wait, the default) or
+/// `"spin"` (a busy CPU on a blocking worker).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(try_from = "String")]
+enum HoldMode {
+    #[default]
+    Sleep,
+    Spin,
+}
+
+crate::word_setting!(HoldMode, "\"sleep\" (async wait) or \"spin\" (busy CPU on a blocking worker)", {
+    "sleep" => HoldMode::Sleep,
+    "spin" => HoldMode::Spin,
+});
 
 #[derive(Debug)]
 struct Hold {
@@ -168,12 +174,11 @@ impl Hold {
 }
 
 fn hold(s: &Settings) -> Result<Handler, Vec<Problem>> {
-    let h: HoldSettings = s.parse()?;
     let mut problems = Vec::new();
-    let duration = parse_duration(h.duration.as_deref().unwrap_or("0s")).unwrap_or_else(|m| {
-        problems.push(s.problem("duration", m));
-        Duration::ZERO
-    });
+    let Some(h) = s.read::<HoldSettings>(&mut problems) else {
+        return Err(problems);
+    };
+    let duration = h.duration.map_or(Duration::ZERO, |d| d.0);
     if h.fail_every == Some(0) {
         problems.push(s.problem("fail_every", "must be at least 1"));
     }
@@ -182,16 +187,9 @@ fn hold(s: &Settings) -> Result<Handler, Vec<Problem>> {
         fail_every: h.fail_every,
         seen: AtomicU64::new(0),
     };
-    let handler = match h.mode.as_deref() {
-        None | Some("sleep") => Handler::from_async(stage),
-        Some("spin") => Handler::from_blocking(stage),
-        Some(other) => {
-            problems.push(s.problem(
-                "mode",
-                format!("expected \"sleep\" (async wait) or \"spin\" (busy CPU on a blocking worker), got {other:?}"),
-            ));
-            return Err(problems);
-        }
+    let handler = match h.mode.unwrap_or_default() {
+        HoldMode::Sleep => Handler::from_async(stage),
+        HoldMode::Spin => Handler::from_blocking(stage),
     };
     if problems.is_empty() {
         Ok(handler)
@@ -199,6 +197,8 @@ fn hold(s: &Settings) -> Result<Handler, Vec<Problem>> {
         Err(problems)
     }
 }
+
+impl Stage for Hold {}
 
 #[async_trait]
 impl AsyncStage for Hold {
@@ -228,6 +228,8 @@ struct DiscardSettings {}
 
 #[derive(Debug)]
 struct Discard;
+
+impl Stage for Discard {}
 
 #[async_trait]
 impl AsyncStage for Discard {

@@ -5,6 +5,52 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+/// What is wrong with a value of a pipeline file: said in the file's
+/// terms, as the problem at its key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// `""` as a size.
+    #[error("expected a size such as \"512MiB\", got an empty string")]
+    EmptySize,
+    /// `"-5MiB"`.
+    #[error("a size cannot be negative, got {0:?}")]
+    NegativeSize(String),
+    /// Not a size.
+    #[error("expected a size such as \"512MiB\", \"64KiB\" or a number of bytes, got {0:?}")]
+    Size(String),
+    /// Not a duration.
+    #[error("expected a duration such as \"250ms\" or \"30s\", got {0:?}")]
+    Duration(String),
+    /// A duration in a unit there is none of.
+    #[error("expected a duration such as \"250ms\" or \"30s\", got {text:?}: unknown unit {unit:?} (use ms, s, m, h or d)")]
+    DurationUnit {
+        /// The duration as written.
+        text: String,
+        /// The unit it names.
+        unit: String,
+    },
+    /// A duration too long to hold.
+    #[error("expected a duration such as \"250ms\" or \"30s\", got {0:?}: too large")]
+    DurationTooLarge(String),
+    /// A count of 0 or less.
+    #[error("must be at least 1, got {0}")]
+    CountBelowOne(i64),
+    /// A count above `u32::MAX` (as written: a number, or quoted text).
+    #[error("{0} is too large (at most {max})", max = u32::MAX)]
+    CountTooLarge(String),
+    /// Not a count.
+    #[error("expected a positive whole number, \"cores\", \"cores+N\" or \"cores-N\", got {0:?}")]
+    Count(String),
+    /// None of the words a setting takes.
+    #[error("expected {expected}, got {text:?}")]
+    Word {
+        /// The words it takes, as the file writes them.
+        expected: String,
+        /// What the file said.
+        text: String,
+    },
+}
+
 /// A byte size as written in a pipeline: an integer number of bytes or a
 /// string with a unit (`"64KiB"`, `"1.5GiB"`, `"10MB"`).
 #[derive(Debug, Clone, Deserialize)]
@@ -21,12 +67,82 @@ pub enum SizeValue {
 
 impl SizeValue {
     /// The size in bytes, or a message saying what is wrong with it.
-    pub fn bytes(&self) -> Result<u64, String> {
+    pub fn bytes(&self) -> Result<u64, ValueError> {
         match self {
             SizeValue::Bytes(n) => Ok(*n),
             SizeValue::Text(s) => parse_size(s),
         }
     }
+}
+
+/// A byte size as a pipeline writes it, checked when the file is read: a
+/// number of bytes or text with a unit, as [`SizeValue`] takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "SizeValue")]
+pub struct Size(pub u64);
+
+impl TryFrom<SizeValue> for Size {
+    type Error = ValueError;
+    fn try_from(value: SizeValue) -> Result<Self, ValueError> {
+        value.bytes().map(Size)
+    }
+}
+
+/// A duration as a pipeline writes it (`"250ms"`, `"30s"`, `"1h 30m"`),
+/// checked by [`parse_duration`] when the file is read. It is read as text,
+/// as every text setting is: `30` is the text "30", which lacks a unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct HumanDuration(pub Duration);
+
+impl TryFrom<String> for HumanDuration {
+    type Error = ValueError;
+    fn try_from(text: String) -> Result<Self, ValueError> {
+        parse_duration(&text).map(HumanDuration)
+    }
+}
+
+/// A setting that is one of a few words (`on_error = "abort"`): the value
+/// `text` names in `words`, or a message saying what is `expected` (the
+/// words as the file writes them) and what the file said instead.
+pub fn one_of<T: Copy>(text: &str, words: &[(&str, T)], expected: &str) -> Result<T, ValueError> {
+    words
+        .iter()
+        .find(|(word, _)| *word == text)
+        .map(|(_, value)| *value)
+        .ok_or_else(|| ValueError::Word {
+            expected: expected.to_owned(),
+            text: text.to_owned(),
+        })
+}
+
+/// Reads a setting that is one of a few words (`on_error = "abort"`) into
+/// a type with [`one_of`](crate::units::one_of); the type says
+/// `#[serde(try_from = "String")]`. `$expected` is how the message names
+/// the words.
+///
+/// ```
+/// #[derive(Clone, Copy, serde::Deserialize)]
+/// #[serde(try_from = "String")]
+/// enum Mode { Fast, Safe }
+/// warpline_engine::word_setting!(Mode, "\"fast\" or \"safe\"", {
+///     "fast" => Mode::Fast, "safe" => Mode::Safe,
+/// });
+/// let e = Mode::try_from("slow".to_owned()).err().unwrap();
+/// assert_eq!(e.to_string(), r#"expected "fast" or "safe", got "slow""#);
+/// ```
+#[macro_export]
+macro_rules! word_setting {
+    ($ty:ty, $expected:expr, { $($word:literal => $value:expr),+ $(,)? }) => {
+        impl ::core::convert::TryFrom<::std::string::String> for $ty {
+            type Error = $crate::units::ValueError;
+            fn try_from(
+                text: ::std::string::String,
+            ) -> ::core::result::Result<Self, $crate::units::ValueError> {
+                $crate::units::one_of(&text, &[$(($word, $value)),+], $expected)
+            }
+        }
+    };
 }
 
 /// A count as written in a pipeline: a positive integer, `"cores"` (the
@@ -47,18 +163,14 @@ pub enum CountValue {
 impl CountValue {
     /// The count, or a message saying what is wrong with it. Zero is an error:
     /// a stage with no workers or a limiter with no permits never runs.
-    pub fn resolve(&self) -> Result<u32, String> {
+    pub fn resolve(&self) -> Result<u32, ValueError> {
         match self {
-            CountValue::Number(n) if *n <= 0 => Err(format!("must be at least 1, got {n}")),
+            CountValue::Number(n) if *n <= 0 => Err(ValueError::CountBelowOne(*n)),
             CountValue::Number(n) => {
-                u32::try_from(*n).map_err(|_| format!("{n} is too large (at most {})", u32::MAX))
+                u32::try_from(*n).map_err(|_| ValueError::CountTooLarge(n.to_string()))
             }
             CountValue::Text(s) => {
-                let expected = || {
-                    format!(
-                        "expected a positive whole number, \"cores\", \"cores+N\" or \"cores-N\", got {s:?}"
-                    )
-                };
+                let expected = || ValueError::Count(s.clone());
                 let text = s.trim();
                 let Some(rest) = text.strip_prefix("cores") else {
                     return match text.parse::<i64>() {
@@ -83,7 +195,7 @@ impl CountValue {
                     return Err(expected());
                 };
                 let n = (i64::from(cores()) + offset).max(1);
-                u32::try_from(n).map_err(|_| format!("{s:?} is too large (at most {})", u32::MAX))
+                u32::try_from(n).map_err(|_| ValueError::CountTooLarge(format!("{s:?}")))
             }
         }
     }
@@ -99,36 +211,30 @@ pub fn cores() -> u32 {
 /// Parses a byte size such as `"512MiB"`, `"64 KiB"`, `"1.5GiB"` or `"1000"`.
 /// Binary units (KiB, MiB, GiB, TiB) are powers of 1024; decimal units (KB,
 /// MB, GB, TB) are powers of 1000.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, ValueError> {
     let t = text.trim();
     if t.is_empty() {
-        return Err("expected a size such as \"512MiB\", got an empty string".into());
+        return Err(ValueError::EmptySize);
     }
     if t.starts_with('-') {
-        return Err(format!("a size cannot be negative, got {text:?}"));
+        return Err(ValueError::NegativeSize(text.to_owned()));
     }
     t.parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
-        .map_err(|_| {
-            format!(
-                "expected a size such as \"512MiB\", \"64KiB\" or a number of bytes, got {text:?}"
-            )
-        })
+        .map_err(|_| ValueError::Size(text.to_owned()))
 }
 
 /// Parses a duration such as `"250ms"`, `"30s"`, `"2m"` or `"1h 30m"`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, ValueError> {
     use humantime::DurationError as E;
+    let text = text.to_owned();
     humantime::parse_duration(text.trim()).map_err(|e| {
         // Said in the file's terms, not the parser's (no byte offsets).
-        let why = match e {
-            E::UnknownUnit { unit, .. } => {
-                format!(": unknown unit {unit:?} (use ms, s, m, h or d)")
-            }
-            E::NumberOverflow => ": too large".to_owned(),
-            _ => String::new(),
-        };
-        format!("expected a duration such as \"250ms\" or \"30s\", got {text:?}{why}")
+        match e {
+            E::UnknownUnit { unit, .. } => ValueError::DurationUnit { text, unit },
+            E::NumberOverflow => ValueError::DurationTooLarge(text),
+            _ => ValueError::Duration(text),
+        }
     })
 }
 
@@ -140,12 +246,13 @@ mod tests {
     fn a_bad_duration_is_said_without_parser_internals() {
         let e = parse_duration("soon").unwrap_err();
         assert_eq!(
-            e,
+            e.to_string(),
             "expected a duration such as \"250ms\" or \"30s\", got \"soon\""
         );
         let e = parse_duration("5 parsecs").unwrap_err();
         assert!(
-            e.ends_with("unknown unit \"parsecs\" (use ms, s, m, h or d)"),
+            e.to_string()
+                .ends_with("unknown unit \"parsecs\" (use ms, s, m, h or d)"),
             "{e}"
         );
     }
@@ -191,6 +298,7 @@ mod tests {
             "cores*2", "cores+", "cores+x", "cores+-1", "corest", "2cores", "co res",
         ] {
             let e = CountValue::Text(bad.into()).resolve().unwrap_err();
+            let e = e.to_string();
             assert!(e.contains("cores+N") && e.contains(bad), "{bad}: {e}");
         }
     }

@@ -28,7 +28,7 @@ use gdal::{Dataset, DatasetOptions, GdalOpenFlags, Metadata};
 use gdal_sys as sys;
 use serde::Deserialize;
 use warpline_engine::limit::LimiterKind;
-use warpline_engine::units::SizeValue;
+use warpline_engine::units::Size;
 use warpline_engine::{
     BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
 };
@@ -46,7 +46,7 @@ struct DecodeSettings {
     assume_crs: Option<String>,
     open_options: Option<BTreeMap<String, String>>,
     max_pixels: Option<u64>,
-    max_decoded_bytes: Option<SizeValue>,
+    max_decoded_bytes: Option<Size>,
 }
 
 /// The decode stage.
@@ -85,8 +85,10 @@ pub(crate) fn crs_to_wkt(text: &str) -> Result<String, String> {
 
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     init();
-    let d: DecodeSettings = s.parse()?;
     let mut problems = Vec::new();
+    let Some(d) = s.read::<DecodeSettings>(&mut problems) else {
+        return Err(problems);
+    };
     let drivers = d.drivers.unwrap_or_else(|| vec!["GTiff".to_owned()]);
     for (i, name) in drivers.iter().enumerate() {
         if gdal::DriverManager::get_driver_by_name(name).is_err() {
@@ -110,13 +112,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
             .map_err(|m| problems.push(s.env_problem("assume_crs", m)))
             .ok()
     });
-    let max_decoded_bytes = match &d.max_decoded_bytes {
-        None => DEFAULT_MAX_DECODED,
-        Some(v) => v.bytes().unwrap_or_else(|m| {
-            problems.push(s.problem("max_decoded_bytes", m));
-            DEFAULT_MAX_DECODED
-        }),
-    };
+    let max_decoded_bytes = d.max_decoded_bytes.map_or(DEFAULT_MAX_DECODED, |b| b.0);
     if let Some(m) = s
         .stage_limits()
         .iter()
@@ -178,7 +174,7 @@ fn open_path(
         }
     }
     if let Some(member) = member {
-        names::check_member(member).map_err(fail)?;
+        names::check_member(member).map_err(|e| fail(e.to_string()))?;
         return Ok(format!("{whole}/{member}"));
     }
     let mut files = archive_files(&whole, MAX_MEMBERS_LISTED)
@@ -411,7 +407,7 @@ impl Decode {
     }
 }
 
-impl BlockingStage for Decode {
+impl warpline_engine::Stage for Decode {
     fn takes(&self) -> Payload {
         crate::payloads::fetched()
     }
@@ -428,7 +424,9 @@ impl BlockingStage for Decode {
         item.set_payload(raster);
         Ok(bytes)
     }
+}
 
+impl BlockingStage for Decode {
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         if item.payload::<Raster>().is_none() {
             let raster = self.open_header(item)?;

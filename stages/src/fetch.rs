@@ -29,7 +29,7 @@ use serde::Deserialize;
 use warpline_engine::limit::{LimitError, LimiterKind};
 use warpline_engine::pipeline::RetryPolicy;
 use warpline_engine::report::redact;
-use warpline_engine::units::{parse_duration, SizeValue};
+use warpline_engine::units::{HumanDuration, Size};
 use warpline_engine::{
     AsyncStage, ErrorKind, Handler, Item, Limiter, Outcome, Payload, Problem, Settings, StageError,
     Ticket,
@@ -96,10 +96,10 @@ pub struct Sibling {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FetchSettings {
-    connect_timeout: Option<String>,
-    timeout: Option<String>,
+    connect_timeout: Option<HumanDuration>,
+    timeout: Option<HumanDuration>,
     max_redirects: Option<u32>,
-    max_bytes: Option<SizeValue>,
+    max_bytes: Option<Size>,
     memory: Option<String>,
     user_agent: Option<String>,
     endpoint: Option<String>,
@@ -124,28 +124,13 @@ pub struct Fetch {
 const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
-    let f: FetchSettings = s.parse()?;
     let mut problems = Vec::new();
-    let mut duration = |key: &str, value: &Option<String>, default: Duration| match value {
-        None => default,
-        Some(text) => parse_duration(text).unwrap_or_else(|m| {
-            problems.push(s.problem(key, m));
-            default
-        }),
+    let Some(f) = s.read::<FetchSettings>(&mut problems) else {
+        return Err(problems);
     };
-    let connect_timeout = duration(
-        "connect_timeout",
-        &f.connect_timeout,
-        Duration::from_secs(10),
-    );
-    let timeout = duration("timeout", &f.timeout, Duration::from_secs(60));
-    let max_bytes = match &f.max_bytes {
-        None => DEFAULT_MAX_BYTES,
-        Some(v) => v.bytes().unwrap_or_else(|m| {
-            problems.push(s.problem("max_bytes", m));
-            DEFAULT_MAX_BYTES
-        }),
-    };
+    let connect_timeout = f.connect_timeout.map_or(Duration::from_secs(10), |d| d.0);
+    let timeout = f.timeout.map_or(Duration::from_secs(60), |d| d.0);
+    let max_bytes = f.max_bytes.map_or(DEFAULT_MAX_BYTES, |b| b.0);
     let memory = f.memory.as_deref().and_then(|name| {
         s.limiter("memory", name, LimiterKind::Bytes)
             .map_err(|p| problems.push(p))
@@ -520,12 +505,24 @@ fn request_error(shown: &str, e: reqwest::Error) -> StageError {
     }
 }
 
-#[async_trait]
-impl AsyncStage for Fetch {
+impl warpline_engine::Stage for Fetch {
     fn hands_on(&self) -> Payload {
         crate::payloads::fetched()
     }
 
+    fn counts_requests(&self) -> bool {
+        true
+    }
+
+    fn retry_default(&self) -> RetryPolicy {
+        // Waits of 7.75 to 15.5 s in all: a server down for a few seconds
+        // (a restart, a failover) costs no item.
+        RetryPolicy::patient(6)
+    }
+}
+
+#[async_trait]
+impl AsyncStage for Fetch {
     async fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         // A retry starts afresh: give back what an earlier try charged.
         if let Some(m) = &self.memory {
@@ -552,16 +549,6 @@ impl AsyncStage for Fetch {
         item.bytes_in += fetched.len();
         item.set_payload(fetched);
         Ok(Outcome::Continue)
-    }
-
-    fn counts_requests(&self) -> bool {
-        true
-    }
-
-    fn retry_default(&self) -> RetryPolicy {
-        // Waits of 7.75 to 15.5 s in all: a server down for a few seconds
-        // (a restart, a failover) costs no item.
-        RetryPolicy::patient(6)
     }
 }
 

@@ -25,8 +25,13 @@ pub fn split_member(source: &str) -> (&str, Option<&str>) {
     (source, None)
 }
 
+/// A member path that could leave its archive, or is empty.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a path inside the archive (no empty, `.` or `..` parts)")]
+pub struct BadMember(pub String);
+
 /// Refuses a member path that could leave the archive or is empty.
-pub fn check_member(member: &str) -> Result<(), String> {
+pub fn check_member(member: &str) -> Result<(), BadMember> {
     let bad = member.is_empty()
         || member.starts_with('/')
         || member.contains(['\\', '\0'])
@@ -34,9 +39,7 @@ pub fn check_member(member: &str) -> Result<(), String> {
             .split('/')
             .any(|part| part.is_empty() || part == "." || part == "..");
     if bad {
-        Err(format!(
-            "{member:?} is not a path inside the archive (no empty, `.` or `..` parts)"
-        ))
+        Err(BadMember(member.to_owned()))
     } else {
         Ok(())
     }

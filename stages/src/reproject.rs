@@ -279,7 +279,7 @@ fn datasets<'a>(raster: &'a Raster, views: &'a [Option<Dataset>]) -> Vec<&'a Dat
         .collect()
 }
 
-impl BlockingStage for Reproject {
+impl warpline_engine::Stage for Reproject {
     fn takes(&self) -> Payload {
         crate::payloads::raster()
     }
@@ -313,7 +313,9 @@ impl BlockingStage for Reproject {
         });
         Ok(charge)
     }
+}
 
+impl BlockingStage for Reproject {
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         let id = item.id.clone();
         let (raster, checked) = match item.take_payload::<Checked>() {

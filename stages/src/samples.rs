@@ -26,16 +26,29 @@ const PLACES: &[(&str, &str, f64, f64, f64)] = &[
     ("laea", "EPSG:3035", 4_321_000.0, 3_210_000.0, 50.0),
 ];
 
+/// A sample tile GDAL could not make.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}: {message}")]
+pub struct SampleError {
+    /// The tile's file name.
+    pub name: String,
+    /// What GDAL said.
+    pub message: String,
+}
+
 /// `per_crs` tiles of `size` x `size` pixels in each of the sample CRSs,
 /// side by side.
-pub fn sample_tiles(per_crs: usize, size: usize) -> Result<Vec<SampleTile>, String> {
+pub fn sample_tiles(per_crs: usize, size: usize) -> Result<Vec<SampleTile>, SampleError> {
     init();
     let mut tiles = Vec::new();
     for (label, crs, x0, y0, px) in PLACES {
         for i in 0..per_crs {
             let name = format!("{label}-{i:03}.tif");
             let gt = [x0 + (i * size) as f64 * px, *px, 0.0, *y0, 0.0, -px];
-            let bytes = make_tile(&name, crs, gt, size, i).map_err(|e| format!("{name}: {e}"))?;
+            let bytes = match make_tile(&name, crs, gt, size, i) {
+                Ok(bytes) => bytes,
+                Err(message) => return Err(SampleError { name, message }),
+            };
             tiles.push(SampleTile { name, crs, bytes });
         }
     }

@@ -245,7 +245,7 @@ fn list(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
 }
 
 impl SourceSpec for List {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         let open = || {
             std::fs::File::open(&self.path)
                 .map_err(|e| format!("cannot read the input list {}: {e}", self.path.display()))
@@ -359,7 +359,7 @@ fn inline(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
 }
 
 impl SourceSpec for Inline {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         Ok(Box::new(VecRun::new(self.inputs.clone())))
     }
 }
@@ -436,7 +436,7 @@ fn glob_source(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
 }
 
 impl SourceSpec for Glob {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         let paths = glob::glob(&self.pattern)
             .map_err(|e| format!("invalid pattern {:?}: {e}", self.pattern))?;
         let mut inputs = Vec::new();

@@ -53,10 +53,13 @@ pub struct Written {
     pub path: PathBuf,
 }
 
-/// What to do when the output already exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What to do when the output already exists: `exists = "skip"` (the
+/// default), `"overwrite"` or `"error"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
 pub enum Exists {
     /// Count the item skipped (an earlier run finished it).
+    #[default]
     Skip,
     /// Replace it.
     Overwrite,
@@ -64,14 +67,45 @@ pub enum Exists {
     Error,
 }
 
+warpline_engine::word_setting!(Exists, "\"skip\", \"overwrite\" or \"error\"", {
+    "skip" => Exists::Skip,
+    "overwrite" => Exists::Overwrite,
+    "error" => Exists::Error,
+});
+
+/// The file format written: `format = "GTiff"` (the default) or `"COG"`,
+/// by the GDAL driver of that name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+enum Format {
+    #[default]
+    GTiff,
+    Cog,
+}
+
+impl Format {
+    /// The GDAL driver's name.
+    fn driver(self) -> &'static str {
+        match self {
+            Format::GTiff => "GTiff",
+            Format::Cog => "COG",
+        }
+    }
+}
+
+warpline_engine::word_setting!(Format, "\"GTiff\" or \"COG\"", {
+    "GTiff" => Format::GTiff,
+    "COG" => Format::Cog,
+});
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WriteSettings {
     dir: Option<String>,
     name: Option<String>,
-    format: Option<String>,
+    format: Option<Format>,
     creation_options: Option<BTreeMap<String, String>>,
-    exists: Option<String>,
+    exists: Option<Exists>,
     endpoint: Option<String>,
     staging: Option<String>,
 }
@@ -193,8 +227,10 @@ fn check_template(name: &str) -> Result<(), String> {
 
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     init();
-    let w: WriteSettings = s.parse()?;
     let mut problems = Vec::new();
+    let Some(w) = s.read::<WriteSettings>(&mut problems) else {
+        return Err(problems);
+    };
     let dir = match w.dir {
         Some(d) if !d.trim().is_empty() => d,
         _ => {
@@ -213,16 +249,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     if let Err(m) = check_template(&name) {
         problems.push(s.problem("name", m));
     }
-    let driver = match w.format.as_deref().unwrap_or("GTiff") {
-        f @ ("GTiff" | "COG") => f.to_owned(),
-        other => {
-            problems.push(s.problem(
-                "format",
-                format!("expected \"GTiff\" or \"COG\", got {other:?}"),
-            ));
-            "GTiff".to_owned()
-        }
-    };
+    let driver = w.format.unwrap_or_default().driver().to_owned();
     let options: Vec<(String, String)> =
         w.creation_options.unwrap_or_default().into_iter().collect();
     match gdal::DriverManager::get_driver_by_name(&driver)
@@ -238,18 +265,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
             }
         }
     }
-    let exists = match w.exists.as_deref() {
-        None | Some("skip") => Exists::Skip,
-        Some("overwrite") => Exists::Overwrite,
-        Some("error") => Exists::Error,
-        Some(other) => {
-            problems.push(s.problem(
-                "exists",
-                format!("expected \"skip\", \"overwrite\" or \"error\", got {other:?}"),
-            ));
-            Exists::Skip
-        }
-    };
+    let exists = w.exists.unwrap_or_default();
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -353,7 +369,7 @@ impl Write {
     }
 }
 
-impl BlockingStage for Write {
+impl warpline_engine::Stage for Write {
     fn takes(&self) -> Payload {
         crate::payloads::raster()
     }
@@ -408,7 +424,9 @@ impl BlockingStage for Write {
         self.claims.claim(&path, item).ok()?;
         Some(format!("{} exists", self.shown(&item.id, &path)))
     }
+}
 
+impl BlockingStage for Write {
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         let id = item.id.clone();
         let path = self.output_path(&id);

@@ -52,7 +52,7 @@ impl DeadLetter {
 
 impl Coordinator {
     /// Every item in the dead-letter stream, oldest first.
-    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, String> {
+    pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, super::CoordinatorError> {
         let dead = self.key("dead");
         let reply: Value = self
             .run("read the dead letters", |mut conn| {
@@ -96,7 +96,7 @@ impl Coordinator {
     pub async fn requeue(
         &self,
         ids: Option<&[String]>,
-    ) -> Result<(Vec<String>, Vec<String>), String> {
+    ) -> Result<(Vec<String>, Vec<String>), super::CoordinatorError> {
         let wanted: Option<HashSet<&str>> = ids.map(|i| i.iter().map(String::as_str).collect());
         let mut moved = Vec::new();
         let mut missing: HashSet<String> = ids.unwrap_or_default().iter().cloned().collect();

@@ -117,6 +117,42 @@ fn err(e: redis::RedisError) -> String {
     e.to_string()
 }
 
+/// What went wrong with the coordinator's Redis.
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinatorError {
+    /// The URL is not one the Redis client takes.
+    #[error("{url}: {error}")]
+    Url {
+        /// The URL given.
+        url: String,
+        /// What the client said.
+        error: redis::RedisError,
+    },
+    /// The first connection failed.
+    #[error("cannot reach Redis at {url}: {error}")]
+    Unreachable {
+        /// The URL given.
+        url: String,
+        /// What the client said.
+        error: redis::RedisError,
+    },
+    /// A new run's counts could not be started.
+    #[error("cannot start the run's counts: {0}")]
+    Counts(redis::RedisError),
+    /// The run's consumer group could not be created.
+    #[error("cannot create the consumer group: {0}")]
+    Group(redis::RedisError),
+    /// A command failed, after the retries an outage allows.
+    #[error("{0}")]
+    Command(String),
+}
+
+impl From<String> for CoordinatorError {
+    fn from(message: String) -> Self {
+        CoordinatorError::Command(message)
+    }
+}
+
 fn key(run: &str, part: &str) -> String {
     format!("warpline:{run}:{part}")
 }
@@ -129,8 +165,11 @@ pub(crate) const BLOCK: Duration = Duration::from_millis(200);
 
 impl Coordinator {
     /// Connects, and makes sure the run's stream and group exist.
-    pub async fn connect(url: &str, settings: Settings) -> Result<Self, String> {
-        let client = redis::Client::open(url).map_err(|e| format!("{url}: {e}"))?;
+    pub async fn connect(url: &str, settings: Settings) -> Result<Self, CoordinatorError> {
+        let client = redis::Client::open(url).map_err(|error| CoordinatorError::Url {
+            url: url.to_owned(),
+            error,
+        })?;
         let outage = Outage::new(settings.give_up_after);
         let cmd = Arc::new(Link::new(
             client.clone(),
@@ -140,10 +179,12 @@ impl Coordinator {
         let read = Arc::new(Link::new(client, BLOCK + Duration::from_secs(2), outage));
         // The first connection is not waited for: a wrong URL or a server
         // that is not there is said at once.
-        let mut conn = cmd
-            .once(|c| async move { Ok(c) })
-            .await
-            .map_err(|e| format!("cannot reach Redis at {url}: {e}"))?;
+        let mut conn = cmd.once(|c| async move { Ok(c) }).await.map_err(|error| {
+            CoordinatorError::Unreachable {
+                url: url.to_owned(),
+                error,
+            }
+        })?;
         let created: Result<(), redis::RedisError> = redis::cmd("XGROUP")
             .arg("CREATE")
             .arg(key(&settings.run, "stream"))
@@ -157,9 +198,9 @@ impl Coordinator {
             Ok(()) => conn
                 .hset_nx::<_, _, _, ()>(key(&settings.run, "counts"), "tracked", 1)
                 .await
-                .map_err(|e| format!("cannot start the run's counts: {e}"))?,
+                .map_err(CoordinatorError::Counts)?,
             Err(e) if e.code() == Some("BUSYGROUP") => {}
-            Err(e) => return Err(format!("cannot create the consumer group: {e}")),
+            Err(e) => return Err(CoordinatorError::Group(e)),
         }
         Ok(Coordinator {
             cmd,
@@ -281,7 +322,10 @@ impl Coordinator {
 
     /// Puts every input of `source` in the stream, once: returns (added,
     /// already there).
-    pub async fn enqueue(&self, mut source: Box<dyn Source>) -> Result<(u64, u64), String> {
+    pub async fn enqueue(
+        &self,
+        mut source: Box<dyn Source>,
+    ) -> Result<(u64, u64), CoordinatorError> {
         let (mut added, mut already) = (0, 0);
         while let Some(next) = source.next().await {
             let (id, src) = match next {
@@ -311,7 +355,7 @@ impl Coordinator {
     }
 
     /// The run's progress across workers.
-    pub async fn status(&self) -> Result<Status, String> {
+    pub async fn status(&self) -> Result<Status, CoordinatorError> {
         let (enqueued_key, dead_key) = (self.key("enqueued"), self.key("dead"));
         let enqueued: u64 = self
             .run("count the enqueued inputs", |mut conn| {

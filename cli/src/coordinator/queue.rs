@@ -29,7 +29,7 @@ pub(crate) struct StreamSpec {
 }
 
 impl SourceSpec for StreamSpec {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         Ok(Box::new(StreamSource {
             c: self.coordinator.clone(),
             inflight: Arc::clone(&self.inflight),

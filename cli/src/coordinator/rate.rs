@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use warpline_engine::limit::RateBackend;
+use warpline_engine::limit::{RateBackend, RateBackendError};
 
 use super::link::Link;
 
@@ -31,7 +31,7 @@ impl GlobalRate {
 
 #[warpline_engine::async_trait]
 impl RateBackend for GlobalRate {
-    async fn acquire(&self, key: &str) -> Result<(), String> {
+    async fn acquire(&self, key: &str) -> Result<(), RateBackendError> {
         let (rate, pause) = (self.key("rate", key), self.key("pause", key));
         // Sent again when its reply was lost: the lost call's token goes
         // unused, which slows the bucket by one period, once.
@@ -46,14 +46,14 @@ impl RateBackend for GlobalRate {
                 async move { call.invoke_async(&mut conn).await }
             })
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| RateBackendError(e.to_string()))?;
         if wait_us > 0 {
             tokio::time::sleep(Duration::from_micros(wait_us.unsigned_abs())).await;
         }
         Ok(())
     }
 
-    async fn pause(&self, key: &str, delay: Duration) -> Result<(), String> {
+    async fn pause(&self, key: &str, delay: Duration) -> Result<(), RateBackendError> {
         let ms = delay.as_millis().max(1) as u64;
         let pause = self.key("pause", key);
         self.link
@@ -63,6 +63,6 @@ impl RateBackend for GlobalRate {
                 async move { cmd.query_async::<()>(&mut conn).await }
             })
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| RateBackendError(e.to_string()))
     }
 }

@@ -11,15 +11,15 @@ use super::carried::Flowing;
 use super::file::{
     LimitSection, PipelineSection, RetrySection, SourceCommon, StageCommon, SOURCE_KEYS, STAGE_KEYS,
 };
-use super::{join, known, problem_from, Problem};
+use super::{join, known, Problem};
 use crate::adapt::{Adaptive, AdaptiveSection, AdaptiveValue};
 use crate::item::ErrorKind;
-use crate::limit::{Limiter, LimiterKind, Limits, Oversize, RateBackendFactory, RateKey};
+use crate::limit::{Limiter, LimiterKind, Limits, RateBackendFactory, RateScope};
 use crate::pipeline::{OnError, RetryPolicy};
 use crate::pipeline::{Pipeline, SourcePlan, StagePlan};
 use crate::registry::{Registry, Settings};
 use crate::stage::Handler;
-use crate::units::{parse_duration, CountValue};
+use crate::units::CountValue;
 
 mod flow;
 mod limiters;
@@ -44,7 +44,11 @@ pub(crate) fn default_descriptors() -> NonZeroU32 {
     let permits = (soft.saturating_sub(64) / 4).max(1);
     NonZeroU32::new(u32::try_from(permits).unwrap_or(u32::MAX)).unwrap_or(NonZeroU32::MIN)
 }
-const DEFAULT_DEADLINE: &str = "30s";
+/// How long a stopped run may drain, unless `shutdown_deadline` says.
+const DEFAULT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long no item may move before the run says so, unless
+/// `stall_warning` says.
+const DEFAULT_STALL_WARNING: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Checks a name given to a limiter or a stage.
 fn check_name(path: &str, name: &str, problems: &mut Vec<Problem>) -> bool {
@@ -74,18 +78,28 @@ fn split(
         .partition(|(k, _)| engine_keys.contains(&k.as_str()))
 }
 
+/// Reads a table, saying every value that does not read as its setting
+/// (see [`deserialize_all`](crate::problem::deserialize_all)).
 fn parse<T: serde::de::DeserializeOwned>(
     path: &str,
     value: Value,
     problems: &mut Vec<Problem>,
 ) -> Option<T> {
-    match value.try_deserialize::<T>() {
-        Ok(t) => Some(t),
-        Err(e) => {
-            problems.push(problem_from(path, e, &[]));
-            None
-        }
-    }
+    crate::problem::deserialize_all(path, value, &[], problems)
+}
+
+/// Reads a table whose keys depend on each other (a limiter is one of
+/// `permits`, `budget` or `per_second`): the first problem only, as a value
+/// left out would make the checks that follow say more than is wrong.
+fn parse_whole<T: serde::de::DeserializeOwned>(
+    path: &str,
+    value: Value,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
+    value
+        .try_deserialize::<T>()
+        .map_err(|e| problems.push(crate::problem::problem_from(path, e, &[])))
+        .ok()
 }
 
 fn table(path: &str, value: Value, problems: &mut Vec<Problem>) -> Option<Map<String, Value>> {
@@ -102,7 +116,7 @@ fn count(path: &str, value: &Option<CountValue>, default: u32, problems: &mut Ve
     match value {
         None => default,
         Some(v) => v.resolve().unwrap_or_else(|m| {
-            problems.push(Problem::new(path, m));
+            problems.push(Problem::new(path, m.to_string()));
             default
         }),
     }
@@ -124,7 +138,7 @@ pub(super) fn compile(
     let mut problems = Vec::new();
     check_sections(&root, &mut problems);
     let section = pipeline_section(root.shift_remove("pipeline"), &mut problems);
-    let settings = RunSettings::of(&section, &mut problems);
+    let settings = RunSettings::of(&section);
     let declared_limits = compile_limits(&mut root, shared, global, &mut problems);
     check_shared_order(&declared_limits.limits, shared, &mut problems);
     let known_limits = Declared {
@@ -221,6 +235,8 @@ fn pipeline_section(value: Option<Value>, problems: &mut Vec<Problem>) -> Pipeli
     };
     let mut whole = Vec::new();
     if let Some(section) = parse("pipeline", value.clone(), &mut whole) {
+        // Only values left out, each said: the rest of the section read.
+        problems.append(&mut whole);
         return section;
     }
     let Ok(keys) = value.clone().into_table() else {
@@ -250,38 +266,12 @@ struct RunSettings {
 
 impl RunSettings {
     /// `on_error`, `shutdown_deadline` and `stall_warning`, or their
-    /// defaults after a problem.
-    fn of(section: &PipelineSection, problems: &mut Vec<Problem>) -> Self {
-        let on_error = match section.on_error.as_deref() {
-            None | Some("continue") => OnError::Continue,
-            Some("abort") => OnError::Abort,
-            Some(other) => {
-                problems.push(Problem::new(
-                    "pipeline.on_error",
-                    format!("expected \"continue\" or \"abort\", got {other:?}"),
-                ));
-                OnError::Continue
-            }
-        };
-        let deadline = parse_duration(
-            section
-                .shutdown_deadline
-                .as_deref()
-                .unwrap_or(DEFAULT_DEADLINE),
-        )
-        .unwrap_or_else(|m| {
-            problems.push(Problem::new("pipeline.shutdown_deadline", m));
-            std::time::Duration::from_secs(30)
-        });
-        let stall_warning = parse_duration(section.stall_warning.as_deref().unwrap_or("5m"))
-            .unwrap_or_else(|m| {
-                problems.push(Problem::new("pipeline.stall_warning", m));
-                std::time::Duration::from_secs(300)
-            });
+    /// defaults (a value that did not read is a problem already).
+    fn of(section: &PipelineSection) -> Self {
         RunSettings {
-            on_error,
-            deadline,
-            stall_warning,
+            on_error: section.on_error.unwrap_or_default(),
+            deadline: section.shutdown_deadline.map_or(DEFAULT_DEADLINE, |d| d.0),
+            stall_warning: section.stall_warning.map_or(DEFAULT_STALL_WARNING, |d| d.0),
         }
     }
 }
@@ -327,7 +317,7 @@ fn compile_limits(
         for (name, value) in table("limits", v, problems).unwrap_or_default() {
             let path = join("limits", &name);
             let built = check_name(&path, &name, problems)
-                .then(|| parse::<LimitSection>(&path, value, problems))
+                .then(|| parse_whole::<LimitSection>(&path, value, problems))
                 .flatten()
                 .and_then(|s| match s.shared {
                     Some(true) => take_shared(&path, &name, &s, shared, problems),

@@ -5,7 +5,9 @@
 
 use serde::Deserialize;
 
-use crate::units::{CountValue, SizeValue};
+use crate::limit::{Oversize, RateKey, RateScope};
+use crate::pipeline::OnError;
+use crate::units::{CountValue, HumanDuration, Size};
 
 /// `[pipeline]`: the run as a whole.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -16,11 +18,11 @@ pub struct PipelineSection {
     /// The stages in the order items pass through them.
     pub flow: Option<Vec<String>>,
     /// What a failed item does to the run: `"continue"` (default) or `"abort"`.
-    pub on_error: Option<String>,
+    pub on_error: Option<OnError>,
     /// How long a stopped run may drain before what is left is aborted.
-    pub shutdown_deadline: Option<String>,
+    pub shutdown_deadline: Option<HumanDuration>,
     /// How long no item may move before the run says what waits for what.
-    pub stall_warning: Option<String>,
+    pub stall_warning: Option<HumanDuration>,
 }
 
 /// `[source]`: the keys the engine reads; the rest belong to the kind.
@@ -58,8 +60,8 @@ pub(crate) struct StageCommon {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RetrySection {
     pub attempts: Option<CountValue>,
-    pub base_delay: Option<String>,
-    pub max_delay: Option<String>,
+    pub base_delay: Option<HumanDuration>,
+    pub max_delay: Option<HumanDuration>,
     pub on: Option<Vec<String>>,
 }
 
@@ -75,20 +77,20 @@ pub struct LimitSection {
     /// A count limiter: a number of slots, or `"cores"`.
     pub permits: Option<CountValue>,
     /// A byte budget: `"512MiB"` or a number of bytes.
-    pub budget: Option<SizeValue>,
+    pub budget: Option<Size>,
     /// For a byte budget: `"fail"` (default) or `"alone"`.
-    pub oversize: Option<String>,
+    pub oversize: Option<Oversize>,
     /// A rate limiter: tokens per second.
     pub per_second: Option<f64>,
     /// For a rate limiter: how many tokens may be taken at once (default 1).
     pub burst: Option<CountValue>,
     /// For a rate limiter: `"host"` for one bucket per remote host; by
     /// default one bucket for everything.
-    pub per: Option<String>,
+    pub per: Option<RateKey>,
     /// `true`: the limiter of this name that the embedding process shares
     /// between pipelines (see `Loader::with_limits`).
     pub shared: Option<bool>,
     /// For a rate limiter: `"local"` (default: this process) or `"global"`
     /// (every worker of a run, kept by the coordinator).
-    pub scope: Option<String>,
+    pub scope: Option<RateScope>,
 }

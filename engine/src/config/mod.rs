@@ -14,7 +14,7 @@ use crate::pipeline::Pipeline;
 use crate::registry::Registry;
 
 pub use crate::pipeline::OnError;
-pub(crate) use crate::problem::{join, known, nearest, problem_from};
+pub(crate) use crate::problem::{join, known, nearest};
 pub use crate::problem::{Problem, Tier};
 pub use file::{LimitSection, PipelineSection};
 
@@ -142,21 +142,17 @@ pub const ENV_PREFIX: &str = "WARPLINE";
 impl Loader {
     /// Reads the pipeline from a TOML file.
     pub fn from_path(path: impl AsRef<Path>) -> Self {
-        Loader {
-            text: Text::Path(path.as_ref().to_owned()),
-            env: false,
-            sets: Vec::new(),
-            shared: None,
-            global: None,
-            environment: false,
-            name: None,
-        }
+        Loader::of(Text::Path(path.as_ref().to_owned()))
     }
 
     /// Reads the pipeline from TOML text.
     pub fn from_toml_str(text: &str) -> Self {
+        Loader::of(Text::Inline(text.to_owned()))
+    }
+
+    fn of(text: Text) -> Self {
         Loader {
-            text: Text::Inline(text.to_owned()),
+            text,
             env: false,
             sets: Vec::new(),
             shared: None,

@@ -43,7 +43,7 @@
 //! fits the budget (larger charges fail or take the whole budget), so `w` is
 //! served. Each service moves the first waiter on; an item served at the last
 //! stage that charges ends. Evicted items come back through admission, so
-//! every item ends. `engine/tests/budget.rs` checks it on random flows.
+//! every item ends. `engine/tests/all/budget.rs` checks it on random flows.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

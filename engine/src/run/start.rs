@@ -34,11 +34,11 @@ pub(super) fn open_failures_file(
 
 /// Opens the pipeline's source; a panic in it is an error too.
 pub(super) fn open_source(pipeline: &Pipeline) -> Result<Box<dyn Source>, RunError> {
-    let opened =
-        guarded(|| pipeline.source.open()).unwrap_or_else(|text| Err(format!("panicked: {text}")));
+    let opened = guarded(|| pipeline.source.open())
+        .unwrap_or_else(|text| Err(format!("panicked: {text}").into()));
     opened.map_err(|message| RunError::Source {
         kind: pipeline.source.kind.clone(),
-        message,
+        message: message.to_string(),
     })
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use gdal_sys as sys;
 use serde::Deserialize;
-use warpline_engine::units::SizeValue;
+use warpline_engine::units::Size;
 use warpline_engine::{Problem, Settings};
 
 use super::disk::WarpTo;
@@ -32,6 +32,34 @@ pub const RESAMPLING: &[&str] = &[
     "q3",
     "sum",
 ];
+
+/// A resampling method by gdalwarp's name (`-r`), any case; `nearest` is
+/// taken for `near`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Resampling(&'static str);
+
+impl<'de> Deserialize<'de> for Resampling {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // As `#[serde(try_from = "String")]` does; derived, serde would
+        // take the `&'static str` for text borrowed from the file.
+        Resampling::try_from(String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl TryFrom<String> for Resampling {
+    type Error = String;
+    fn try_from(given: String) -> Result<Self, String> {
+        let method = match given.to_ascii_lowercase().as_str() {
+            "nearest" => "near".to_owned(),
+            m => m.to_owned(),
+        };
+        RESAMPLING
+            .iter()
+            .find(|m| **m == method)
+            .map(|m| Resampling(m))
+            .ok_or_else(|| format!("unknown method {given:?}; one of {}", RESAMPLING.join(", ")))
+    }
+}
 
 /// gdalwarp's transformers for a source without a geotransform.
 const TRANSFORMERS: &[(&str, &str, &str)] = &[
@@ -92,7 +120,7 @@ enum Overview {
 pub(super) struct ReprojectSettings {
     crs: Option<String>,
     src_crs: Option<String>,
-    resampling: Option<String>,
+    resampling: Option<Resampling>,
     resolution: Option<OneOrTwo>,
     size: Option<Vec<u32>>,
     extent: Option<Vec<f64>>,
@@ -123,7 +151,7 @@ pub(super) struct ReprojectSettings {
     metadata: Option<bool>,
     conflicting_metadata: Option<String>,
     vertical_shift: Option<bool>,
-    warp_memory: Option<SizeValue>,
+    warp_memory: Option<Size>,
     warp_options: Option<BTreeMap<String, String>>,
     max_pixels: Option<u64>,
     warp_to: Option<WarpTo>,
@@ -164,12 +192,15 @@ struct Builder<'a> {
 
 /// Parses and checks the settings; every problem at once.
 pub(super) fn parse(s: &Settings) -> Result<Parsed, Vec<Problem>> {
-    let r: ReprojectSettings = s.parse()?;
+    let mut problems = Vec::new();
+    let Some(r) = s.read::<ReprojectSettings>(&mut problems) else {
+        return Err(problems);
+    };
     let mut b = Builder {
         s,
         r,
         out: Parsed::default(),
-        problems: Vec::new(),
+        problems,
     };
     b.crs();
     b.resampling();
@@ -232,22 +263,8 @@ impl Builder<'_> {
     }
 
     fn resampling(&mut self) {
-        let given = self
-            .r
-            .resampling
-            .clone()
-            .unwrap_or_else(|| "near".to_owned());
-        let method = match given.to_ascii_lowercase().as_str() {
-            "nearest" => "near".to_owned(),
-            m => m.to_owned(),
-        };
-        if !RESAMPLING.contains(&method.as_str()) {
-            self.problem(
-                "resampling",
-                format!("unknown method {given:?}; one of {}", RESAMPLING.join(", ")),
-            );
-        }
-        self.arg("-r", &[method]);
+        let Resampling(method) = self.r.resampling.unwrap_or(Resampling("near"));
+        self.arg("-r", &[method.to_owned()]);
     }
 
     fn grid(&mut self) {
@@ -514,19 +531,13 @@ impl Builder<'_> {
     }
 
     fn warp(&mut self) {
-        let wm = match self.r.warp_memory.clone() {
+        let wm = match self.r.warp_memory {
             None => DEFAULT_WARP_MEMORY,
-            Some(v) => match v.bytes() {
-                Ok(b) if b >= 1 << 20 => b,
-                Ok(_) => {
-                    self.problem("warp_memory", "must be at least 1MiB");
-                    DEFAULT_WARP_MEMORY
-                }
-                Err(m) => {
-                    self.problem("warp_memory", m);
-                    DEFAULT_WARP_MEMORY
-                }
-            },
+            Some(Size(b)) if b >= 1 << 20 => b,
+            Some(_) => {
+                self.problem("warp_memory", "must be at least 1MiB");
+                DEFAULT_WARP_MEMORY
+            }
         };
         // gdalwarp reads values of 10000 or more as bytes.
         self.arg("-wm", &[wm.to_string()]);

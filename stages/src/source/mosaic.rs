@@ -69,7 +69,7 @@ pub(super) fn mosaic(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> 
 }
 
 impl SourceSpec for Mosaic {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         let inputs = match &self.pattern {
             None => self.inputs.clone(),
             Some(pattern) => {
@@ -87,7 +87,7 @@ impl SourceSpec for Mosaic {
             }
         };
         if let Some(bad) = inputs.iter().find(|i| i.contains('\n')) {
-            return Err(format!("{bad:?}: an input's name has a line break"));
+            return Err(format!("{bad:?}: an input's name has a line break").into());
         }
         Ok(Box::new(One {
             input: (!inputs.is_empty()).then(|| Input {

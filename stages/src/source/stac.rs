@@ -228,7 +228,7 @@ fn search_request(s: &Settings, t: &StacSettings, url: Url) -> Result<Request, V
 }
 
 impl SourceSpec for Stac {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         // Nothing is read yet: the first document with the first input asked for.
         Ok(Box::new(StacRun {
             kind: self.kind,

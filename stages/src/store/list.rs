@@ -59,7 +59,7 @@ pub(crate) fn glob_source(
 }
 
 impl SourceSpec for S3Glob {
-    fn open(&self) -> Result<Box<dyn Source>, String> {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         // Nothing is asked of the server yet: the first page comes with the
         // first input the engine asks for.
         Ok(Box::new(S3GlobRun {

@@ -366,7 +366,7 @@ async fn send(
 
 #[cfg(test)]
 mod tests {
-    //! Uploads against the test server (`WARPLINE_TEST_S3`, see cli/tests/s3/);
+    //! Uploads against the test server (`WARPLINE_TEST_S3`, see cli/tests/all/s3/);
     //! skipped without it.
 
     use super::*;

@@ -1,5 +1,5 @@
 //! For the tests of this module: the test server (`WARPLINE_TEST_S3`, see
-//! cli/tests/s3/), clients with its credentials (not the environment's), and
+//! cli/tests/all/s3/), clients with its credentials (not the environment's), and
 //! a loopback proxy that counts requests on their way to it.
 
 use std::net::SocketAddr;

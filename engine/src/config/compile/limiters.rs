@@ -96,7 +96,7 @@ fn count_limiter(
     misplaced(path, "per", s.per.is_some(), problems);
     let n = permits
         .resolve()
-        .map_err(|m| problems.push(Problem::new(join(path, "permits"), m)))
+        .map_err(|m| problems.push(Problem::new(join(path, "permits"), m.to_string())))
         .ok()?;
     Some(Limiter::count(name, NonZeroU32::new(n)?))
 }
@@ -111,32 +111,14 @@ fn bytes_limiter(
     let b = s.budget.as_ref()?;
     misplaced(path, "burst", s.burst.is_some(), problems);
     misplaced(path, "per", s.per.is_some(), problems);
-    let oversize = match s.oversize.as_deref() {
-        None | Some("fail") => Oversize::Fail,
-        Some("alone") => Oversize::Alone,
-        Some(other) => {
-            problems.push(Problem::new(
-                join(path, "oversize"),
-                format!("expected \"fail\" or \"alone\", got {other:?}"),
-            ));
-            Oversize::Fail
-        }
-    };
-    let bytes = match b.bytes() {
-        Ok(0) => {
-            problems.push(Problem::new(
-                join(path, "budget"),
-                "must be more than 0 bytes",
-            ));
-            return None;
-        }
-        Ok(n) => n,
-        Err(m) => {
-            problems.push(Problem::new(join(path, "budget"), m));
-            return None;
-        }
-    };
-    Some(Limiter::bytes(name, bytes, oversize))
+    if b.0 == 0 {
+        problems.push(Problem::new(
+            join(path, "budget"),
+            "must be more than 0 bytes",
+        ));
+        return None;
+    }
+    Some(Limiter::bytes(name, b.0, s.oversize.unwrap_or_default()))
 }
 
 /// `per_second = R`, one bucket for all or one per host, kept here or by
@@ -150,17 +132,7 @@ fn rate_limiter(
 ) -> Option<Limiter> {
     let rate = s.per_second.unwrap_or_default();
     misplaced(path, "oversize", s.oversize.is_some(), problems);
-    let key = match s.per.as_deref() {
-        None | Some("all") => RateKey::Global,
-        Some("host") => RateKey::Host,
-        Some(other) => {
-            problems.push(Problem::new(
-                join(path, "per"),
-                format!("expected \"host\" (one bucket per remote host) or \"all\", got {other:?}"),
-            ));
-            RateKey::Global
-        }
-    };
+    let key = s.per.unwrap_or_default();
     let burst = count(&join(path, "burst"), &s.burst, 1, problems);
     if !(rate.is_finite() && rate > 0.0) {
         problems.push(Problem::new(
@@ -169,9 +141,9 @@ fn rate_limiter(
         ));
         return None;
     }
-    let limiter = match s.scope.as_deref() {
-        None | Some("local") => Limiter::rate(name, rate, NonZeroU32::new(burst)?, key),
-        Some("global") => match global {
+    let limiter = match s.scope.unwrap_or_default() {
+        RateScope::Local => Limiter::rate(name, rate, NonZeroU32::new(burst)?, key),
+        RateScope::Global => match global {
             Some(factory) => {
                 let backend = factory(name, rate, burst);
                 Limiter::rate_shared_by(name, rate, NonZeroU32::new(burst)?, key, backend)
@@ -184,13 +156,6 @@ fn rate_limiter(
                 return None;
             }
         },
-        Some(other) => {
-            problems.push(Problem::new(
-                join(path, "scope"),
-                format!("expected \"local\" or \"global\", got {other:?}"),
-            ));
-            return None;
-        }
     };
     if limiter.is_none() {
         problems.push(Problem::new(

@@ -171,16 +171,11 @@ pub(super) fn retry_policy(
         policy.attempts,
         problems,
     );
-    for (key, value, slot) in [
-        ("base_delay", &r.base_delay, &mut policy.base_delay),
-        ("max_delay", &r.max_delay, &mut policy.max_delay),
-    ] {
-        if let Some(text) = value {
-            match parse_duration(text) {
-                Ok(d) => *slot = d,
-                Err(m) => problems.push(Problem::new(join(&path, key), m)),
-            }
-        }
+    if let Some(d) = r.base_delay {
+        policy.base_delay = d.0;
+    }
+    if let Some(d) = r.max_delay {
+        policy.max_delay = d.0;
     }
     if let Some(on) = &r.on {
         policy.on.clear();

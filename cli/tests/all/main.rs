@@ -1,0 +1,20 @@
+//! The `warpline` binary's integration tests: one binary, a module per
+//! concern, sharing the library tests' helpers (`common`) and a Redis of
+//! their own (`own_redis`).
+
+#[path = "../../../tests/all/common/mod.rs"]
+mod common;
+mod own_redis;
+
+mod cli;
+mod cli_pipes;
+mod crash;
+mod disk_full;
+mod global_rate;
+mod outputs;
+mod redis;
+mod redis_outage;
+mod s3;
+mod security;
+mod terminal;
+mod validate;

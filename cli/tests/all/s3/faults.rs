@@ -1,0 +1,204 @@
+//! Faults: a server that cannot be reached, a run killed during an upload.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+use super::server::{files, items, s3, uploads_in_progress};
+use crate::common;
+
+/// A server that cannot be reached fails an item as `transient`, tried
+/// again by the stage's retry policy. Needs no server: nothing listens.
+#[test]
+fn an_unreachable_server_is_a_transient_failure_tried_again() {
+    let _serial = super::server::serial();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let work = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[pipeline]
+flow = ["fetch"]
+[source]
+kind = "inline"
+inputs = ["s3://warpline-test/a.tif"]
+[stages.fetch]
+kind = "fetch"
+endpoint = "http://127.0.0.1:{port}"
+retry = {{ attempts = 3, base_delay = "10ms", max_delay = "20ms" }}
+"#
+    );
+    let file = work.path().join("pipeline.toml");
+    std::fs::write(&file, toml).unwrap();
+    let report = work.path().join("report.json");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") {
+            c.env_remove(k);
+        }
+    }
+    let out = c
+        .env("AWS_ACCESS_KEY_ID", "k")
+        .env("AWS_SECRET_ACCESS_KEY", "qqv-unused-secret")
+        .arg("run")
+        .arg(&file)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    let f = &json["failures"][0];
+    assert_eq!(f["kind"], "transient", "{f}");
+    assert_eq!(f["attempts"], 3, "{f}");
+    let message = f["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("s3://warpline-test/a.tif: cannot connect"),
+        "{message}"
+    );
+    assert!(!text.contains("qqv-unused-secret"));
+}
+
+/// A proxy to the server that holds every request uploading a part
+/// (`partNumber=` in its request line): it is never answered. Its endpoint,
+/// and how many requests it holds.
+fn stalling_proxy(
+    rt: &tokio::runtime::Runtime,
+    upstream: &str,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = upstream.trim_start_matches("http://").to_owned();
+    let held = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&held);
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    rt.spawn(async move {
+        while let Ok((down, _)) = listener.accept().await {
+            let (upstream, counted) = (upstream.clone(), Arc::clone(&counted));
+            tokio::spawn(async move {
+                let Ok(up) = tokio::net::TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let (mut down_r, mut down_w) = down.into_split();
+                let (mut up_r, mut up_w) = up.into_split();
+                let requests = async move {
+                    let mut buf = vec![0u8; 64 << 10];
+                    loop {
+                        let n = match down_r.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if buf[..n].windows(11).any(|w| w == b"partNumber=") {
+                            counted.fetch_add(1, Ordering::SeqCst);
+                            // Held: read on, forward nothing more.
+                            while let Ok(n) = down_r.read(&mut buf).await {
+                                if n == 0 {
+                                    break;
+                                }
+                            }
+                            return;
+                        }
+                        if up_w.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = up_w.shutdown().await;
+                };
+                let answers = async move {
+                    let _ = tokio::io::copy(&mut up_r, &mut down_w).await;
+                };
+                tokio::join!(requests, answers);
+            });
+        }
+    });
+    (endpoint, held)
+}
+
+/// A run killed (SIGKILL) while it uploads leaves no object under the final
+/// key; the next run aborts the upload it left (no upload is left at the
+/// server), removes its staged file, and writes every output once.
+#[test]
+fn a_run_killed_during_an_upload_leaves_no_partial_object_and_resumes() {
+    let _serial = super::server::serial();
+    use std::sync::atomic::Ordering;
+    let Some(s3) = s3("killed") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
+    let inputs: Vec<String> = tiles.iter().map(|t| t.display().to_string()).collect();
+    let staging = work.path().join("staging");
+    let (proxy, held) = stalling_proxy(&s3.rt, &s3.endpoint);
+    let toml = |endpoint: &str| {
+        format!(
+            r#"
+[pipeline]
+flow = ["fetch", "decode", "write"]
+[source]
+kind = "inline"
+inputs = {}
+[stages.fetch]
+kind = "fetch"
+[stages.decode]
+kind = "decode"
+[stages.write]
+kind = "write"
+workers = 1
+dir = "{}"
+endpoint = "{endpoint}"
+staging = "{}"
+"#,
+            common::toml_list(&inputs),
+            s3.url("out"),
+            staging.display()
+        )
+    };
+    let file = work.path().join("killed.toml");
+    std::fs::write(&file, toml(&proxy)).unwrap();
+    let before = uploads_in_progress();
+    let mut child = s3
+        .warpline(&s3.secret)
+        .arg("run")
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Until the first part is held: at most 60 s.
+    let mut polls = 0;
+    while held.load(Ordering::SeqCst) == 0 {
+        assert!(polls < 1200, "no part was uploaded in 60 s");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        polls += 1;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(s3.list("out"), Vec::<String>::new(), "a partial object");
+    let left = files(&staging);
+    assert_eq!(
+        left.len(),
+        2,
+        "the staged file and the upload's record: {left:?}"
+    );
+    if let (Some(before), Some(after)) = (&before, uploads_in_progress()) {
+        assert_eq!(after.len(), before.len() + 1, "the killed upload");
+    }
+
+    let (report, text) = s3.run(work.path(), &toml(&s3.endpoint), &s3.secret, 0);
+    let n = tiles.len() as u64;
+    assert_eq!(items(&report), [n, n, 0, 0], "{text}");
+    assert_eq!(s3.list("out").len(), tiles.len());
+    assert_eq!(files(&staging), Vec::<PathBuf>::new(), "{text}");
+    match (before, uploads_in_progress()) {
+        (Some(before), Some(after)) => assert_eq!(before, after, "an upload is left"),
+        _ => eprintln!("WARPLINE_TEST_S3_ROOT is not set: the server's uploads are not looked at"),
+    }
+    let (report, text) = s3.run(work.path(), &toml(&s3.endpoint), &s3.secret, 0);
+    assert_eq!(items(&report), [n, 0, n, 0], "{text}");
+}

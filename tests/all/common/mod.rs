@@ -1,0 +1,307 @@
+//! Helpers for the product's integration tests: the shared real rasters,
+//! pipelines over local files, and a raster comparison with GDAL.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use gdal::Dataset;
+
+/// The environment variable naming the folder of real rasters
+/// (`../shared/data/real` in CI, set by `.ci/run`).
+pub const DATA_VAR: &str = "WARPLINE_TEST_DATA";
+
+/// The real rasters, if the variable is set. Panics when it is set but the
+/// data is not there: a misconfigured run must not pass by skipping.
+pub fn real_rasters() -> Option<Vec<PathBuf>> {
+    let dir = match std::env::var_os(DATA_VAR) {
+        None => {
+            eprintln!("{DATA_VAR} is not set: the tests on real rasters are skipped");
+            return None;
+        }
+        Some(d) => PathBuf::from(d),
+    };
+    let expected = [
+        "RGB.byte.tif",
+        "RGBA.uint16.tif",
+        "float_raster_with_nodata.tif",
+        "shade.tif",
+    ];
+    let paths: Vec<PathBuf> = expected.iter().map(|n| dir.join(n)).collect();
+    for p in &paths {
+        assert!(
+            p.is_file(),
+            "{DATA_VAR}={} is set but {} is missing",
+            dir.display(),
+            p.display()
+        );
+    }
+    Some(paths)
+}
+
+/// Writes the sample tiles to `dir` and returns their paths.
+pub fn sample_files(dir: &Path, per_crs: usize, size: usize) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
+    warpline::stages::samples::sample_tiles(per_crs, size)
+        .unwrap()
+        .into_iter()
+        .map(|t| {
+            let p = dir.join(&t.name);
+            std::fs::write(&p, &t.bytes).unwrap();
+            p
+        })
+        .collect()
+}
+
+/// A TOML array of strings.
+pub fn toml_list<S: AsRef<str>>(items: &[S]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| format!("{:?}", s.as_ref())).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// A fetch -> decode -> reproject -> write pipeline over `inputs`, with the
+/// reproject settings in `reproject` and the write settings in `write`.
+pub fn raster_pipeline(inputs: &[String], reproject: &str, write: &str, workers: u32) -> String {
+    format!(
+        r#"
+[pipeline]
+flow = ["fetch", "decode", "reproject", "write"]
+[source]
+kind = "inline"
+inputs = {inputs}
+[limits.connections]
+permits = 4
+[limits.memory]
+budget = "512MiB"
+[limits.cpu]
+permits = {workers}
+[stages.fetch]
+kind = "fetch"
+workers = 4
+limits = ["connections"]
+memory = "memory"
+[stages.decode]
+kind = "decode"
+workers = {workers}
+limits = ["memory", "cpu"]
+release = ["memory"]
+carry = ["memory"]
+[stages.reproject]
+kind = "reproject"
+workers = {workers}
+limits = ["memory", "cpu"]
+release = ["memory"]
+carry = ["memory"]
+{reproject}
+[stages.write]
+kind = "write"
+workers = {workers}
+{write}
+"#,
+        inputs = toml_list(inputs)
+    )
+}
+
+/// Runs a pipeline from TOML on a fresh multi-threaded runtime.
+pub fn run(toml: &str) -> warpline::RunReport {
+    let pipeline = warpline::Pipeline::from_toml_str(toml, &warpline::registry())
+        .unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(pipeline.run())
+        .unwrap()
+}
+
+/// Pixel values of every band, as f64 bit patterns (exact for every GDAL
+/// type up to 32-bit integers and all floats).
+fn pixels(ds: &Dataset) -> Vec<Vec<u64>> {
+    let (w, h) = ds.raster_size();
+    (1..=ds.raster_count())
+        .map(|i| {
+            let band = ds.rasterband(i).unwrap();
+            let buf = band.read_as::<f64>((0, 0), (w, h), (w, h), None).unwrap();
+            buf.data().iter().map(|v| v.to_bits()).collect()
+        })
+        .collect()
+}
+
+/// Asserts two rasters are the same: size, geotransform, CRS, types,
+/// nodata, colour interpretation and every pixel.
+pub fn assert_same_raster(ours: &Path, oracle: &Path, what: &str) {
+    let a = Dataset::open(ours)
+        .unwrap_or_else(|e| panic!("{what}: cannot open {}: {e}", ours.display()));
+    let b = Dataset::open(oracle).unwrap();
+    assert_eq!(a.raster_size(), b.raster_size(), "{what}: size");
+    assert_eq!(a.raster_count(), b.raster_count(), "{what}: band count");
+    assert_eq!(
+        a.geo_transform().unwrap(),
+        b.geo_transform().unwrap(),
+        "{what}: geotransform"
+    );
+    let (sa, sb) = (a.spatial_ref().unwrap(), b.spatial_ref().unwrap());
+    assert!(
+        sa.to_wkt().unwrap() == sb.to_wkt().unwrap(),
+        "{what}: CRS differs:\n{}\n{}",
+        sa.to_wkt().unwrap(),
+        sb.to_wkt().unwrap()
+    );
+    for i in 1..=a.raster_count() {
+        let (ba, bb) = (a.rasterband(i).unwrap(), b.rasterband(i).unwrap());
+        assert_eq!(ba.band_type(), bb.band_type(), "{what}: band {i} type");
+        assert_eq!(
+            ba.no_data_value().map(f64::to_bits),
+            bb.no_data_value().map(f64::to_bits),
+            "{what}: band {i} nodata"
+        );
+        assert_eq!(
+            ba.color_interpretation(),
+            bb.color_interpretation(),
+            "{what}: band {i} colour interpretation"
+        );
+    }
+    let (pa, pb) = (pixels(&a), pixels(&b));
+    for (i, (x, y)) in pa.iter().zip(&pb).enumerate() {
+        let differing = x.iter().zip(y).filter(|(p, q)| p != q).count();
+        assert_eq!(
+            differing,
+            0,
+            "{what}: band {} has {differing} differing pixels",
+            i + 1
+        );
+    }
+}
+
+/// Runs `gdalwarp` with `args`, from `src` to a GTiff at `dst`.
+pub fn gdalwarp(args: &[String], src: &Path, dst: &Path) {
+    gdalwarp_many(args, &[src], dst);
+}
+
+/// Runs `gdalwarp` with `args`, from every one of `srcs` (a mosaic, in
+/// order) to a GTiff at `dst`.
+pub fn gdalwarp_many<P: AsRef<Path>>(args: &[String], srcs: &[P], dst: &Path) {
+    let out = std::process::Command::new("gdalwarp")
+        .args(["-q", "-overwrite", "-of", "GTiff"])
+        .args(args)
+        .args(srcs.iter().map(AsRef::as_ref))
+        .arg(dst)
+        .output()
+        .expect("gdalwarp (install gdal-bin)");
+    assert!(
+        out.status.success(),
+        "gdalwarp {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Sha-256 of every file in `dir`, by name (temporary files included, so a
+/// leftover shows up). A file renamed away while listing (a run is live) is
+/// passed over.
+pub fn hashes(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    use sha2::{Digest, Sha256};
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| {
+                    let p = e.ok()?.path();
+                    let bytes = std::fs::read(&p).ok()?;
+                    let digest = Sha256::digest(bytes);
+                    Some((
+                        p.file_name()?.to_string_lossy().into_owned(),
+                        format!("{digest:x}"),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A fetch -> decode -> reproject -> write pipeline reading a list file,
+/// with a per-host rate limiter and fetch settings in `fetch`.
+pub fn list_pipeline(list: &Path, out: &Path, fetch: &str) -> String {
+    format!(
+        r#"
+[pipeline]
+flow = ["fetch", "decode", "reproject", "write"]
+[source]
+kind = "list"
+path = {list:?}
+[limits.connections]
+permits = 6
+[limits.per_host]
+per_second = 1000
+burst = 100
+per = "host"
+[limits.memory]
+budget = "512MiB"
+[limits.cpu]
+permits = 2
+[stages.fetch]
+kind = "fetch"
+workers = 6
+limits = ["connections", "per_host"]
+memory = "memory"
+{fetch}
+[stages.decode]
+kind = "decode"
+workers = 2
+limits = ["memory", "cpu"]
+release = ["memory"]
+carry = ["memory"]
+[stages.reproject]
+kind = "reproject"
+workers = 2
+limits = ["memory", "cpu"]
+release = ["memory"]
+carry = ["memory"]
+crs = "EPSG:3857"
+resampling = "bilinear"
+[stages.write]
+kind = "write"
+workers = 2
+dir = {out:?}
+"#,
+        list = list.display().to_string(),
+        out = out.display().to_string()
+    )
+}
+
+/// A runtime for tests that serve tiles and run pipelines in one process.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Sample tiles as (name, bytes).
+pub fn tiles(per_crs: usize, size: usize) -> Vec<(String, Vec<u8>)> {
+    warpline::stages::samples::sample_tiles(per_crs, size)
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.name, t.bytes))
+        .collect()
+}
+
+/// Writes `list`, one URL a line: the server's URL of each name (a `list`
+/// source's file).
+pub fn write_url_list<'a>(
+    server: &warpline_testkit::TileServer,
+    names: impl IntoIterator<Item = &'a str>,
+    list: &Path,
+) {
+    let urls: Vec<String> = names.into_iter().map(|n| server.url(n)).collect();
+    std::fs::write(list, urls.join("\n")).unwrap();
+}
+
+/// Asserts a command succeeded, showing its standard error when not.
+pub fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

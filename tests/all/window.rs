@@ -1,0 +1,295 @@
+//! `read = "window"` (issue 22, item 3): a large COG served over loopback
+//! HTTP is read by ranges through warpline's own fetch, only the bytes the
+//! warp needs (counted at the server), with gdalwarp's pixels; a server
+//! that stalls ends the item as a clear failure, not a hang.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::common;
+use crate::common::{assert_same_raster, gdalwarp, raster_pipeline, real_rasters};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+/// A loopback server of one file that answers HEAD and byte ranges, and
+/// counts the bytes it sends. After `stall_after` range requests it
+/// answers no more (the requests hang).
+struct Server {
+    data: Vec<u8>,
+    sent: AtomicU64,
+    ranges: AtomicU64,
+    stall_after: u64,
+}
+
+async fn answer(
+    axum::extract::State(s): axum::extract::State<Arc<Server>>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    let size = s.data.len();
+    let base = [
+        (header::ACCEPT_RANGES, "bytes".to_owned()),
+        (header::CONTENT_TYPE, "image/tiff".to_owned()),
+    ];
+    if method == Method::HEAD {
+        let mut r = base.into_response();
+        r.headers_mut()
+            .insert(header::CONTENT_LENGTH, size.to_string().parse().unwrap());
+        return r;
+    }
+    let range = headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("bytes="))
+        .and_then(|v| v.split_once('-'))
+        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)));
+    let Some((first, last)) = range else {
+        s.sent.fetch_add(size as u64, Ordering::Relaxed);
+        return (base, s.data.clone()).into_response();
+    };
+    if s.ranges.fetch_add(1, Ordering::Relaxed) >= s.stall_after {
+        std::future::pending::<()>().await;
+    }
+    let last = last.min(size - 1);
+    let body = s.data[first..=last].to_vec();
+    s.sent.fetch_add(body.len() as u64, Ordering::Relaxed);
+    let range = format!("bytes {first}-{last}/{size}");
+    (
+        StatusCode::PARTIAL_CONTENT,
+        [(header::CONTENT_RANGE, range)],
+        base,
+        body,
+    )
+        .into_response()
+}
+
+/// Serves `file` at `http://ADDR/NAME` on a runtime of its own.
+fn serve(file: &Path, stall_after: u64) -> (String, Arc<Server>, tokio::runtime::Runtime) {
+    let server = Arc::new(Server {
+        data: std::fs::read(file).unwrap(),
+        sent: AtomicU64::new(0),
+        ranges: AtomicU64::new(0),
+        stall_after,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let name = file.file_name().unwrap().to_string_lossy();
+    let app = axum::Router::new()
+        .route(&format!("/{name}"), axum::routing::get(answer))
+        .with_state(Arc::clone(&server));
+    runtime.spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/{name}"), server, runtime)
+}
+
+/// A COG of RGB.byte.tif made 6 times larger (4,746 x 4,308, 3 bands,
+/// uncompressed, 256 px tiles, with overviews): about 80 MB.
+fn large_cog(rgb: &Path, dir: &Path) -> PathBuf {
+    let big = dir.join("big.tif");
+    let cog = dir.join("large-cog.tif");
+    let run = |args: &[&str]| {
+        let status = Command::new("gdal_translate").args(args).status().unwrap();
+        assert!(status.success(), "gdal_translate {args:?}");
+    };
+    let (rgb, big_s, cog_s) = (
+        rgb.to_string_lossy(),
+        big.to_string_lossy(),
+        cog.to_string_lossy(),
+    );
+    run(&["-q", "-outsize", "600%", "600%", &rgb, &big_s]);
+    run(&[
+        "-q",
+        "-of",
+        "COG",
+        "-co",
+        "COMPRESS=NONE",
+        "-co",
+        "BLOCKSIZE=256",
+        &big_s,
+        &cog_s,
+    ]);
+    std::fs::remove_file(&big).unwrap();
+    cog
+}
+
+/// One window-read run of `url` with `reproject`, into `out`.
+fn pipeline(url: &str, reproject: &str, out: &Path, fetch: &str) -> String {
+    raster_pipeline(
+        &[url.to_owned()],
+        reproject,
+        &format!("dir = {:?}", out.to_string_lossy()),
+        1,
+    )
+    .replace(
+        "memory = \"memory\"\n",
+        &format!("memory = \"memory\"\nread = \"window\"\n{fetch}\n"),
+    )
+}
+
+#[test]
+fn a_window_of_a_large_cog_reads_a_few_of_its_bytes_and_equals_gdalwarp() {
+    let Some(data) = real_rasters() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let cog = large_cog(&data[0], work.path());
+    let size = std::fs::metadata(&cog).unwrap().len();
+    assert!(size > 60 << 20, "the COG is {size} bytes");
+    // A 50 x 50 km window at about the source's resolution, and the whole
+    // scene downsampled 16 times (from an overview).
+    let cases = [
+        (
+            "window",
+            "crs = \"EPSG:3857\"\nextent = [200000, 2700000, 250000, 2750000]\n\
+             extent_crs = \"EPSG:32618\"\nresolution = 60",
+            vec![
+                "-t_srs",
+                "EPSG:3857",
+                "-te",
+                "200000",
+                "2700000",
+                "250000",
+                "2750000",
+                "-te_srs",
+                "EPSG:32618",
+                "-tr",
+                "60",
+                "60",
+            ],
+        ),
+        (
+            "downsampled",
+            "crs = \"EPSG:3857\"\nresolution = 800",
+            vec!["-t_srs", "EPSG:3857", "-tr", "800", "800"],
+        ),
+    ];
+    for (what, reproject, args) in cases {
+        let (url, server, _runtime) = serve(&cog, u64::MAX);
+        let out = work.path().join(what);
+        let report = common::run(&pipeline(&url, reproject, &out, ""));
+        assert_eq!(report.items.done, 1, "{what}: {report}");
+        let sent = server.sent.load(Ordering::Relaxed);
+        eprintln!(
+            "{what}: {sent} of {size} bytes ({:.1}%) in {} range requests",
+            100.0 * sent as f64 / size as f64,
+            server.ranges.load(Ordering::Relaxed)
+        );
+        assert!(sent * 10 < size, "{what}: read {sent} of {size} bytes");
+        let theirs = work.path().join(format!("{what}-gdalwarp.tif"));
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        gdalwarp(&args, &cog, &theirs);
+        assert_same_raster(&out.join("large-cog.tif"), &theirs, what);
+    }
+}
+
+#[test]
+fn a_server_that_stalls_mid_warp_fails_the_item_without_a_hang() {
+    let Some(data) = real_rasters() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let cog = large_cog(&data[0], work.path());
+    // The header's block is served; every later range request hangs.
+    let (url, server, _runtime) = serve(&cog, 1);
+    let out = work.path().join("out");
+    let toml = pipeline(&url, "crs = \"EPSG:3857\"", &out, "timeout = \"1s\"");
+    let report = common::run(&toml);
+    assert_eq!(report.items.failed, 1, "{report}");
+    let failure = &report.failures[0];
+    assert_eq!(failure.stage, "reproject", "{}", failure.message);
+    assert!(
+        failure.message.contains(&url) && failure.message.contains("after 3 tries"),
+        "{}",
+        failure.message
+    );
+    // One header request, then three tries of the first block it needed:
+    // the reads after that failure fail at once.
+    assert_eq!(server.ranges.load(Ordering::Relaxed), 4);
+    assert_eq!(std::fs::read_dir(&out).map_or(0, |d| d.count()), 0);
+}
+
+/// Names the pipeline file a child process runs ([`child_run`]).
+const CHILD: &str = "WARPLINE_WINDOW_CHILD";
+
+/// In a child process started by the S3 test (with the server's
+/// credentials in its environment): runs the pipeline in
+/// `$WARPLINE_WINDOW_CHILD`. Started on its own it does nothing.
+#[test]
+#[ignore = "run by its parent test, in a process of its own"]
+fn child_run() {
+    let Some(path) = std::env::var_os(CHILD) else {
+        return;
+    };
+    let report = common::run(&std::fs::read_to_string(path).unwrap());
+    assert_eq!(report.items.done, 1, "{report}");
+}
+
+#[test]
+fn a_window_of_a_large_cog_in_s3_equals_gdalwarp() {
+    let Some(data) = real_rasters() else { return };
+    let (Ok(endpoint), Ok(root), Ok(bucket), Ok(key), Ok(secret)) = (
+        std::env::var("WARPLINE_TEST_S3"),
+        std::env::var("WARPLINE_TEST_S3_ROOT"),
+        std::env::var("WARPLINE_TEST_S3_BUCKET"),
+        std::env::var("WARPLINE_TEST_S3_KEY"),
+        std::env::var("WARPLINE_TEST_S3_SECRET"),
+    ) else {
+        eprintln!("WARPLINE_TEST_S3 is not set: the S3 window test is skipped");
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let cog = large_cog(&data[0], work.path());
+    // Put where the server keeps the bucket's objects, under a prefix of
+    // this test's own.
+    let prefix = format!("window-{}", std::process::id());
+    let dir = Path::new(&root).join(&bucket).join(&prefix);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&cog, dir.join("large-cog.tif")).unwrap();
+    let out = work.path().join("out");
+    let reproject = "crs = \"EPSG:3857\"\nextent = [200000, 2700000, 250000, 2750000]\n\
+                     extent_crs = \"EPSG:32618\"\nresolution = 60";
+    let url = format!("s3://{bucket}/{prefix}/large-cog.tif");
+    let endpoint = format!("endpoint = {endpoint:?}");
+    let toml = work.path().join("pipeline.toml");
+    std::fs::write(&toml, pipeline(&url, reproject, &out, &endpoint)).unwrap();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "window::child_run",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env(CHILD, &toml)
+        .env("AWS_ACCESS_KEY_ID", key)
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        child.status.success(),
+        "{}",
+        String::from_utf8_lossy(&child.stdout)
+    );
+    let theirs = work.path().join("gdalwarp.tif");
+    let args = [
+        "-t_srs",
+        "EPSG:3857",
+        "-te",
+        "200000",
+        "2700000",
+        "250000",
+        "2750000",
+        "-te_srs",
+        "EPSG:32618",
+        "-tr",
+        "60",
+        "60",
+    ];
+    gdalwarp(&args.map(String::from), &cog, &theirs);
+    assert_same_raster(&out.join("large-cog.tif"), &theirs, "s3 window");
+}
