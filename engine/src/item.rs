@@ -46,6 +46,9 @@ pub struct Item {
     /// Tries of the current stage that a throttling host refused (429,
     /// 503): counted apart from failed tries.
     pub(crate) throttled: u32,
+    /// The way the current stage's code took with this item, if it said
+    /// ([`Item::took`]): counted per stage in the report.
+    pub(crate) path: Option<&'static str>,
 }
 
 impl fmt::Debug for Item {
@@ -74,7 +77,18 @@ impl Item {
             tickets: Vec::new(),
             seq: 0,
             throttled: 0,
+            path: None,
         }
+    }
+
+    /// Says which of its ways the current stage took with this item (for
+    /// example reproject's `"memory"` or `"disk"`): the run counts each
+    /// stage's ways, and the report shows them ([`StageReport::paths`]).
+    /// The last call of one try counts.
+    ///
+    /// [`StageReport::paths`]: crate::report::StageReport::paths
+    pub fn took(&mut self, path: &'static str) {
+        self.path = Some(path);
     }
 
     /// Replaces the payload (what the previous stage made of the input).

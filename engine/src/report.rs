@@ -2,6 +2,7 @@
 //! each limiter got. Printed at the end of a run and written as JSON with
 //! `--report FILE`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -65,6 +66,11 @@ pub struct StageReport {
     /// `null` for an async stage (its tasks share the runtime's threads, so
     /// their CPU time is not theirs alone).
     pub cpu_s: Option<f64>,
+    /// Tries per way the stage's code said it took with an item
+    /// ([`Item::took`](crate::Item::took)), e.g. reproject's `memory` and
+    /// `disk`; empty (and left out of JSON) for a stage that never says.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub paths: BTreeMap<String, u64>,
 }
 
 /// One limiter's use during this run: for a limiter shared with other runs
@@ -500,6 +506,7 @@ impl RunReport {
                     cpu_s: plan.handler.is_blocking().then(|| {
                         Duration::from_nanos(s.cpu_ns.load(Ordering::Acquire)).as_secs_f64()
                     }),
+                    paths: s.paths(),
                 })
                 .collect(),
             limiters: limiter_reports(pipeline, windows, secs),

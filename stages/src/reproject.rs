@@ -337,6 +337,7 @@ impl BlockingStage for Reproject {
                 (aoi, out, to_disk)
             }
         };
+        item.took(if to_disk { "disk" } else { "memory" });
         let out = if to_disk {
             self.disk.warp(&srcs, &self.warp_args(aoi), &id, out)
         } else {

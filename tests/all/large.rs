@@ -158,6 +158,18 @@ fn a_mosaic_larger_than_the_budget_is_warped_to_disk_with_gdalwarps_pixels() {
     let toml = mosaic(&inputs, "32MiB", &reproject, &out);
     let report = run_alone(&toml, work.path());
     assert_eq!(report["items"]["done"], 1, "{report:#}");
+    // The report says which way the item went.
+    let reproject = report["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "reproject")
+        .unwrap();
+    assert_eq!(
+        reproject["paths"],
+        serde_json::json!({ "disk": 1 }),
+        "{report:#}"
+    );
     let ours = out.join("big.tif");
     let theirs = work.path().join("theirs.tif");
     let args = ["-t_srs", "EPSG:3857", "-tr", "33", "33", "-wm", "16777216"].map(String::from);
@@ -248,6 +260,13 @@ fn outputs_warped_to_disk_are_copied_to_their_format_with_gdalwarps_pixels() {
             1,
         ));
         assert_eq!(report.items.done, 1, "{report}");
+        let reproject = report
+            .stages
+            .iter()
+            .find(|s| s.kind == "reproject")
+            .unwrap();
+        assert_eq!(reproject.paths.get("disk"), Some(&1), "{report}");
+        assert!(!reproject.paths.contains_key("memory"), "{report}");
         common::assert_same_raster(&out.join("RGB.byte.tif"), &theirs, write.as_str());
         assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1, "{write}");
         assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0, "{write}");

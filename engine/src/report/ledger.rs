@@ -2,6 +2,7 @@
 //! (the [`Ledger`]), each stage's and each host's figures. The run writes
 //! them; the report reads them.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -29,6 +30,22 @@ pub(crate) struct StageStats {
     pub passed: AtomicU64,
     /// Items that failed at this stage.
     pub failed: AtomicU64,
+    /// Tries each way of the stage took ([`crate::Item::took`]).
+    pub paths: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl StageStats {
+    /// Counts one try that went `path`.
+    pub(crate) fn took(&self, path: &'static str) {
+        let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+        *paths.entry(path).or_default() += 1;
+    }
+
+    /// The ways counted so far, by name.
+    pub(crate) fn paths(&self) -> BTreeMap<String, u64> {
+        let paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+        paths.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+    }
 }
 
 /// Requests to one host.

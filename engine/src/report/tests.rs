@@ -43,6 +43,7 @@ fn stage(name: &str, workers: u32, busy_s: f64, cpu_s: f64) -> StageReport {
         blocked_s: 0.0,
         utilisation: busy_s / (f64::from(workers) * 10.0),
         cpu_s: Some(cpu_s),
+        paths: Default::default(),
     }
 }
 

@@ -115,6 +115,10 @@ impl RunReport {
                 }
                 _ => writeln!(f)?,
             }
+            if !s.paths.is_empty() {
+                let ways: Vec<String> = s.paths.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                writeln!(f, "    {:<12} took: {}", "", ways.join(", "))?;
+            }
         }
         Ok(())
     }

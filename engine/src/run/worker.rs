@@ -426,6 +426,9 @@ impl Worker {
         };
         let stats = &self.shared.stats[self.index];
         stats.processed.fetch_add(1, Ordering::Relaxed);
+        if let Some(path) = item.path.take() {
+            stats.took(path);
+        }
         let busy = started.elapsed();
         stats.busy_ns.fetch_add(
             u64::try_from(busy.as_nanos()).unwrap_or(u64::MAX),
