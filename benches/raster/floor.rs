@@ -100,10 +100,13 @@ pub fn floor(work: &Path) -> f64 {
     f.mean
 }
 
-/// The mixed corpus's tiles in `dir` (made by the parent), by kind.
+/// The mixed corpus's tiles in `dir` (made by the parent), by kind: every
+/// kind, or those `WARPLINE_BENCH_KINDS` names (comma-separated).
 pub fn mixed_tiles(dir: &Path) -> Vec<(&'static str, Vec<Vec<u8>>)> {
+    let only = std::env::var("WARPLINE_BENCH_KINDS").unwrap_or_default();
     mixed::KINDS
         .iter()
+        .filter(|k| only.is_empty() || only.split(',').any(|o| o == **k))
         .map(|kind| {
             let tiles = (0..mixed::PER_KIND)
                 .map(|i| std::fs::read(dir.join(format!("{kind}-{i}.tif"))).unwrap())

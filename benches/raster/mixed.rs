@@ -8,7 +8,7 @@
 //! | `rgb-utm` | RGB.byte.tif | 3-band Byte, UTM 18N, nodata 0 (Landsat) |
 //! | `dem-4326` | RGB.byte.tif band 2, x10 | Int16, EPSG:4326, nodata -32768 |
 //! | `f32-utm` | RGB.byte.tif band 1 | Float32, UTM 18N, nodata NaN |
-//! | `geos` | RGB.byte.tif | 3-band Byte, nodata 0, warped to GOES-16's geostationary CRS |
+//! | `geos` | world.rgb.tif | 3-band Byte, GOES-16's full disk (geostationary CRS), space nodata 0 |
 //! | `aerial-3857` | rgb1_fake_nir_epsg3857.tif | Byte, EPSG:3857, nodata 0 |
 //! | `shade-3857` | shade.tif | Byte hillshade, EPSG:3857, nodata 255 (mostly nodata) |
 //! | `rgba-u16` | RGBA.uint16.tif, 400 px windows scaled to 512 | 4-band UInt16 with alpha, UTM 12N |
@@ -181,17 +181,31 @@ fn source(kind: &str, data: &Path, dir: &Path) -> (PathBuf, usize) {
             (out, SIZE)
         }
         "geos" => {
+            // The full disk as GOES-East sees it (7 km pixels), space as
+            // nodata: the tiles hold the limb, where points fall off the
+            // earth.
             let out = made("geos.tif");
+            let r = "5434894.885";
+            let m = format!("-{r}");
+            let args = [
+                "-t_srs",
+                GEOS,
+                "-te",
+                &m,
+                &m,
+                r,
+                r,
+                "-ts",
+                "1536",
+                "1536",
+                "-dstnodata",
+                "0",
+                "-r",
+                "bilinear",
+            ];
             gdal(
                 "gdalwarp",
-                &[
-                    "-t_srs",
-                    GEOS,
-                    "-r",
-                    "bilinear",
-                    &s(&real("RGB.byte.tif")),
-                    &s(&out),
-                ],
+                &[&args[..], &[&s(&real("world.rgb.tif")), &s(&out)]].concat(),
             );
             (out, SIZE)
         }

@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod inputs;
+mod mixed;
 mod outputs;
 mod pixels;
 mod refused;
