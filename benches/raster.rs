@@ -22,7 +22,8 @@
 //!   write), before and after the run;
 //! - `mixed-floor` (only when named): each kind's floor, with `GDALWarp`
 //!   alone (in-process, the stage's options, from memory to MEM) beside its
-//!   reproject stage: what warpline adds to GDAL's warp, kind by kind;
+//!   reproject stage: what warpline adds to GDAL's warp, kind by kind
+//!   (`WARPLINE_BENCH_KINDS=geos,masked` measures only those kinds);
 //! - `skewed-1000`: 1% of the tiles 20-100x larger, a 512 MiB memory
 //!   budget: peak RSS against budget + 64 MiB;
 //! - `skew10-256`, `skew10-512` (only when named; `scripts/fault-matrix.sh`
