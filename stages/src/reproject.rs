@@ -22,8 +22,8 @@ use warpline_engine::{
 };
 
 use crate::gdal::{
-    dtype_size, init, pixel_bytes, same_geog_cs, suggested_output, unknown_datum, vrt_view, warp,
-    Raster, Suggested, WarpError, WarpOptions,
+    dtype_size, init, pixel_bytes, same_geog_cs, suggested_output, vrt_view, warp, Raster,
+    Suggested, WarpError, WarpOptions,
 };
 
 mod args;
@@ -134,9 +134,6 @@ impl Reproject {
     /// the source and the target share their geographic CRS, no datum
     /// transformation is involved and every area gives the same
     /// operation: one area for all tiles then lets the cache serve them.
-    /// So it does when either datum is one PROJ cannot know (made from an
-    /// ellipsoid alone, as a geostationary image's or a GeoTIFF's with no
-    /// datum code): PROJ then has one ballpark operation, whatever the area.
     fn area_of_interest(&self, src: &Dataset) -> Option<&'static str> {
         let wkt = self
             .transformer
@@ -151,9 +148,7 @@ impl Reproject {
             gdal::spatial_ref::SpatialRef::from_wkt(&wkt),
             gdal::spatial_ref::SpatialRef::from_wkt(&self.target_wkt),
         ) {
-            (Ok(a), Ok(b)) if !a.is_compound() && !b.is_compound() => {
-                same_geog_cs(&a, &b) || unknown_datum(&a) || unknown_datum(&b)
-            }
+            (Ok(a), Ok(b)) if !a.is_compound() && !b.is_compound() => same_geog_cs(&a, &b),
             _ => false,
         };
         if known.len() >= 64 {

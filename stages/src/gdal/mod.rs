@@ -42,9 +42,7 @@ pub(crate) use files::{archive_files, vsi_head, MemDir};
 pub(crate) use raster::pixel_bytes;
 pub use raster::{DataType, Pixel, Raster, RasterError};
 pub(crate) use translate::vrt_view;
-pub(crate) use warp::{
-    same_geog_cs, suggested_output, unknown_datum, warp, Suggested, WarpError, WarpOptions,
-};
+pub(crate) use warp::{same_geog_cs, suggested_output, warp, Suggested, WarpError, WarpOptions};
 #[cfg(test)]
 pub(crate) use watch::report_failure;
 pub(crate) use watch::MessageWatch;

@@ -109,30 +109,6 @@ pub(crate) fn same_geog_cs(a: &SpatialRef, b: &SpatialRef) -> bool {
     unsafe { sys::OSRIsSameGeogCS(a.to_c_hsrs(), b.to_c_hsrs()) != 0 }
 }
 
-/// Whether `sr`'s datum is one PROJ cannot know: no authority code, and a
-/// name GDAL or PROJ gives a datum made from an ellipsoid alone ("Unknown
-/// based on GRS80 ellipsoid", "Not specified (based on WGS 84 spheroid)").
-/// Between such a datum and any other PROJ has one operation only, a
-/// ballpark one with no datum shift, whatever the area of interest.
-pub(crate) fn unknown_datum(sr: &SpatialRef) -> bool {
-    // SAFETY: the handle is valid for the call (owned by `sr`); a NULL
-    // result is only compared.
-    let code = unsafe { sys::OSRGetAuthorityCode(sr.to_c_hsrs(), c"DATUM".as_ptr()) };
-    if !code.is_null() {
-        return false;
-    }
-    let name = sr
-        .get_attr_value("DATUM", 0)
-        .ok()
-        .flatten()
-        .unwrap_or_default()
-        .to_ascii_lowercase()
-        .replace('_', " ");
-    name.starts_with("unknown based on")
-        || name.starts_with("not specified based on")
-        || name.starts_with("not specified (based on")
-}
-
 /// Why a warp gave no usable output, with GDAL's message.
 #[derive(Debug)]
 pub(crate) enum WarpError {

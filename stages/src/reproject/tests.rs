@@ -52,33 +52,3 @@ fn tiles_share_one_area_of_interest_only_when_no_datum_shift_is_involved() {
     assert_eq!(web.area_of_interest(&tile_in("EPSG:4326+5773")), None);
     assert_eq!(web.same_datum.lock().unwrap().len(), 7);
 }
-
-#[test]
-fn a_datum_proj_cannot_know_shares_the_area_too() {
-    let web = to("EPSG:3857");
-    let nad27 = to("EPSG:4267");
-    // A geostationary image on GRS80 and a GeoTIFF whose datum is only
-    // its ellipsoid: PROJ has one ballpark operation to anything.
-    let unknown = [
-        "+proj=geos +h=35786023 +lon_0=-75 +sweep=x +ellps=GRS80 +units=m +no_defs",
-        "+proj=utm +zone=18 +ellps=WGS84 +units=m +no_defs",
-    ];
-    for crs in unknown {
-        assert_eq!(
-            web.area_of_interest(&tile_in(crs)),
-            Some(WHOLE_WORLD),
-            "{crs}"
-        );
-        assert_eq!(
-            nad27.area_of_interest(&tile_in(crs)),
-            Some(WHOLE_WORLD),
-            "{crs}"
-        );
-    }
-    // A known datum with shifts to WGS 84 keeps its per-tile area.
-    assert_eq!(web.area_of_interest(&tile_in("EPSG:26718")), None);
-    assert_eq!(
-        web.area_of_interest(&tile_in("+proj=utm +zone=18 +datum=NAD27")),
-        None
-    );
-}
