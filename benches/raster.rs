@@ -15,6 +15,15 @@
 //!   full pipeline: tiles/s, CPU ms per tile, achieved / (floor x cores)
 //!   and the same as a cost (core time per tile beyond the floor), peak
 //!   RSS;
+//! - `mixed` (the headline): 480 tiles of the mixed corpus of real rasters
+//!   (`raster/mixed.rs`: eight kinds, 60 tiles each), served with 50 ms
+//!   latency, warped to EPSG:3857 bilinear: the same figures as `cpu-*`,
+//!   and on stderr each kind's floor split per stage (decode, reproject,
+//!   write), before and after the run;
+//! - `mixed-floor` (only when named): each kind's floor, with `GDALWarp`
+//!   alone (in-process, the stage's options, from memory to MEM) beside its
+//!   reproject stage: what warpline adds to GDAL's warp, kind by kind
+//!   (`WARPLINE_BENCH_KINDS=geos,masked` measures only those kinds);
 //! - `skewed-1000`: 1% of the tiles 20-100x larger, a 512 MiB memory
 //!   budget: peak RSS against budget + 64 MiB;
 //! - `skew10-256`, `skew10-512` (only when named; `scripts/fault-matrix.sh`
@@ -52,10 +61,15 @@ use warpline_testkit::Faults;
 mod adaptive;
 #[path = "raster/corpus.rs"]
 mod corpus;
+#[path = "raster/floor.rs"]
+mod floor;
 #[path = "raster/matrix.rs"]
 mod matrix;
+#[path = "raster/mixed.rs"]
+mod mixed;
 
-use corpus::{corpus, make_tile, serve, shape, Corpus, Skew, DISTINCT, TILE};
+use corpus::{corpus, serve, shape, Corpus, Skew};
+use floor::floor;
 
 /// CPU time of this process (user + system).
 fn process_cpu() -> Duration {
@@ -167,79 +181,6 @@ limits = ["connections"]
     )
 }
 
-/// The per-tile CPU floor: the three blocking stages called one after the
-/// other on this thread, for the same distinct tiles the pipeline is served.
-/// One untimed tile first (GDAL and PROJ open their drivers and database
-/// once per thread), then two timed rounds. The floor is the *mean* CPU per
-/// tile: N tiles cost N x mean, so that is what the limit "floor x cores"
-/// must use. The median is printed beside it; it sits 2-3% lower because
-/// a few fsyncs are slow, and those are part of the work.
-fn floor(work: &Path) -> f64 {
-    let tiles: Vec<Vec<u8>> = (0..DISTINCT)
-        .map(|i| make_tile(i, TILE, false, work))
-        .collect();
-    let out = work.join("floor");
-    let toml = pipeline_toml(&work.join("unused.txt"), &out, "", "\"connections\"");
-    let p = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
-    let stages: Vec<_> = p.stages()[1..]
-        .iter()
-        .map(|s| match &s.handler {
-            warpline::Handler::Blocking(h) => h.clone(),
-            warpline::Handler::Async(_) => unreachable!("decode, reproject and write are blocking"),
-        })
-        .collect();
-    let run = |id: String, bytes: &[u8], per: &mut [f64; 3]| {
-        let mut item = warpline::Item::new(warpline::Input {
-            id,
-            source: "bench".into(),
-            size_hint: None,
-        });
-        item.set_payload(warpline::stages::fetch::Fetched::new(bytes.to_vec()));
-        let cpu = warpline::engine::report::thread_cpu;
-        let start = cpu();
-        for (k, s) in stages.iter().enumerate() {
-            let t = cpu();
-            s.process(&mut item).unwrap();
-            per[k] += (cpu() - t).as_secs_f64() * 1000.0;
-        }
-        (cpu() - start).as_secs_f64() * 1000.0
-    };
-    run("warm-up".to_owned(), &tiles[0], &mut [0.0; 3]);
-    // Nothing written before (making the tiles, or a run) is left for this
-    // floor's fsyncs to flush.
-    // SAFETY: sync() takes no arguments and only flushes dirty pages.
-    unsafe { libc::sync() };
-    let mut times = Vec::new();
-    let mut per = [0.0f64; 3];
-    let stat0 = machine_jiffies();
-    for round in 0..2 {
-        for (i, bytes) in tiles.iter().enumerate() {
-            times.push(run(format!("f{round}-{i}"), bytes, &mut per));
-        }
-    }
-    let stat1 = machine_jiffies();
-    let n = times.len() as f64;
-    let mean = times.iter().sum::<f64>() / n;
-    // The whole machine's busy time over the floor's rounds (jiffies of
-    // 10 ms): the floor's thread, and the kernel's work for it elsewhere
-    // (journal commits, writeback), and whatever else ran.
-    eprintln!(
-        "floor on the machine: busy {:.2} ms/tile (its thread {mean:.2})",
-        (stat1.0 - stat0.0) as f64 * 10.0 / n
-    );
-    times.sort_by(f64::total_cmp);
-    eprintln!(
-        "floor (ms per tile): mean {mean:.2} = decode {:.2} + reproject {:.2} + write {:.2}; median {:.2}, p10 {:.2}, p90 {:.2}",
-        per[0] / n,
-        per[1] / n,
-        per[2] / n,
-        times[times.len() / 2],
-        times[times.len() / 10],
-        times[times.len() * 9 / 10],
-    );
-    mean
-}
-
 /// The pipeline of a scenario that is not a matrix one.
 fn scenario_toml(name: &str, list: &Path, out: &Path) -> String {
     match name {
@@ -271,6 +212,21 @@ fn print_stage_cpu(report: &warpline::RunReport) {
     }
 }
 
+/// The floor of a scenario's tiles: the uniform ones, or the mixed
+/// corpus's kinds (each kind's line on stderr, `when` the run).
+fn scenario_floor(name: &str, work: &Path, when: &str) -> f64 {
+    match std::env::var_os("WARPLINE_BENCH_MIXED") {
+        Some(dir) if name == "mixed" => {
+            let (mean, lines) = floor::mixed_floor(Path::new(&dir), work);
+            for l in lines {
+                eprintln!("{l} ({when} the run)");
+            }
+            mean
+        }
+        _ => floor(work),
+    }
+}
+
 /// Runs one scenario in this (child) process and prints its figures.
 fn scenario(name: &str) {
     if adaptive::is(name) {
@@ -280,9 +236,13 @@ fn scenario(name: &str) {
     let cores = warpline::engine::units::cores() as f64;
     match name {
         "floor" => println!("floor_ms_per_tile={:.2}", floor(work.path())),
+        "mixed-floor" => {
+            let dir = std::env::var_os("WARPLINE_BENCH_MIXED").expect("tiles from the parent");
+            floor::mixed_floor_lines(Path::new(&dir), work.path());
+        }
         _ => {
             let (n, skew) = shape(name);
-            let skewed = skew != Skew::None;
+            let skewed = matches!(skew, Skew::Light | Skew::Heavy);
             // The server lives in the parent: this child only runs warpline.
             let list = std::env::var("WARPLINE_BENCH_LIST").expect("list from the parent");
             let out = work.path().join("out");
@@ -298,8 +258,12 @@ fn scenario(name: &str) {
             // pages are flushed before each, so neither pays for the
             // other's writes.
             // The floor is the reference of the CPU-bound scenarios only.
-            let skipfloor = !name.starts_with("cpu-");
-            let floor_before = if skipfloor { 0.0 } else { floor(work.path()) };
+            let skipfloor = !(name.starts_with("cpu-") || name == "mixed");
+            let floor_before = if skipfloor {
+                0.0
+            } else {
+                scenario_floor(name, work.path(), "before")
+            };
             let toml = scenario_toml(name, Path::new(&list), &out);
             let pipeline = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -323,7 +287,11 @@ fn scenario(name: &str) {
             let busy = (stat1.0 - stat0.0) as f64;
             let idle = (stat1.1 - stat0.1) as f64;
             eprintln!("machine during the run: idle {:.1}% ({:.2} ms/tile of core time), busy {:.2} ms/tile, this process {:.2} ms/tile", 100.0 * idle / (busy + idle), idle * 10.0 / n as f64, busy * 10.0 / n as f64, cpu * 1000.0 / n as f64);
-            let floor_after = if skipfloor { 0.0 } else { floor(work.path()) };
+            let floor_after = if skipfloor {
+                0.0
+            } else {
+                scenario_floor(name, work.path(), "after")
+            };
             let floor_ms = (floor_before + floor_after) / 2.0;
             assert_eq!(report.items.done, n as u64, "{report}");
             let h = report.hosts.first();
@@ -349,9 +317,10 @@ fn field(line: &str, key: &str) -> Option<f64> {
 }
 
 /// The default set of scenarios.
-const ALL: [&str; 6] = [
+const ALL: [&str; 7] = [
     "floor",
     "cpu-1000",
+    "mixed",
     "fetch-1000",
     "skewed-1000",
     "rate",
@@ -423,7 +392,7 @@ fn main() {
         if let (Some(f), Some(tps), false) = (
             floor_ms,
             field(&line, "tiles_per_s"),
-            !name.starts_with("cpu-"),
+            !(name.starts_with("cpu-") || name == "mixed"),
         ) {
             let ratio = tps / (1000.0 / f * cores);
             // The same figure as a cost: what the pipeline spends per tile,
@@ -474,6 +443,10 @@ impl Parent {
             _ => {
                 let (n, skew) = shape(name);
                 let faults = match name {
+                    "mixed" => Faults {
+                        latency: Some(Duration::from_millis(50)),
+                        ..Faults::default()
+                    },
                     "rate" => Faults {
                         latency: Some(Duration::from_millis(50)),
                         rate_limit: Some(20.0),
@@ -487,6 +460,9 @@ impl Parent {
                     .corpora
                     .entry(skew)
                     .or_insert_with(|| corpus(skew, work));
+                if let Some(dir) = &corpus.dir {
+                    cmd.env("WARPLINE_BENCH_MIXED", dir);
+                }
                 let s = self.rt.block_on(serve(n, skew, corpus, faults, work));
                 cmd.env("WARPLINE_BENCH_LIST", &s.list);
                 Some(s)

@@ -8,7 +8,7 @@ use gdal::raster::Buffer;
 use gdal::DriverManager;
 use warpline_testkit::{Faults, TileServer};
 
-use super::matrix;
+use super::{matrix, mixed};
 
 /// A normal tile's size in pixels.
 pub const TILE: usize = 512;
@@ -70,6 +70,8 @@ pub enum Skew {
     Light,
     /// 10% of the tiles 40-100x larger (the `skew10-*` matrix).
     Heavy,
+    /// The mixed corpus of real tiles (`mixed`), kinds in turn.
+    Mixed,
 }
 
 /// The tiles of a scenario, and how its corpus is skewed.
@@ -79,6 +81,9 @@ pub fn shape(name: &str) -> (usize, Skew) {
         "cpu-10000" => (10000, Skew::None),
         "skewed-1000" => (1000, Skew::Light),
         "rate" => (200, Skew::None),
+        // Ten rounds of the 48 distinct tiles, 60 of each kind.
+        "mixed" => (480, Skew::Mixed),
+        "mixed-floor" => (0, Skew::Mixed),
         m if matrix::budget_mib(m).is_some() => (matrix::tiles(), Skew::Heavy),
         other => panic!("unknown scenario {other}"),
     }
@@ -89,16 +94,22 @@ pub fn shape(name: &str) -> (usize, Skew) {
 pub struct Corpus {
     pub normal: Vec<Arc<Vec<u8>>>,
     pub big: Vec<Arc<Vec<u8>>>,
+    /// The mixed corpus's folder of tiles (the child reads them for its
+    /// floor).
+    pub dir: Option<std::path::PathBuf>,
 }
 
 pub fn corpus(skew: Skew, work: &Path) -> Corpus {
+    if skew == Skew::Mixed {
+        return mixed_corpus(work);
+    }
     let compress = skew != Skew::None;
     let normal = (0..DISTINCT)
         .map(|i| Arc::new(make_tile(i, TILE, compress, work)))
         .collect();
     // Multiples of a normal tile's pixels.
     let factors: &[f64] = match skew {
-        Skew::None => &[],
+        Skew::None | Skew::Mixed => &[],
         Skew::Light => &[20.0, 35.0, 50.0, 70.0, 100.0],
         Skew::Heavy => &matrix::HEAVY_FACTORS,
     };
@@ -110,7 +121,26 @@ pub fn corpus(skew: Skew, work: &Path) -> Corpus {
             Arc::new(make_tile(100 + i, size, true, work))
         })
         .collect();
-    Corpus { normal, big }
+    Corpus {
+        normal,
+        big,
+        dir: None,
+    }
+}
+
+/// The mixed corpus, made in `work/mixed`: tile `i` is of kind `i % 8`.
+fn mixed_corpus(work: &Path) -> Corpus {
+    let dir = work.join("mixed");
+    let kinds = mixed::make(&dir);
+    let normal = (0..mixed::PER_KIND)
+        .flat_map(|t| kinds.iter().map(move |(_, tiles)| &tiles[t]))
+        .map(|p| Arc::new(std::fs::read(p).unwrap()))
+        .collect();
+    Corpus {
+        normal,
+        big: Vec::new(),
+        dir: Some(dir),
+    }
 }
 
 pub async fn serve(n: usize, skew: Skew, corpus: &Corpus, faults: Faults, work: &Path) -> Served {
@@ -119,7 +149,7 @@ pub async fn serve(n: usize, skew: Skew, corpus: &Corpus, faults: Faults, work: 
             let bytes = match skew {
                 Skew::Light if i % 100 == 50 => &corpus.big[(i / 100) % corpus.big.len()],
                 Skew::Heavy if i % 10 == 5 => &corpus.big[(i / 10) % corpus.big.len()],
-                _ => &corpus.normal[i % DISTINCT],
+                _ => &corpus.normal[i % corpus.normal.len()],
             };
             (format!("tile-{i:05}.tif"), Arc::clone(bytes))
         })

@@ -7,6 +7,7 @@
 
 use crate::common;
 mod inputs;
+mod mixed;
 mod outputs;
 mod pixels;
 mod refused;
