@@ -3,10 +3,13 @@
 //! The raster stages of warpline, plugged into the engine's stage traits:
 //!
 //! - [`source`]: kinds `list` (a text file of URLs and paths), `inline`
-//!   (a list in the pipeline), `glob` (local files) and `mosaic` (many
-//!   inputs into one output);
+//!   (a list in the pipeline), `glob` (local files or `s3://`), `mosaic`
+//!   (many inputs into one output) and `stac` (assets of STAC items from an
+//!   ItemCollection, a STAC API search or a static catalog);
 //! - [`fetch`]: HTTP(S) with reqwest and rustls, `s3://` objects, and
-//!   local files with their siblings (async);
+//!   local files with their siblings (async); or, with `read = "window"`,
+//!   nothing up front: GDAL later reads only the byte ranges a warp needs
+//!   through `/vsiwarpline/`, a file system whose reads are fetch's;
 //! - [`store`]: S3 and S3-compatible object stores (`object_store`): the
 //!   `s3://` glob source, fetch's reads, write's uploads;
 //! - [`decode`]: the bytes opened with GDAL (blocking), under the input's
@@ -16,7 +19,8 @@
 //!   any pixel is read, and no pixel read;
 //! - [`reproject`]: `GDALWarp` with gdalwarp's options, from the input as
 //!   GDAL opened it, so masks, alpha, overviews and metadata are read as
-//!   gdalwarp reads them (blocking);
+//!   gdalwarp reads them (blocking); an output larger than the byte budget
+//!   is warped in chunks to a file on disk (`warp_to`);
 //! - [`write`](mod@write): GeoTIFF or COG, written to a temporary name, synced and
 //!   renamed into place (blocking); [`temps`]: the temporary names, and
 //!   the removal of those a killed process left;
