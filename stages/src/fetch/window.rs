@@ -349,7 +349,7 @@ impl RangeRead for RangeReader {
         }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let task = Arc::clone(inner);
-        inner.runtime.spawn(async move {
+        let request = inner.runtime.spawn(async move {
             // The reader may have given up: nobody to tell then.
             let _ = tx.send(task.read(offset, want).await);
         });
@@ -364,7 +364,12 @@ impl RangeRead for RangeReader {
                 buf[..bytes.len()].copy_from_slice(&bytes);
                 bytes.len()
             }),
-            Err(e) => Err(format!("{}: no answer from the read: {e}", inner.shown)),
+            Err(e) => {
+                // Given up on: its request (maybe still waiting for a
+                // rate token) is not sent for nobody.
+                request.abort();
+                Err(format!("{}: no answer from the read: {e}", inner.shown))
+            }
         };
         if let Err(message) = &result {
             // The first failure is the one to tell: GDAL may read on.
