@@ -24,6 +24,8 @@ struct Server {
     ranges: AtomicU64,
     stall_after: u64,
     refuses_head: bool,
+    /// The most bytes one range answer holds (a server that caps ranges).
+    cap: usize,
 }
 
 async fn answer(
@@ -58,7 +60,7 @@ async fn answer(
     if s.ranges.fetch_add(1, Ordering::Relaxed) >= s.stall_after {
         std::future::pending::<()>().await;
     }
-    let last = last.min(size - 1);
+    let last = last.min(size - 1).min(first.saturating_add(s.cap - 1));
     let body = s.data[first..=last].to_vec();
     s.sent.fetch_add(body.len() as u64, Ordering::Relaxed);
     let range = format!("bytes {first}-{last}/{size}");
@@ -73,7 +75,7 @@ async fn answer(
 
 /// Serves `file` at `http://ADDR/NAME` on a runtime of its own.
 fn serve(file: &Path, stall_after: u64) -> (String, Arc<Server>, tokio::runtime::Runtime) {
-    serve_as(file, stall_after, false)
+    serve_as(file, stall_after, false, usize::MAX)
 }
 
 /// As [`serve`], refusing HEAD requests when `refuses_head`.
@@ -81,6 +83,7 @@ fn serve_as(
     file: &Path,
     stall_after: u64,
     refuses_head: bool,
+    cap: usize,
 ) -> (String, Arc<Server>, tokio::runtime::Runtime) {
     let server = Arc::new(Server {
         data: std::fs::read(file).unwrap(),
@@ -88,6 +91,7 @@ fn serve_as(
         ranges: AtomicU64::new(0),
         stall_after,
         refuses_head,
+        cap,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -234,7 +238,7 @@ fn a_server_that_stalls_mid_warp_fails_the_item_without_a_hang() {
 fn a_url_that_refuses_head_is_sized_by_a_range_request() {
     let Some(data) = real_rasters() else { return };
     let work = tempfile::tempdir().unwrap();
-    let (url, server, _runtime) = serve_as(&data[0], u64::MAX, true);
+    let (url, server, _runtime) = serve_as(&data[0], u64::MAX, true, usize::MAX);
     let out = work.path().join("out");
     let report = common::run(&pipeline(&url, "crs = \"EPSG:3857\"", &out, ""));
     assert_eq!(report.items.done, 1, "{report}");
@@ -244,6 +248,24 @@ fn a_url_that_refuses_head_is_sized_by_a_range_request() {
     gdalwarp(&args, &data[0], &theirs);
     let name = data[0].file_name().unwrap();
     assert_same_raster(&out.join(name), &theirs, "refused HEAD");
+}
+
+/// A server that answers a range with fewer bytes than asked for (within
+/// the file) fails the item with a message naming the input, after the
+/// reader's tries.
+#[test]
+fn a_range_answered_short_fails_the_item_naming_the_input() {
+    let Some(data) = real_rasters() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let (url, _server, _runtime) = serve_as(&data[0], u64::MAX, false, 1000);
+    let out = work.path().join("out");
+    let report = common::run(&pipeline(&url, "crs = \"EPSG:3857\"", &out, ""));
+    assert_eq!(report.items.failed, 1, "{report}");
+    let message = &report.failures[0].message;
+    assert!(
+        message.contains(&url) && message.contains("bytes of the") && message.contains("3 tries"),
+        "{message}"
+    );
 }
 
 /// Names the pipeline file a child process runs ([`child_run`]).

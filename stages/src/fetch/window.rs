@@ -218,6 +218,15 @@ impl Inner {
             buf[got..end].copy_from_slice(&chunk);
             got = end;
         }
+        // Fewer bytes than asked for within the file (a body cut short
+        // cleanly, a server that caps its ranges) is this input's failure,
+        // tried again, not a short read GDAL would report without the URL.
+        if got < buf.len() {
+            return Err(transient(format!(
+                "{got} bytes of the {} asked for",
+                buf.len()
+            )));
+        }
         Ok(got)
     }
 }
