@@ -169,9 +169,15 @@ impl Inner {
                         message: e.message,
                     }
                 })?;
-                let n = bytes.len().min(buf.len());
-                buf[..n].copy_from_slice(&bytes[..n]);
-                return Ok(n);
+                if bytes.len() != buf.len() {
+                    return Err(Failed {
+                        transient: true,
+                        wait: None,
+                        message: format!("{} bytes of the {} asked for", bytes.len(), buf.len()),
+                    });
+                }
+                buf.copy_from_slice(&bytes);
+                return Ok(buf.len());
             }
         };
         let last = offset + buf.len() as u64 - 1;
