@@ -358,22 +358,30 @@ impl Decode {
                 (dir, path)
             }
         };
-        let ds = self.open(&path, &id).map_err(|e| {
-            match remote
+        // A range read that failed (the server's fault, maybe for a
+        // moment) is the error, whatever GDAL made of it; and one GDAL
+        // tolerated is not left latched for the next stage (its reads would
+        // all fail at once with it, untaken).
+        let failed = || {
+            remote
                 .as_ref()
                 .and_then(crate::gdal::RemoteFile::take_failure)
-            {
-                Some(m) => StageError::transient(format!("{id}: {m}")),
-                None => e,
-            }
-        })?;
-        refs::refuse_references(&ds, &id)?;
-        if path.starts_with("/vsizip/") || path.starts_with("/vstar/") {
-            refs::refuse_archive_siblings(&path, &id)?;
-        } else {
-            refs::refuse_sibling_references(&path, &id)?;
+                .map(|m| StageError::transient(format!("{id}: {m}")))
+        };
+        let ds = self.open(&path, &id).map_err(|e| failed().unwrap_or(e))?;
+        let checked = refs::refuse_references(&ds, &id)
+            .and_then(|()| {
+                if path.starts_with("/vsizip/") || path.starts_with("/vstar/") {
+                    refs::refuse_archive_siblings(&path, &id)
+                } else {
+                    refs::refuse_sibling_references(&path, &id)
+                }
+            })
+            .and_then(|()| self.check_size(&ds, &id));
+        checked.map_err(|e| failed().unwrap_or(e))?;
+        if let Some(e) = failed() {
+            return Err(e);
         }
-        self.check_size(&ds, &id)?;
         let Some(how) = georeferencing(&ds) else {
             return Err(StageError::permanent(format!(
                 "{id}: has no geotransform (nor GCPs, RPCs or a world file): it cannot be placed on the map"
@@ -433,5 +441,85 @@ impl BlockingStage for Decode {
             item.set_payload(raster);
         }
         Ok(Outcome::Continue)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::gdal::{RangeRead, RemoteFile};
+
+    /// A small GTiff read by ranges, whose reads all succeed but that says
+    /// once that an earlier read failed (one GDAL tolerated).
+    struct Tolerated {
+        bytes: Vec<u8>,
+        failed: AtomicBool,
+    }
+
+    impl RangeRead for Tolerated {
+        fn size(&self) -> u64 {
+            self.bytes.len() as u64
+        }
+
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, String> {
+            let from = usize::try_from(offset).unwrap().min(self.bytes.len());
+            let n = buf.len().min(self.bytes.len() - from);
+            buf[..n].copy_from_slice(&self.bytes[from..from + n]);
+            Ok(n)
+        }
+
+        fn take_failure(&self) -> Option<String> {
+            self.failed
+                .swap(false, Ordering::Relaxed)
+                .then(|| "https://h/a.tif: reading bytes 0-9 failed".to_owned())
+        }
+    }
+
+    /// A read that failed while decode opened the input fails the item as
+    /// the server's fault, even when GDAL opened it anyway: the failure is
+    /// not left for reproject's reads.
+    #[test]
+    fn a_range_read_failure_gdal_tolerated_fails_decode() {
+        let file = Arc::new(Tolerated {
+            bytes: crate::samples::sample_tiles(1, 64).unwrap().remove(0).bytes,
+            failed: AtomicBool::new(true),
+        });
+        let decode = Decode {
+            drivers: vec!["GTiff".to_owned()],
+            assume_crs: None,
+            open_options: Vec::new(),
+            max_pixels: DEFAULT_MAX_PIXELS,
+            max_decoded_bytes: u64::MAX,
+        };
+        let fetched = Fetched {
+            remote: Some(RemoteFile::new(
+                "a.tif",
+                Arc::clone(&file) as Arc<dyn RangeRead>,
+            )),
+            ..Fetched::default()
+        };
+        let e = decode
+            .open_one(fetched, "https://h/a.tif", "a")
+            .unwrap_err();
+        assert_eq!(
+            e.kind,
+            warpline_engine::ErrorKind::Transient,
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("reading bytes 0-9 failed"),
+            "{}",
+            e.message
+        );
+        // Taken: the same input opens now.
+        let fetched = Fetched {
+            remote: Some(RemoteFile::new("a.tif", file)),
+            ..Fetched::default()
+        };
+        assert!(decode.open_one(fetched, "https://h/a.tif", "a").is_ok());
     }
 }

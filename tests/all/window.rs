@@ -13,14 +13,18 @@ use crate::common::{assert_same_raster, gdalwarp, raster_pipeline, real_rasters}
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-/// A loopback server of one file that answers HEAD and byte ranges, and
-/// counts the bytes it sends. After `stall_after` range requests it
-/// answers no more (the requests hang).
+/// A loopback server of one file that answers HEAD (unless `refuses_head`:
+/// 403, as to an S3 URL presigned for GET) and byte ranges, and counts the
+/// bytes it sends. After `stall_after` range requests it answers no more
+/// (the requests hang).
 struct Server {
     data: Vec<u8>,
     sent: AtomicU64,
     ranges: AtomicU64,
     stall_after: u64,
+    refuses_head: bool,
+    /// The most bytes one range answer holds (a server that caps ranges).
+    cap: usize,
 }
 
 async fn answer(
@@ -33,6 +37,9 @@ async fn answer(
         (header::ACCEPT_RANGES, "bytes".to_owned()),
         (header::CONTENT_TYPE, "image/tiff".to_owned()),
     ];
+    if method == Method::HEAD && s.refuses_head {
+        return StatusCode::FORBIDDEN.into_response();
+    }
     if method == Method::HEAD {
         let mut r = base.into_response();
         r.headers_mut()
@@ -52,7 +59,7 @@ async fn answer(
     if s.ranges.fetch_add(1, Ordering::Relaxed) >= s.stall_after {
         std::future::pending::<()>().await;
     }
-    let last = last.min(size - 1);
+    let last = last.min(size - 1).min(first.saturating_add(s.cap - 1));
     let body = s.data[first..=last].to_vec();
     s.sent.fetch_add(body.len() as u64, Ordering::Relaxed);
     let range = format!("bytes {first}-{last}/{size}");
@@ -67,11 +74,23 @@ async fn answer(
 
 /// Serves `file` at `http://ADDR/NAME` on a runtime of its own.
 fn serve(file: &Path, stall_after: u64) -> (String, Arc<Server>, tokio::runtime::Runtime) {
+    serve_as(file, stall_after, false, usize::MAX)
+}
+
+/// As [`serve`], refusing HEAD requests when `refuses_head`.
+fn serve_as(
+    file: &Path,
+    stall_after: u64,
+    refuses_head: bool,
+    cap: usize,
+) -> (String, Arc<Server>, tokio::runtime::Runtime) {
     let server = Arc::new(Server {
         data: std::fs::read(file).unwrap(),
         sent: AtomicU64::new(0),
         ranges: AtomicU64::new(0),
         stall_after,
+        refuses_head,
+        cap,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -210,6 +229,42 @@ fn a_server_that_stalls_mid_warp_fails_the_item_without_a_hang() {
     // the reads after that failure fail at once.
     assert_eq!(server.ranges.load(Ordering::Relaxed), 4);
     assert_eq!(std::fs::read_dir(&out).map_or(0, |d| d.count()), 0);
+}
+
+/// A URL that refuses HEAD (S3's presigned GET URLs do) is sized by a
+/// request for its first byte, and read by ranges all the same.
+#[test]
+fn a_url_that_refuses_head_is_sized_by_a_range_request() {
+    let Some(data) = real_rasters() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let (url, server, _runtime) = serve_as(&data[0], u64::MAX, true, usize::MAX);
+    let out = work.path().join("out");
+    let report = common::run(&pipeline(&url, "crs = \"EPSG:3857\"", &out, ""));
+    assert_eq!(report.items.done, 1, "{report}");
+    assert!(server.ranges.load(Ordering::Relaxed) >= 2);
+    let theirs = work.path().join("gdalwarp.tif");
+    let args: Vec<String> = ["-t_srs", "EPSG:3857"].map(String::from).to_vec();
+    gdalwarp(&args, &data[0], &theirs);
+    let name = data[0].file_name().unwrap();
+    assert_same_raster(&out.join(name), &theirs, "refused HEAD");
+}
+
+/// A server that answers a range with fewer bytes than asked for (within
+/// the file) fails the item with a message naming the input, after the
+/// reader's tries.
+#[test]
+fn a_range_answered_short_fails_the_item_naming_the_input() {
+    let Some(data) = real_rasters() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let (url, _server, _runtime) = serve_as(&data[0], u64::MAX, false, 1000);
+    let out = work.path().join("out");
+    let report = common::run(&pipeline(&url, "crs = \"EPSG:3857\"", &out, ""));
+    assert_eq!(report.items.failed, 1, "{report}");
+    let message = &report.failures[0].message;
+    assert!(
+        message.contains(&url) && message.contains("bytes of the") && message.contains("3 tries"),
+        "{message}"
+    );
 }
 
 /// Names the pipeline file a child process runs ([`child_run`]).

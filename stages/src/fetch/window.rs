@@ -169,9 +169,15 @@ impl Inner {
                         message: e.message,
                     }
                 })?;
-                let n = bytes.len().min(buf.len());
-                buf[..n].copy_from_slice(&bytes[..n]);
-                return Ok(n);
+                if bytes.len() != buf.len() {
+                    return Err(Failed {
+                        transient: true,
+                        wait: None,
+                        message: format!("{} bytes of the {} asked for", bytes.len(), buf.len()),
+                    });
+                }
+                buf.copy_from_slice(&bytes);
+                return Ok(buf.len());
             }
         };
         let last = offset + buf.len() as u64 - 1;
@@ -218,14 +224,23 @@ impl Inner {
             buf[got..end].copy_from_slice(&chunk);
             got = end;
         }
+        // Fewer bytes than asked for within the file (a body cut short
+        // cleanly, a server that caps its ranges) is this input's failure,
+        // tried again, not a short read GDAL would report without the URL.
+        if got < buf.len() {
+            return Err(transient(format!(
+                "{got} bytes of the {} asked for",
+                buf.len()
+            )));
+        }
         Ok(got)
     }
 }
 
 impl Fetch {
-    /// An input GDAL will read by ranges: its size (HEAD), and a file in
-    /// `/vsiwarpline/` under its own safe name. Charged GDAL's cache for
-    /// it, not its size.
+    /// An input GDAL will read by ranges: its size (HEAD, else a request
+    /// for its first byte), and a file in `/vsiwarpline/` under its own
+    /// safe name. Charged GDAL's cache for it, not its size.
     pub(super) async fn window(
         &self,
         id: &str,
@@ -239,32 +254,51 @@ impl Fetch {
             .send()
             .await
             .map_err(|e| request_error(&shown, e))?;
-        if !response.status().is_success() {
-            return Err(self.status_error(&response, url, &shown));
-        }
-        let ranges = response
-            .headers()
-            .get(reqwest::header::ACCEPT_RANGES)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("bytes"));
-        // From the header: reqwest's `content_length` is the (empty) body's.
-        let size = response
-            .headers()
-            .get(reqwest::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|n| *n > 0);
-        let (Some(size), true) = (size, ranges) else {
-            return Err(StageError::permanent(format!(
-                "{shown}: the server does not serve byte ranges (Accept-Ranges: bytes and a \
-                 Content-Length): read it with read = \"whole\""
-            )));
+        let status = response.status();
+        // A URL signed for GET alone (S3's presigned URLs) refuses HEAD;
+        // a server may not say Accept-Ranges to HEAD, yet serve ranges.
+        let size = match by_head(&response) {
+            Some(size) => size,
+            None if status.is_success() || matches!(status.as_u16(), 403 | 405 | 501) => {
+                self.size_by_range(url, &shown).await?
+            }
+            None => return Err(self.status_error(&response, url, &shown)),
         };
         let source = Source::Http {
             client: self.client.clone(),
             url: url.to_owned(),
         };
         self.remote(id, url, source, size, held).await
+    }
+
+    /// The size a `Range: bytes=0-0` request's `Content-Range` says.
+    async fn size_by_range(&self, url: &str, shown: &str) -> Result<u64, StageError> {
+        let response = self
+            .client
+            .get(url)
+            .header(reqwest::header::RANGE, "bytes=0-0")
+            .send()
+            .await
+            .map_err(|e| request_error(shown, e))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(self.status_error(&response, url, shown));
+        }
+        let total = response
+            .headers()
+            .get(reqwest::header::CONTENT_RANGE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit_once('/'))
+            .and_then(|(_, total)| total.trim().parse::<u64>().ok())
+            .filter(|n| *n > 0);
+        match total {
+            Some(size) if status == reqwest::StatusCode::PARTIAL_CONTENT => Ok(size),
+            _ => Err(StageError::permanent(format!(
+                "{shown}: the server does not serve byte ranges (HTTP {status} to a request \
+                 for the first byte, no Content-Range with the size): read it with \
+                 read = \"whole\""
+            ))),
+        }
     }
 
     /// An `s3://` object GDAL will read by ranges (ranged GetObject): its
@@ -349,7 +383,7 @@ impl RangeRead for RangeReader {
         }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let task = Arc::clone(inner);
-        inner.runtime.spawn(async move {
+        let request = inner.runtime.spawn(async move {
             // The reader may have given up: nobody to tell then.
             let _ = tx.send(task.read(offset, want).await);
         });
@@ -364,7 +398,12 @@ impl RangeRead for RangeReader {
                 buf[..bytes.len()].copy_from_slice(&bytes);
                 bytes.len()
             }),
-            Err(e) => Err(format!("{}: no answer from the read: {e}", inner.shown)),
+            Err(e) => {
+                // Given up on: its request (maybe still waiting for a
+                // rate token) is not sent for nobody.
+                request.abort();
+                Err(format!("{}: no answer from the read: {e}", inner.shown))
+            }
         };
         if let Err(message) = &result {
             // The first failure is the one to tell: GDAL may read on.
@@ -389,4 +428,23 @@ fn host_of(url: &str) -> Option<String> {
     let url = url::Url::parse(url).ok()?;
     let origin = url.origin();
     origin.is_tuple().then(|| origin.ascii_serialization())
+}
+
+/// The size a HEAD answer says, if it also says it serves byte ranges.
+fn by_head(response: &reqwest::Response) -> Option<u64> {
+    if !response.status().is_success() {
+        return None;
+    }
+    let headers = response.headers();
+    let ranges = headers
+        .get(reqwest::header::ACCEPT_RANGES)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("bytes"));
+    // From the header: reqwest's `content_length` is the (empty) body's.
+    let size = headers
+        .get(reqwest::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|n| *n > 0);
+    size.filter(|_| ranges)
 }

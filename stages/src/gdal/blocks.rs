@@ -44,35 +44,46 @@ impl Blocks {
             return file.read_at(offset, &mut out[..want]);
         }
         let (first, last) = (offset / self.block, (end - 1) / self.block);
+        // Run by run, each copied out as soon as it is there: loading a
+        // run may drop old blocks, never one this read still needs.
         let mut b = first;
         while b <= last {
+            let run = b;
             if self.held.contains_key(&b) {
-                b += 1;
+                while b <= last && self.held.contains_key(&b) {
+                    if let Some(data) = self.held.get(&b) {
+                        self.copy(offset, out, b, data);
+                    }
+                    b += 1;
+                }
                 continue;
             }
-            let run = b;
             while b <= last && !self.held.contains_key(&b) {
                 b += 1;
             }
-            self.load(file, run, b)?;
-        }
-        let mut at = offset;
-        while at < end {
-            let index = at / self.block;
-            let Some(data) = self.held.get(&index) else {
-                return Err(format!("block {index} was not kept"));
-            };
-            let from = (at - index * self.block) as usize;
-            let n = (data.len() - from).min((end - at) as usize);
-            let to = (at - offset) as usize;
-            out[to..to + n].copy_from_slice(&data[from..from + n]);
-            at += n as u64;
+            let bytes = self.load(file, run, b)?;
+            for (i, chunk) in bytes.chunks(self.block as usize).enumerate() {
+                self.copy(offset, out, run + i as u64, chunk);
+            }
+            self.keep(run, &bytes);
         }
         Ok(want)
     }
 
-    /// Reads blocks `first..past` in one request, and keeps them.
-    fn load(&mut self, file: &dyn RangeRead, first: u64, past: u64) -> Result<(), String> {
+    /// Copies what block `index` (`data`) has of `out`, which starts at
+    /// `offset`.
+    fn copy(&self, offset: u64, out: &mut [u8], index: u64, data: &[u8]) {
+        let start = index * self.block;
+        let from = start.max(offset);
+        let to = (start + data.len() as u64).min(offset + out.len() as u64);
+        if from < to {
+            let (a, b) = ((from - offset) as usize, (to - offset) as usize);
+            out[a..b].copy_from_slice(&data[(from - start) as usize..(to - start) as usize]);
+        }
+    }
+
+    /// Reads blocks `first..past` in one request.
+    fn load(&self, file: &dyn RangeRead, first: u64, past: u64) -> Result<Vec<u8>, String> {
         let from = first * self.block;
         let to = (past * self.block).min(file.size());
         let mut buf = vec![0; (to - from) as usize];
@@ -80,7 +91,13 @@ impl Blocks {
         if got < buf.len() {
             return Err(format!("{got} bytes of {} at {from}", buf.len()));
         }
-        for (i, chunk) in buf.chunks(self.block as usize).enumerate() {
+        Ok(buf)
+    }
+
+    /// Keeps the blocks of `bytes` (from block `first`), dropping the
+    /// oldest past the capacity.
+    fn keep(&mut self, first: u64, bytes: &[u8]) {
+        for (i, chunk) in bytes.chunks(self.block as usize).enumerate() {
             while self.order.len() >= self.capacity {
                 if let Some(old) = self.order.pop_front() {
                     self.held.remove(&old);
@@ -89,7 +106,6 @@ impl Blocks {
             self.held.insert(first + i as u64, chunk.to_vec());
             self.order.push_back(first + i as u64);
         }
-        Ok(())
     }
 }
 
@@ -153,5 +169,25 @@ mod tests {
         let mut big = [0u8; 300];
         assert_eq!(blocks.read(&file, 500, &mut big), Ok(300));
         assert_eq!(file.reads.lock().unwrap()[1], (500, 300));
+    }
+
+    /// A read whose own held block is the oldest: loading the blocks it
+    /// misses drops that one from the cache, not from the read.
+    #[test]
+    fn a_read_keeps_its_own_blocks_while_loading_the_missing_ones() {
+        let file = Counting {
+            bytes: (0..1000u32).map(|i| i as u8).collect(),
+            reads: Mutex::new(Vec::new()),
+        };
+        let mut blocks = Blocks::new(100, 400);
+        let mut one = [0u8; 1];
+        for at in [0, 500, 600, 700] {
+            assert_eq!(blocks.read(&file, at, &mut one), Ok(1));
+        }
+        // Block 0 held (the oldest), 1 and 2 missing: full cache.
+        let mut out = [0u8; 200];
+        assert_eq!(blocks.read(&file, 50, &mut out), Ok(200));
+        assert_eq!(out.to_vec(), file.bytes[50..250].to_vec());
+        assert_eq!(file.reads.lock().unwrap().last(), Some(&(100, 200)));
     }
 }

@@ -297,12 +297,26 @@ unsafe extern "C" fn read_multi_range(
                 std::slice::from_raw_parts(sizes, n),
             )
         };
+        // A range past the end (a corrupt file's tile offsets) fails here:
+        // nothing is allocated or asked for it.
+        let size = h.file.size();
+        let ends: Option<Vec<u64>> = (0..n)
+            .map(|i| {
+                offsets[i]
+                    .checked_add(sizes[i] as u64)
+                    .filter(|e| *e <= size)
+            })
+            .collect();
+        let Some(ends) = ends else {
+            say_failure(&format!("a range past the end of the file ({size} bytes)"));
+            return -1;
+        };
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by_key(|&i| offsets[i]);
         // Ranges that touch or overlap are one request.
         let mut groups: Vec<(u64, u64, Vec<usize>)> = Vec::new();
         for i in order {
-            let (start, end) = (offsets[i], offsets[i] + sizes[i] as u64);
+            let (start, end) = (offsets[i], ends[i]);
             match groups.last_mut() {
                 Some((_, last, members)) if start <= *last => {
                     *last = (*last).max(end);
@@ -481,6 +495,38 @@ mod tests {
         });
         let remote = RemoteFile::new("tile.tif", file);
         assert!(open(remote.path()).is_err());
+    }
+
+    /// A multi-range read with a range past the end of the file fails
+    /// without asking the reader for anything; one within it is read.
+    #[test]
+    fn a_multi_range_read_past_the_end_fails_before_reading() {
+        let file = Arc::new(Memory {
+            bytes: (0..100u8).collect(),
+            reads: AtomicU64::new(0),
+            panics: false,
+        });
+        let remote = RemoteFile::new("r.bin", Arc::clone(&file) as Arc<dyn RangeRead>);
+        let path = std::ffi::CString::new(remote.path()).unwrap();
+        // SAFETY: a valid path and mode; the handle is closed below.
+        let fp = unsafe { sys::VSIFOpenL(path.as_ptr(), c"rb".as_ptr()) };
+        assert!(!fp.is_null());
+        let mut a = [0u8; 10];
+        let mut b = [0u8; 10];
+        let mut data = [a.as_mut_ptr().cast::<c_void>(), b.as_mut_ptr().cast()];
+        let sizes = [10usize, 10];
+        let read = |offsets: [sys::vsi_l_offset; 2], data: &mut [*mut c_void; 2]| {
+            // SAFETY: two buffers of the two sizes, alive for the call.
+            unsafe {
+                sys::VSIFReadMultiRangeL(2, data.as_mut_ptr(), offsets.as_ptr(), sizes.as_ptr(), fp)
+            }
+        };
+        assert_eq!(read([0, 95], &mut data), -1);
+        assert_eq!(file.reads.load(Ordering::Relaxed), 0, "nothing asked for");
+        assert_eq!(read([0, 90], &mut data), 0);
+        assert_eq!((a[9], b[0], b[9]), (9, 90, 99));
+        // SAFETY: the handle opened above, closed once.
+        unsafe { sys::VSIFCloseL(fp) };
     }
 
     /// The same bytes in GDAL's own `/vsimem/`, for comparison.

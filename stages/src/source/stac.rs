@@ -391,7 +391,8 @@ impl StacRun {
                         continue;
                     }
                     let Some(href) = &l.href else { continue };
-                    match req.url.join(href) {
+                    let url = req.url.join(href).map_err(|e| e.to_string());
+                    match url.and_then(|u| read::not_local_from_remote(u, &req.url)) {
                         Ok(url) => self.todo.push((Request::get(url), None)),
                         Err(e) => self.pending.push_back(Err(SourceError {
                             id: redact(href),
@@ -480,6 +481,7 @@ fn next_request(next: &Link, base: &Url, last: Option<Map<String, Value>>) -> Re
     let url = base
         .join(href)
         .map_err(|e| format!("href {:?}: {e}", redact(href)))?;
+    let url = read::not_local_from_remote(url, base)?;
     let headers = next
         .headers
         .iter()

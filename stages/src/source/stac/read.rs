@@ -287,9 +287,23 @@ pub(super) fn location(text: &str) -> Result<Url, String> {
     }
 }
 
+/// `url`, linked from a document read at `base`, unless it is a local
+/// file and `base` is not: a document from a server never leads to this
+/// machine's files (a local document may lead anywhere).
+pub(super) fn not_local_from_remote(url: Url, base: &Url) -> Result<Url, String> {
+    if url.scheme() == "file" && base.scheme() != "file" {
+        return Err(format!(
+            "{:?}: a document read from {} cannot lead to a local file",
+            redact(url.as_str()),
+            redact(base.as_str())
+        ));
+    }
+    Ok(url)
+}
+
 /// The source of an asset: an absolute `href` as it is, a relative one
 /// resolved against `base` (the item's `self` link, else where it was
-/// read); `file://` URLs become local paths.
+/// read); `file://` URLs become local paths (only from a local document).
 pub(super) fn resolve(href: &str, base: &Url) -> Result<String, String> {
     let absolute = super::super::scheme_of(href).is_some();
     if absolute && !href.starts_with("file:") {
@@ -301,6 +315,7 @@ pub(super) fn resolve(href: &str, base: &Url) -> Result<String, String> {
         base.join(href)
     }
     .map_err(|e| format!("asset href {:?}: {e}", redact(href)))?;
+    let url = not_local_from_remote(url, base).map_err(|m| format!("asset href {m}"))?;
     if url.scheme() == "file" {
         return url
             .to_file_path()
@@ -339,6 +354,9 @@ mod tests {
             resolve("https://h/b.tif?sig=1", &file).unwrap(),
             "https://h/b.tif?sig=1"
         );
+        // A server's document never names this machine's files.
+        let refused = resolve("file:///etc/passwd", &http).unwrap_err();
+        assert!(refused.contains("cannot lead to a local file"), "{refused}");
     }
 
     #[test]

@@ -148,3 +148,16 @@ fn a_post_next_link_merges_its_body() {
     put.method = Some("PUT".into());
     assert!(next_request(&put, &base, None).unwrap_err().contains("PUT"));
 }
+
+/// A `next` link of a page read over HTTP never leads to a local file.
+#[test]
+fn a_remote_next_link_to_a_local_file_is_refused() {
+    let base = Url::parse("https://api.test/search").unwrap();
+    let link: Link =
+        serde_json::from_value(json!({"rel": "next", "href": "file:///etc/passwd"})).unwrap();
+    let refused = next_request(&link, &base, None).unwrap_err();
+    assert!(refused.contains("cannot lead to a local file"), "{refused}");
+    // From a local page, a local next page is fine.
+    let local = Url::parse("file:///data/p1.json").unwrap();
+    assert!(next_request(&link, &local, None).is_ok());
+}
