@@ -553,7 +553,11 @@ impl Write {
             }
             return Err("the warped file is gone".to_owned());
         }
+        // An input read by ranges (`read = "window"`) whose read failed
+        // while GDAL copied it: that failure, not GDAL's words about a
+        // short read.
         self.create_copy(&raster, tmp)
+            .map_err(|e| raster.remote_failure().unwrap_or(e))
     }
 
     /// Writes `raster` to `tmp` with GDAL; GDAL's last message on failure.

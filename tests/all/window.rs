@@ -231,6 +231,36 @@ fn a_server_that_stalls_mid_warp_fails_the_item_without_a_hang() {
     assert_eq!(std::fs::read_dir(&out).map_or(0, |d| d.count()), 0);
 }
 
+/// Without reproject, write reads the pixels by ranges as it copies them:
+/// a server that stalls then fails the item at write, naming the input and
+/// the failed read, not with GDAL's words about a short read.
+#[test]
+fn a_server_that_stalls_while_write_copies_fails_the_item_naming_the_read() {
+    let Some(data) = real_rasters() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let cog = large_cog(&data[0], work.path());
+    let (url, _server, _runtime) = serve(&cog, 1);
+    let out = work.path().join("out");
+    // The same pipeline with its reproject stage taken out.
+    let toml = pipeline(&url, "", &out, "timeout = \"1s\"");
+    let (head, tail) = toml.split_once("[stages.reproject]").unwrap();
+    let (_, write) = tail.split_once("[stages.write]").unwrap();
+    let toml = format!("{head}[stages.write]{write}").replace(
+        "flow = [\"fetch\", \"decode\", \"reproject\", \"write\"]",
+        "flow = [\"fetch\", \"decode\", \"write\"]",
+    );
+    let report = common::run(&toml);
+    assert_eq!(report.items.failed, 1, "{report}");
+    let failure = &report.failures[0];
+    assert_eq!(failure.stage, "write", "{}", failure.message);
+    assert!(
+        failure.message.contains(&url) && failure.message.contains("after 3 tries"),
+        "{}",
+        failure.message
+    );
+    assert_eq!(std::fs::read_dir(&out).map_or(0, |d| d.count()), 0);
+}
+
 /// A URL that refuses HEAD (S3's presigned GET URLs do) is sized by a
 /// request for its first byte, and read by ranges all the same.
 #[test]
