@@ -85,10 +85,19 @@ impl Output {
     ) -> Result<Self, String> {
         let url = S3Url::parse(dir)?;
         let prefix = url.key.trim_matches('/').to_owned();
+        // The server the client will talk to, as it will choose it: the
+        // setting, the environment, then the AWS profile's `endpoint_url`
+        // (a profile that cannot be read fails when the client is made).
         let effective = endpoint
             .clone()
             .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
-            .filter(|e| !e.is_empty());
+            .filter(|e| !e.is_empty())
+            .or_else(|| {
+                super::profile::load(|k| std::env::var(k).ok())
+                    .ok()
+                    .flatten()
+                    .and_then(|p| p.endpoint_url)
+            });
         Ok(Output {
             bucket: url.bucket,
             prefix,
