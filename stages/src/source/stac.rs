@@ -301,9 +301,9 @@ impl Source for StacRun {
                 return Some(Err(self.loop_error(&req)));
             }
             match self.reader.read(&req).await {
-                Ok(doc) => {
+                Ok((doc, base)) => {
                     self.pages += 1;
-                    if let Err(message) = self.take(doc, &req, body) {
+                    if let Err(message) = self.take(doc, &req, &base, body) {
                         // Not a page: no `next` link to follow either.
                         if self.kind != Kind::Catalog {
                             self.ended = true;
@@ -363,6 +363,7 @@ impl StacRun {
         &mut self,
         doc: Document,
         req: &Request,
+        base: &Url,
         body: Option<Map<String, Value>>,
     ) -> Result<(), String> {
         let shown = req.shown();
@@ -370,10 +371,10 @@ impl StacRun {
             Some("FeatureCollection") => {
                 let next = link(&doc.links, "next").cloned();
                 for (i, item) in doc.features.unwrap_or_default().into_iter().enumerate() {
-                    self.item(item, &req.url, &format!("{shown} item {i}"));
+                    self.item(item, base, &format!("{shown} item {i}"));
                 }
                 if let Some(next) = next {
-                    let todo = next_request(&next, &req.url, body)
+                    let todo = next_request(&next, base, body)
                         .map_err(|m| format!("{shown}: its `next` link: {m}"))?;
                     self.todo.push(todo);
                 }
@@ -381,7 +382,7 @@ impl StacRun {
             }
             Some("Feature") => {
                 let id = doc.id.clone().unwrap_or_default();
-                self.item(doc.into_item(), &req.url, &format!("{shown} item {id}"));
+                self.item(doc.into_item(), base, &format!("{shown} item {id}"));
                 Ok(())
             }
             Some("Catalog" | "Collection") if self.kind == Kind::Catalog => {
@@ -391,8 +392,8 @@ impl StacRun {
                         continue;
                     }
                     let Some(href) = &l.href else { continue };
-                    let url = req.url.join(href).map_err(|e| e.to_string());
-                    match url.and_then(|u| read::not_local_from_remote(u, &req.url)) {
+                    let url = base.join(href).map_err(|e| e.to_string());
+                    match url.and_then(|u| read::not_local_from_remote(u, base)) {
                         Ok(url) => self.todo.push((Request::get(url), None)),
                         Err(e) => self.pending.push_back(Err(SourceError {
                             id: redact(href),

@@ -133,11 +133,13 @@ pub(super) struct Reader {
 pub(super) type ReadError = String;
 
 impl Reader {
-    /// Reads and parses one document.
-    pub(super) async fn read(&self, req: &Request) -> Result<Document, ReadError> {
+    /// Reads and parses one document; with the URL it was read from at
+    /// last (a server's redirect moves it), which its relative links are
+    /// relative to.
+    pub(super) async fn read(&self, req: &Request) -> Result<(Document, Url), ReadError> {
         let shown = req.shown();
-        let bytes = match req.url.scheme() {
-            "file" => read_file(&req.url, &shown).await?,
+        let (bytes, at) = match req.url.scheme() {
+            "file" => (read_file(&req.url, &shown).await?, req.url.clone()),
             "http" | "https" => self.http(req, &shown).await?,
             other => {
                 return Err(format!(
@@ -145,11 +147,12 @@ impl Reader {
                 ))
             }
         };
-        serde_json::from_slice(&bytes)
-            .map_err(|e| format!("{shown}: not a STAC JSON document: {e}"))
+        let doc = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{shown}: not a STAC JSON document: {e}"))?;
+        Ok((doc, at))
     }
 
-    async fn http(&self, req: &Request, shown: &str) -> Result<Vec<u8>, ReadError> {
+    async fn http(&self, req: &Request, shown: &str) -> Result<(Vec<u8>, Url), ReadError> {
         let mut tries = 0;
         loop {
             match self.http_once(req, shown).await {
@@ -178,7 +181,7 @@ impl Reader {
         &self,
         req: &Request,
         shown: &str,
-    ) -> Result<Vec<u8>, (String, Option<Duration>)> {
+    ) -> Result<(Vec<u8>, Url), (String, Option<Duration>)> {
         let mut builder = match &req.body {
             None => self.client.get(req.url.clone()),
             Some(body) => self
@@ -202,6 +205,7 @@ impl Reader {
                 transient.then_some(Duration::ZERO),
             )
         })?;
+        let at = response.url().clone();
         let status = response.status();
         if !status.is_success() {
             let code = status.as_u16();
@@ -232,7 +236,7 @@ impl Reader {
             }
             bytes.extend_from_slice(&chunk);
         }
-        Ok(bytes)
+        Ok((bytes, at))
     }
 }
 

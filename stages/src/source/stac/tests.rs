@@ -92,6 +92,30 @@ async fn pages_are_read_one_at_a_time_as_inputs_are_taken() {
     assert_eq!(asked, [1, 1, 2, 2, 3], "a page read only when needed");
 }
 
+/// A page the server moved (a redirect): its relative links are relative
+/// to where it was read, not to the URL first asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relative_links_of_a_redirected_page_follow_the_redirect() {
+    let pages: Vec<(String, Arc<Vec<u8>>)> = vec![
+        (
+            "new/p1.json".into(),
+            Arc::new(page(&["a"], Some("p2.json"))),
+        ),
+        ("new/p2.json".into(), Arc::new(page(&["b"], None))),
+    ];
+    let faults = Faults {
+        redirects: vec![("old.json".into(), "/tiles/new/p1.json".into())],
+        ..Faults::default()
+    };
+    let server = TileServer::start_with(pages, faults).await.unwrap();
+    let mut source = spec(&server.url("old.json"), &["B04"]).open().unwrap();
+    let mut sources = Vec::new();
+    while let Some(input) = source.next().await {
+        sources.push(input.unwrap().source);
+    }
+    assert_eq!(sources, [server.url("new/a.tif"), server.url("new/b.tif")]);
+}
+
 /// A 500 is tried again (after 1 s); a page that is not JSON ends the
 /// listing with a failed item naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
