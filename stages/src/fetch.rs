@@ -459,9 +459,9 @@ impl Fetch {
             self.window(id, source, held).await
         } else if http {
             Ok(Fetched::new(self.http(id, source, held).await?))
-        } else if store::is_s3(source) && self.read == Read::Window {
+        } else if store::is_store(source) && self.read == Read::Window {
             self.s3_window(id, source, size_hint, held).await
-        } else if store::is_s3(source) {
+        } else if store::is_store(source) {
             self.s3(id, source, size_hint, held).await
         } else {
             self.file(id, source, held).await

@@ -7,8 +7,8 @@
 //!   inputs into one output);
 //! - [`fetch`]: HTTP(S) with reqwest and rustls, `s3://` objects, and
 //!   local files with their siblings (async);
-//! - [`store`]: S3 and S3-compatible object stores (`object_store`): the
-//!   `s3://` glob source, fetch's reads, write's uploads;
+//! - [`store`]: object stores (`object_store`): S3 and S3-compatible, Azure Blob Storage; the
+//!   `s3://` / `az://` glob source, fetch's reads, write's uploads;
 //! - [`decode`]: the bytes opened with GDAL (blocking), under the input's
 //!   own safe file name ([`names`]) in a private `/vsimem/` directory, with
 //!   the siblings fetch read beside a local file (`siblings`), archives

@@ -14,6 +14,7 @@ mod global_rate;
 mod outputs;
 mod redis;
 mod redis_outage;
+mod azure;
 mod s3;
 mod security;
 mod terminal;
