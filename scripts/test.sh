@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, then every test (unit,
 # integration, doc tests) of every crate, with a Redis server of its own for
-# the coordinator tests and an S3-compatible server (s3s-fs) for the object
-# store tests. Ends with one summary line.
+# the coordinator tests, an S3-compatible server (s3s-fs) and Azurite (the
+# Azure Storage emulator) for the object store tests. Ends with one summary
+# line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WARPLINE_SETUP_S3=1 bash scripts/setup.sh
+WARPLINE_SETUP_S3=1 WARPLINE_SETUP_AZURE=1 bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
@@ -23,13 +24,17 @@ export WARPLINE_TEST_REDIS="redis://127.0.0.1:$REDIS_PORT"
 S3_PORT=${WARPLINE_TEST_S3_PORT:-8415}
 S3_ROOT=$(mktemp -d)
 S3_PID=""
+AZ_PID=""
+AZ_ROOT=$(mktemp -d)
 log=$(mktemp)
 cleanup() {
-  if [ -n "$S3_PID" ]; then
-    kill "$S3_PID" 2>/dev/null || true
-    wait "$S3_PID" 2>/dev/null || true
-  fi
-  rm -rf "$S3_ROOT" "$log"
+  for pid in "$S3_PID" "$AZ_PID"; do
+    if [ -n "$pid" ]; then
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf "$S3_ROOT" "$AZ_ROOT" "$log"
 }
 trap cleanup EXIT
 if (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null; then
@@ -59,6 +64,33 @@ fi
 export WARPLINE_TEST_S3="http://127.0.0.1:$S3_PORT"
 # Where the server keeps its files: tests look for uploads left in progress.
 export WARPLINE_TEST_S3_ROOT="$S3_ROOT/data"
+
+# A throwaway Azurite (blob service only) on its own port, over an empty
+# directory, for cli/tests/all/azure/. Its account and key are the
+# emulator's public constants (the tests' defaults); the tests create
+# their container.
+AZ_PORT=${WARPLINE_TEST_AZURE_PORT:-10000}
+if (exec 3<>"/dev/tcp/127.0.0.1/$AZ_PORT") 2>/dev/null; then
+  echo "test: port $AZ_PORT is taken; set WARPLINE_TEST_AZURE_PORT to a free one" >&2
+  exit 1
+fi
+azurite-blob --blobHost 127.0.0.1 --blobPort "$AZ_PORT" --location "$AZ_ROOT" \
+  --skipApiVersionCheck --loose --disableTelemetry --silent >"$AZ_ROOT/server.log" 2>&1 &
+AZ_PID=$!
+for _ in $(seq 1 100); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$AZ_PORT") 2>/dev/null && break
+  if ! kill -0 "$AZ_PID" 2>/dev/null; then
+    echo "test: azurite did not start:" >&2
+    cat "$AZ_ROOT/server.log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+if ! (exec 3<>"/dev/tcp/127.0.0.1/$AZ_PORT") 2>/dev/null; then
+  echo "test: azurite does not answer on port $AZ_PORT after 10 s" >&2
+  exit 1
+fi
+export WARPLINE_TEST_AZURE="http://127.0.0.1:$AZ_PORT"
 
 status=0
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?

@@ -296,7 +296,10 @@ fn remote_output(
             } else {
                 "staging"
             };
-            return Err((key, "only with dir = \"s3://BUCKET/PREFIX\" or \"az://CONTAINER/PREFIX\"".to_owned()));
+            return Err((
+                key,
+                "only with dir = \"s3://BUCKET/PREFIX\" or \"az://CONTAINER/PREFIX\"".to_owned(),
+            ));
         }
         return Ok((PathBuf::from(dir), None));
     }

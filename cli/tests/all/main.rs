@@ -6,6 +6,7 @@
 mod common;
 mod own_redis;
 
+mod azure;
 mod cli;
 mod cli_pipes;
 mod crash;
@@ -14,7 +15,6 @@ mod global_rate;
 mod outputs;
 mod redis;
 mod redis_outage;
-mod azure;
 mod s3;
 mod security;
 mod terminal;

@@ -200,7 +200,11 @@ mod tests {
                 .await;
             let (endpoint, lists) = server.counting_proxy(b"list-type=2").await;
             let stores = Stores::default();
-            stores.insert(super::super::Scheme::S3, &server.bucket, server.client(&endpoint));
+            stores.insert(
+                super::super::Scheme::S3,
+                &server.bucket,
+                server.client(&endpoint),
+            );
             let spec = S3Glob {
                 shown: format!("s3://{}/{prefix}/*.tif", server.bucket),
                 bucket: ObjectUrl::parse(&format!("s3://{}/{prefix}", server.bucket)).unwrap(),
@@ -264,7 +268,11 @@ mod bad_key {
             .build()
             .unwrap();
         let stores = Stores::default();
-        stores.insert(super::super::Scheme::S3, &server.bucket, server.client(&server.endpoint));
+        stores.insert(
+            super::super::Scheme::S3,
+            &server.bucket,
+            server.client(&server.endpoint),
+        );
         let spec = S3Glob {
             shown: format!("s3://{}/{prefix}/*.tif", server.bucket),
             bucket: ObjectUrl::parse(&format!("s3://{}/{prefix}", server.bucket)).unwrap(),

@@ -71,7 +71,9 @@ impl Scheme {
 
     /// The scheme of `text`, if it names an object in a store.
     pub(crate) fn of(text: &str) -> Option<Scheme> {
-        Scheme::ALL.into_iter().find(|s| text.starts_with(s.prefix()))
+        Scheme::ALL
+            .into_iter()
+            .find(|s| text.starts_with(s.prefix()))
     }
 
     pub(crate) fn prefix(self) -> &'static str {
@@ -112,7 +114,10 @@ impl Scheme {
     fn bucket_ok(self, name: &str) -> bool {
         (3..=63).contains(&name.len())
             && name.chars().all(|c| {
-                c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (c == '.' && self == Scheme::S3)
+                c.is_ascii_lowercase()
+                    || c.is_ascii_digit()
+                    || c == '-'
+                    || (c == '.' && self == Scheme::S3)
             })
     }
 }
@@ -134,8 +139,8 @@ impl ObjectUrl {
     /// Parses `s3://BUCKET/KEY` or `az://CONTAINER/BLOB` (the key may be
     /// empty: a bucket or prefix).
     pub(crate) fn parse(text: &str) -> Result<Self, String> {
-        let scheme = Scheme::of(text)
-            .ok_or_else(|| format!("{text:?} is not an s3:// or az:// URL"))?;
+        let scheme =
+            Scheme::of(text).ok_or_else(|| format!("{text:?} is not an s3:// or az:// URL"))?;
         let rest = &text[scheme.prefix().len()..];
         let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
         if !scheme.bucket_ok(bucket) {
@@ -435,9 +440,9 @@ pub(crate) fn stage_error(shown: &str, e: &object_store::Error) -> StageError {
         _ => status_in(&detail),
     };
     let message = match status {
-        Some(404) => format!(
-            "{shown}: not found{code}: no such key in {word} {bucket:?}, or no such {word}"
-        ),
+        Some(404) => {
+            format!("{shown}: not found{code}: no such key in {word} {bucket:?}, or no such {word}")
+        }
         Some(s @ (401 | 403)) => format!(
             "{shown}: access denied to {word} {bucket:?} (HTTP {s}){code}: check the credentials \
              ({}) and the {word}'s policy",

@@ -133,11 +133,7 @@ impl Output {
 
     fn target(&self, name: &str) -> Result<(Arc<dyn Client>, ObjectPath, String), StageError> {
         let url = self.url(name);
-        Ok((
-            self.stores.bucket(&url)?,
-            url.path()?,
-            url.to_string(),
-        ))
+        Ok((self.stores.bucket(&url)?, url.path()?, url.to_string()))
     }
 
     /// Whether the output is there (HEAD).

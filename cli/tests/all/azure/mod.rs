@@ -175,7 +175,12 @@ fn a_wrong_account_key_fails_each_item_once_naming_the_container() {
         az.endpoint,
         work.path().join("staging").display()
     );
-    let (report, text2) = az.run(work.path(), &pipeline(&glob, &write, &az.endpoint), &wrong, 3);
+    let (report, text2) = az.run(
+        work.path(),
+        &pipeline(&glob, &write, &az.endpoint),
+        &wrong,
+        3,
+    );
     assert_eq!(items(&report), [1, 0, 0, 1], "{text2}");
     let message = report["failures"][0]["message"].as_str().unwrap();
     assert!(
@@ -214,9 +219,10 @@ fn the_reference_azure_example_runs() {
     }
     // As the docs say: the emulator's variables, Azurite at its address.
     let mut command = az.warpline(&az.secret);
-    command
-        .env("AZURE_STORAGE_USE_EMULATOR", "true")
-        .env("AZURITE_BLOB_STORAGE_URL", az.endpoint.trim_end_matches(&format!("/{}", az.key)));
+    command.env("AZURE_STORAGE_USE_EMULATOR", "true").env(
+        "AZURITE_BLOB_STORAGE_URL",
+        az.endpoint.trim_end_matches(&format!("/{}", az.key)),
+    );
     let (report, text) = crate::s3::server::run_with(command, work.path(), &toml, 0);
     let n = tiles.len() as u64;
     assert_eq!(items(&report), [n, n, 0, 0], "{text}");
