@@ -37,6 +37,22 @@ cleanup() {
   rm -rf "$S3_ROOT" "$AZ_ROOT" "$log"
 }
 trap cleanup EXIT
+# Waits until the server NAME (process PID, log LOG) answers on PORT: at
+# most 10 s; a server that exits or does not answer ends the script.
+wait_for() {
+  local name=$1 port=$2 pid=$3 log=$4
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "test: $name did not start:" >&2
+      cat "$log" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  echo "test: $name does not answer on port $port after 10 s" >&2
+  exit 1
+}
 if (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null; then
   echo "test: port $S3_PORT is taken; set WARPLINE_TEST_S3_PORT to a free one" >&2
   exit 1
@@ -48,19 +64,7 @@ PATH="$PATH:${CARGO_HOME:-$HOME/.cargo}/bin" s3s-fs --host 127.0.0.1 --port "$S3
   --access-key "$WARPLINE_TEST_S3_KEY" --secret-key "$WARPLINE_TEST_S3_SECRET" \
   "$S3_ROOT/data" >"$S3_ROOT/server.log" 2>&1 &
 S3_PID=$!
-for _ in $(seq 1 100); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null && break
-  if ! kill -0 "$S3_PID" 2>/dev/null; then
-    echo "test: s3s-fs did not start:" >&2
-    cat "$S3_ROOT/server.log" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
-if ! (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null; then
-  echo "test: s3s-fs does not answer on port $S3_PORT after 10 s" >&2
-  exit 1
-fi
+wait_for s3s-fs "$S3_PORT" "$S3_PID" "$S3_ROOT/server.log"
 export WARPLINE_TEST_S3="http://127.0.0.1:$S3_PORT"
 # Where the server keeps its files: tests look for uploads left in progress.
 export WARPLINE_TEST_S3_ROOT="$S3_ROOT/data"
@@ -77,19 +81,7 @@ fi
 azurite-blob --blobHost 127.0.0.1 --blobPort "$AZ_PORT" --location "$AZ_ROOT" \
   --skipApiVersionCheck --loose --disableTelemetry --silent >"$AZ_ROOT/server.log" 2>&1 &
 AZ_PID=$!
-for _ in $(seq 1 100); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$AZ_PORT") 2>/dev/null && break
-  if ! kill -0 "$AZ_PID" 2>/dev/null; then
-    echo "test: azurite did not start:" >&2
-    cat "$AZ_ROOT/server.log" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
-if ! (exec 3<>"/dev/tcp/127.0.0.1/$AZ_PORT") 2>/dev/null; then
-  echo "test: azurite does not answer on port $AZ_PORT after 10 s" >&2
-  exit 1
-fi
+wait_for azurite "$AZ_PORT" "$AZ_PID" "$AZ_ROOT/server.log"
 export WARPLINE_TEST_AZURE="http://127.0.0.1:$AZ_PORT"
 
 status=0

@@ -15,10 +15,10 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use base64::Engine;
-use object_store::azure::MicrosoftAzureBuilder;
+use object_store::azure::{MicrosoftAzure, MicrosoftAzureBuilder};
 
 use crate::common;
-use crate::s3::server::{files, items, pipeline, serial, S3};
+use crate::s3::server::{self, files, items, pipeline, serial, S3};
 
 /// Azurite's account and key: public constants of the emulator.
 const ACCOUNT: &str = "devstoreaccount1";
@@ -44,33 +44,31 @@ fn azure(test: &str) -> Option<S3> {
     create_container(&server, &account, &key, &container);
     // The account's URL, as a user's `endpoint` setting names it.
     let endpoint = format!("{server}/{account}");
-    let store = MicrosoftAzureBuilder::new()
-        .with_account(&account)
-        .with_access_key(&key)
-        .with_endpoint(endpoint.clone())
-        .with_allow_http(true)
-        .with_container_name(&container)
-        .with_retry(object_store::RetryConfig {
-            max_retries: 3,
-            ..Default::default()
-        })
-        .build()
-        .unwrap();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
+    let store = client(&endpoint, &account, &key, &container);
     S3 {
         scheme: "az",
         endpoint,
         key: account,
         secret: key,
         bucket: container,
-        prefix: format!("{test}-{}-{nanos}", std::process::id()),
+        prefix: server::prefix(test),
         store: std::sync::Arc::new(store),
         rt: common::runtime(),
     }
     .answering("WARPLINE_TEST_AZURE")
+}
+
+/// A client of `container` at the account URL `endpoint`.
+fn client(endpoint: &str, account: &str, key: &str, container: &str) -> MicrosoftAzure {
+    MicrosoftAzureBuilder::new()
+        .with_account(account)
+        .with_access_key(key)
+        .with_endpoint(endpoint.to_owned())
+        .with_allow_http(true)
+        .with_container_name(container)
+        .with_retry(server::retry())
+        .build()
+        .unwrap()
 }
 
 /// Creates `container` (Create Container, signed with the account's Shared
@@ -126,6 +124,87 @@ fn a_run_killed_during_an_upload_leaves_no_blob_and_resumes() {
     let Some(az) = azure("killed") else { return };
     // A part is a staged block: `?comp=block&blockid=...`.
     crate::s3::faults::killed_and_resumed(&az, b"comp=block&");
+}
+
+/// What warpline's uploads rely on (docs/pipeline.md, "Object stores"):
+/// a staged block that is never committed (a killed run's) is no blob, and
+/// the next upload of the same blob commits its own blocks only; an abort
+/// is accepted (Azure drops uncommitted blocks itself).
+#[test]
+fn uncommitted_blocks_are_no_blob_and_the_next_upload_replaces_them() {
+    use object_store::multipart::MultipartStore;
+    use object_store::ObjectStoreExt;
+    let _serial = serial();
+    let Some(az) = azure("blocks") else { return };
+    let store = client(&az.endpoint, &az.key, &az.secret, &az.bucket);
+    let path = object_store::path::Path::from(az.key_of("out/a.tif"));
+    let part = |bytes: &'static [u8]| object_store::PutPayload::from_static(bytes);
+    az.rt.block_on(async {
+        let killed = store.create_multipart(&path).await.unwrap();
+        store
+            .put_part(&path, &killed, 0, part(b"partial"))
+            .await
+            .unwrap();
+        let head = store.head(&path).await;
+        assert!(
+            matches!(head, Err(object_store::Error::NotFound { .. })),
+            "a staged block is a blob: {head:?}"
+        );
+        store.abort_multipart(&path, &killed).await.unwrap();
+        let next = store.create_multipart(&path).await.unwrap();
+        let a = store
+            .put_part(&path, &next, 0, part(b"whole "))
+            .await
+            .unwrap();
+        let b = store
+            .put_part(&path, &next, 1, part(b"output"))
+            .await
+            .unwrap();
+        store
+            .complete_multipart(&path, &next, vec![a, b])
+            .await
+            .unwrap();
+        let got = store.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&got[..], b"whole output");
+    });
+}
+
+/// `read = "window"` on `az://` inputs: GDAL reads them by ranged GETs
+/// through fetch, and the outputs equal those of whole reads.
+#[test]
+fn a_window_read_equals_the_whole_read() {
+    let _serial = serial();
+    let Some(az) = azure("window") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let tiles = common::sample_files(&work.path().join("tiles"), 1, 256);
+    for t in &tiles {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        az.put(&format!("in/{name}"), std::fs::read(t).unwrap());
+    }
+    let glob = format!(
+        "kind = \"glob\"\npattern = \"{}\"\nendpoint = \"{}\"",
+        az.url("in/*.tif"),
+        az.endpoint
+    );
+    let n = tiles.len() as u64;
+    let mut outs = Vec::new();
+    for read in ["whole", "window"] {
+        let out = work.path().join(read);
+        let write = format!("dir = \"{}\"", out.display());
+        let toml = pipeline(&glob, &write, &az.endpoint).replace(
+            "memory = \"memory\"\nendpoint",
+            &format!("memory = \"memory\"\nread = \"{read}\"\nendpoint"),
+        );
+        assert!(toml.contains(&format!("read = \"{read}\"")), "{toml}");
+        let (report, text) = az.run(work.path(), &toml, &az.secret, 0);
+        assert_eq!(items(&report), [n, n, 0, 0], "{read}: {text}");
+        outs.push(out);
+    }
+    for t in &tiles {
+        let name = t.file_name().unwrap();
+        let what = name.to_string_lossy();
+        common::assert_same_raster(&outs[1].join(name), &outs[0].join(name), &what);
+    }
 }
 
 /// A wrong account key fails every item once, permanently, naming the

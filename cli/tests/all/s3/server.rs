@@ -48,29 +48,38 @@ pub fn s3(test: &str) -> Option<S3> {
         .with_bucket_name(&bucket)
         .with_access_key_id(&key)
         .with_secret_access_key(&secret)
-        // Asked again 3 times (about 1 s), not object_store's 10 (about a
-        // minute): a server that is not there fails the tests soon.
-        .with_retry(object_store::RetryConfig {
-            max_retries: 3,
-            ..Default::default()
-        })
+        .with_retry(retry())
         .build()
         .unwrap();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
     S3 {
         scheme: "s3",
         endpoint,
         key,
         secret,
         bucket,
-        prefix: format!("{test}-{}-{nanos}", std::process::id()),
+        prefix: prefix(test),
         store: Arc::new(store),
         rt: common::runtime(),
     }
     .answering("WARPLINE_TEST_S3")
+}
+
+/// Asked again 3 times (about 1 s), not object_store's 10 (about a
+/// minute): a server that is not there fails the tests soon.
+pub fn retry() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        max_retries: 3,
+        ..Default::default()
+    }
+}
+
+/// A prefix of `test`'s own, in this run.
+pub fn prefix(test: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{test}-{}-{nanos}", std::process::id())
 }
 
 impl S3 {
