@@ -5,7 +5,7 @@
 //! - [`source`]: kinds `list` (a text file of URLs and paths), `inline`
 //!   (a list in the pipeline), `glob` (local files) and `mosaic` (many
 //!   inputs into one output);
-//! - [`fetch`]: HTTP(S) with reqwest and rustls, `s3://` objects, and
+//! - [`fetch`]: HTTP(S) with reqwest and rustls, `s3://` and `az://` objects, and
 //!   local files with their siblings (async);
 //! - [`store`]: object stores (`object_store`): S3 and S3-compatible, Azure Blob Storage; the
 //!   `s3://` / `az://` glob source, fetch's reads, write's uploads;

@@ -9,7 +9,7 @@
 //!   and renamed into place: a file at the final path is always complete.
 //!   An existing output is skipped (resume), overwritten, or an error, per
 //!   `exists`.
-//! - `dir = "s3://BUCKET/PREFIX"` uploads each output (see
+//! - `dir = "s3://BUCKET/PREFIX"` or `"az://CONTAINER/PREFIX"` uploads each output (see
 //!   [`crate::store`]): the file is written as above in a local staging
 //!   directory (`staging`), then sent with a multipart upload, so the object
 //!   appears only when complete; `exists` asks with a HEAD request.
