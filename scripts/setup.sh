@@ -35,3 +35,20 @@ if [ "${WARPLINE_SETUP_S3:-0}" = 1 ] && ! command -v s3s-fs >/dev/null 2>&1 && [
   echo "setup: installing s3s-fs $S3S_FS_VERSION (cargo install, about 2-3 minutes)" >&2
   cargo install s3s-fs --version "$S3S_FS_VERSION" --features binary --locked --quiet
 fi
+
+# Azurite, the official Azure Storage emulator (it checks Shared Key
+# signatures), for cli/tests/all/azure/: only for the tests, like s3s-fs
+# (scripts/test.sh sets WARPLINE_SETUP_AZURE=1). From the npm registry; needs
+# Node.js 18 or later (Debian 12's nodejs is 18), installed if missing.
+AZURITE_VERSION=3.35.0
+if [ "${WARPLINE_SETUP_AZURE:-0}" = 1 ] && ! command -v azurite-blob >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "setup: installing nodejs npm (for Azurite)" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
+  fi
+  echo "setup: installing azurite $AZURITE_VERSION (npm install -g)" >&2
+  $SUDO npm install -g "azurite@$AZURITE_VERSION" --no-fund --no-audit --silent
+fi

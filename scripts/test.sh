@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, then every test (unit,
 # integration, doc tests) of every crate, with a Redis server of its own for
-# the coordinator tests and an S3-compatible server (s3s-fs) for the object
-# store tests. Ends with one summary line.
+# the coordinator tests, an S3-compatible server (s3s-fs) and Azurite (the
+# Azure Storage emulator) for the object store tests. Ends with one summary
+# line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WARPLINE_SETUP_S3=1 bash scripts/setup.sh
+WARPLINE_SETUP_S3=1 WARPLINE_SETUP_AZURE=1 bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
@@ -23,15 +24,35 @@ export WARPLINE_TEST_REDIS="redis://127.0.0.1:$REDIS_PORT"
 S3_PORT=${WARPLINE_TEST_S3_PORT:-8415}
 S3_ROOT=$(mktemp -d)
 S3_PID=""
+AZ_PID=""
+AZ_ROOT=$(mktemp -d)
 log=$(mktemp)
 cleanup() {
-  if [ -n "$S3_PID" ]; then
-    kill "$S3_PID" 2>/dev/null || true
-    wait "$S3_PID" 2>/dev/null || true
-  fi
-  rm -rf "$S3_ROOT" "$log"
+  for pid in "$S3_PID" "$AZ_PID"; do
+    if [ -n "$pid" ]; then
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf "$S3_ROOT" "$AZ_ROOT" "$log"
 }
 trap cleanup EXIT
+# Waits until the server NAME (process PID, log LOG) answers on PORT: at
+# most 10 s; a server that exits or does not answer ends the script.
+wait_for() {
+  local name=$1 port=$2 pid=$3 log=$4
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "test: $name did not start:" >&2
+      cat "$log" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  echo "test: $name does not answer on port $port after 10 s" >&2
+  exit 1
+}
 if (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null; then
   echo "test: port $S3_PORT is taken; set WARPLINE_TEST_S3_PORT to a free one" >&2
   exit 1
@@ -43,22 +64,25 @@ PATH="$PATH:${CARGO_HOME:-$HOME/.cargo}/bin" s3s-fs --host 127.0.0.1 --port "$S3
   --access-key "$WARPLINE_TEST_S3_KEY" --secret-key "$WARPLINE_TEST_S3_SECRET" \
   "$S3_ROOT/data" >"$S3_ROOT/server.log" 2>&1 &
 S3_PID=$!
-for _ in $(seq 1 100); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null && break
-  if ! kill -0 "$S3_PID" 2>/dev/null; then
-    echo "test: s3s-fs did not start:" >&2
-    cat "$S3_ROOT/server.log" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
-if ! (exec 3<>"/dev/tcp/127.0.0.1/$S3_PORT") 2>/dev/null; then
-  echo "test: s3s-fs does not answer on port $S3_PORT after 10 s" >&2
-  exit 1
-fi
+wait_for s3s-fs "$S3_PORT" "$S3_PID" "$S3_ROOT/server.log"
 export WARPLINE_TEST_S3="http://127.0.0.1:$S3_PORT"
 # Where the server keeps its files: tests look for uploads left in progress.
 export WARPLINE_TEST_S3_ROOT="$S3_ROOT/data"
+
+# A throwaway Azurite (blob service only) on its own port, over an empty
+# directory, for cli/tests/all/azure/. Its account and key are the
+# emulator's public constants (the tests' defaults); the tests create
+# their container.
+AZ_PORT=${WARPLINE_TEST_AZURE_PORT:-10000}
+if (exec 3<>"/dev/tcp/127.0.0.1/$AZ_PORT") 2>/dev/null; then
+  echo "test: port $AZ_PORT is taken; set WARPLINE_TEST_AZURE_PORT to a free one" >&2
+  exit 1
+fi
+azurite-blob --blobHost 127.0.0.1 --blobPort "$AZ_PORT" --location "$AZ_ROOT" \
+  --skipApiVersionCheck --loose --disableTelemetry --silent >"$AZ_ROOT/server.log" 2>&1 &
+AZ_PID=$!
+wait_for azurite "$AZ_PORT" "$AZ_PID" "$AZ_ROOT/server.log"
+export WARPLINE_TEST_AZURE="http://127.0.0.1:$AZ_PORT"
 
 status=0
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?

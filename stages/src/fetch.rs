@@ -1,8 +1,8 @@
 //! The `fetch` stage (async): reads each input's bytes over HTTP(S) with
-//! reqwest and rustls, from S3 (`s3://`, see [`crate::store`]), or from a
-//! local file.
+//! reqwest and rustls, from an object store (`s3://`, `az://`, see
+//! [`crate::store`]), or from a local file.
 //!
-//! - An `s3://` object is charged by its size (the listing's, else a HEAD
+//! - An `s3://` or `az://` object is charged by its size (the listing's, else a HEAD
 //!   request's) before its body is asked for; its errors are classed as
 //!   HTTP's are (a wrong secret, a missing bucket or key fail at once).
 //!
@@ -19,7 +19,7 @@
 //!   also pauses the host's rate bucket); other 4xx fail the item at once
 //!   with the URL and status. By default a fetch is tried 6 times, over
 //!   7.75 to 15.5 s, so a short outage costs no item.
-//! - `read = "window"`: an http(s) or `s3://` input is not read here; GDAL
+//! - `read = "window"`: an http(s), `s3://` or `az://` input is not read here; GDAL
 //!   reads the blocks the warp needs by range requests (see `window`).
 
 use std::time::Duration;
@@ -459,9 +459,9 @@ impl Fetch {
             self.window(id, source, held).await
         } else if http {
             Ok(Fetched::new(self.http(id, source, held).await?))
-        } else if store::is_s3(source) && self.read == Read::Window {
+        } else if store::is_store(source) && self.read == Read::Window {
             self.s3_window(id, source, size_hint, held).await
-        } else if store::is_s3(source) {
+        } else if store::is_store(source) {
             self.s3(id, source, size_hint, held).await
         } else {
             self.file(id, source, held).await

@@ -6,13 +6,14 @@
 //! - `inline`: `inputs = [...]` in the pipeline file (checked when the
 //!   pipeline is compiled);
 //! - `glob`: local files matching `pattern`, sorted; or, for an
-//!   `s3://BUCKET/PREFIX/*.tif` pattern, the objects of a bucket's listing
+//!   `s3://BUCKET/PREFIX/*.tif` or `az://CONTAINER/PREFIX/*.tif` pattern,
+//!   the objects of a bucket's listing
 //!   (see [`crate::store`]);
 //! - `mosaic`: many inputs warped into one output;
 //! - `stac`: the assets of STAC items, from an ItemCollection, a STAC API
 //!   search or a static catalog.
 //!
-//! Accepted: `http://`, `https://`, `s3://`, `file://` and plain local
+//! Accepted: `http://`, `https://`, `s3://`, `az://`, `file://` and plain local
 //! paths (the `schemes` setting narrows this). Anything else (`ftp://`,
 //! `gs://`, `/vsicurl/...`, ...) is refused: warpline never hands an input's name to
 //! GDAL, so GDAL cannot be made to open URLs or files of its own.
@@ -51,7 +52,7 @@ struct Schemes {
     allowed: Vec<String>,
 }
 
-const KNOWN_SCHEMES: &[&str] = &["http", "https", "s3", "file"];
+const KNOWN_SCHEMES: &[&str] = &["http", "https", "s3", "az", "file"];
 
 impl Schemes {
     fn parse(s: &Settings, given: Option<Vec<String>>) -> Result<Self, Problem> {
@@ -61,7 +62,7 @@ impl Schemes {
             if !KNOWN_SCHEMES.contains(&scheme.as_str()) {
                 return Err(s.problem(
                     &format!("schemes[{i}]"),
-                    format!("unknown scheme {scheme:?}; warpline fetches \"http\", \"https\", \"s3\" and \"file\" (local paths)"),
+                    format!("unknown scheme {scheme:?}; warpline fetches \"http\", \"https\", \"s3\", \"az\" and \"file\" (local paths)"),
                 ));
             }
         }
@@ -77,7 +78,7 @@ impl Schemes {
         let name = scheme.unwrap_or("file");
         if !KNOWN_SCHEMES.contains(&name) {
             return Err(format!(
-                "unsupported input {shown:?}: only http://, https://, s3://, file:// and local paths are read"
+                "unsupported input {shown:?}: only http://, https://, s3://, az://, file:// and local paths are read"
             ));
         }
         if !self.allowed.iter().any(|a| a == name) {
@@ -91,8 +92,8 @@ impl Schemes {
                 "unsupported input {shown:?}: GDAL virtual file names are not inputs; give the URL or path itself"
             ));
         }
-        if crate::store::is_s3(text) {
-            crate::store::S3Url::parse(text)?;
+        if crate::store::is_store(text) {
+            crate::store::ObjectUrl::parse(text)?;
         } else if let Some(s) = scheme {
             if s != "file" {
                 url::Url::parse(text).map_err(|e| format!("malformed URL {shown:?}: {e}"))?;
@@ -418,13 +419,13 @@ fn glob_source(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
             s.problem("pattern", "missing: a pattern such as \"data/*.tif\"")
         ]);
     };
-    if crate::store::is_s3(&pattern) {
+    if crate::store::is_store(&pattern) {
         return crate::store::glob_source(s, &pattern, g.endpoint);
     }
     if g.endpoint.is_some() {
         return Err(vec![s.problem(
             "endpoint",
-            "only for an s3:// pattern: a local glob asks no server",
+            "only for an s3:// or az:// pattern: a local glob asks no server",
         )]);
     }
     if let Err(e) = glob::Pattern::new(&pattern) {
@@ -529,6 +530,8 @@ mod tests {
         assert!(s.check("ftp://example.com/a.tif").is_err());
         assert!(s.check("s3://bucket/a.tif").is_ok());
         assert!(s.check("s3://Bucket_/a.tif").is_err());
+        assert!(s.check("az://container/a.tif").is_ok());
+        assert!(s.check("az://Bad_Container/a.tif").is_err());
         assert!(s.check("gs://bucket/a.tif").is_err());
         assert!(s.check("/vsicurl/http://127.0.0.1:1/x").is_err());
         let only_https = Schemes {

@@ -9,7 +9,7 @@
 //!   and renamed into place: a file at the final path is always complete.
 //!   An existing output is skipped (resume), overwritten, or an error, per
 //!   `exists`.
-//! - `dir = "s3://BUCKET/PREFIX"` uploads each output (see
+//! - `dir = "s3://BUCKET/PREFIX"` or `"az://CONTAINER/PREFIX"` uploads each output (see
 //!   [`crate::store`]): the file is written as above in a local staging
 //!   directory (`staging`), then sent with a multipart upload, so the object
 //!   appears only when complete; `exists` asks with a HEAD request.
@@ -282,20 +282,24 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
 }
 
 /// The local directory GDAL writes in, and the bucket it is uploaded to
-/// when `dir` is an `s3://` URL (else `endpoint` and `staging` are errors).
+/// when `dir` is an `s3://` or `az://` URL (else `endpoint` and `staging`
+/// are errors).
 fn remote_output(
     dir: &str,
     endpoint: Option<String>,
     staging: Option<String>,
 ) -> Result<(PathBuf, Option<Output>), (&'static str, String)> {
-    if !crate::store::is_s3(dir) {
+    if !crate::store::is_store(dir) {
         if endpoint.is_some() || staging.is_some() {
             let key = if endpoint.is_some() {
                 "endpoint"
             } else {
                 "staging"
             };
-            return Err((key, "only with dir = \"s3://BUCKET/PREFIX\"".to_owned()));
+            return Err((
+                key,
+                "only with dir = \"s3://BUCKET/PREFIX\" or \"az://CONTAINER/PREFIX\"".to_owned(),
+            ));
         }
         return Ok((PathBuf::from(dir), None));
     }

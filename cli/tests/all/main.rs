@@ -6,6 +6,7 @@
 mod common;
 mod own_redis;
 
+mod azure;
 mod cli;
 mod cli_pipes;
 mod crash;

@@ -62,10 +62,10 @@ pub(crate) enum Source {
         client: reqwest::Client,
         url: String,
     },
-    /// An S3 object, read with the bucket's `object_store` client (ranged
+    /// An object in a store, read with the bucket's `object_store` client (ranged
     /// GetObject).
     S3 {
-        store: Arc<object_store::aws::AmazonS3>,
+        store: Arc<dyn crate::store::Client>,
         path: object_store::path::Path,
     },
 }
@@ -301,7 +301,7 @@ impl Fetch {
         }
     }
 
-    /// An `s3://` object GDAL will read by ranges (ranged GetObject): its
+    /// An `s3://` or `az://` object GDAL will read by ranges (ranged GET): its
     /// size from the listing or a HEAD request.
     pub(super) async fn s3_window(
         &self,
@@ -310,8 +310,8 @@ impl Fetch {
         size_hint: Option<u64>,
         held: &mut Held,
     ) -> Result<Fetched, StageError> {
-        let url = store::S3Url::parse(source).map_err(StageError::permanent)?;
-        let store = self.stores.bucket(&url.bucket)?;
+        let url = store::ObjectUrl::parse(source).map_err(StageError::permanent)?;
+        let store = self.stores.bucket(&url)?;
         let path = url.path()?;
         let size = match size_hint {
             Some(size) => size,

@@ -5,12 +5,11 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use object_store::aws::AmazonS3;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStoreExt;
 use warpline_engine::StageError;
 
-use super::{stage_error, S3Url, Stores};
+use super::{stage_error, Client, ObjectUrl, Stores};
 
 /// An object found, not read yet.
 #[derive(Debug)]
@@ -21,7 +20,7 @@ pub(crate) struct Body {
     pub(crate) size: u64,
     /// Whether the size is the listing's (else HEAD's, just now).
     listed: bool,
-    store: Arc<AmazonS3>,
+    store: Arc<dyn Client>,
     path: ObjectPath,
 }
 
@@ -33,9 +32,9 @@ impl Body {
         source: &str,
         listed: Option<u64>,
     ) -> Result<Self, StageError> {
-        let url = S3Url::parse(source).map_err(StageError::permanent)?;
+        let url = ObjectUrl::parse(source).map_err(StageError::permanent)?;
         let shown = url.to_string();
-        let store = stores.bucket(&url.bucket)?;
+        let store = stores.bucket(&url)?;
         let path = url.path()?;
         let size = match listed {
             Some(size) => size,

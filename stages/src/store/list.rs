@@ -1,9 +1,10 @@
-//! The `glob` source over an S3 listing: `pattern = "s3://BUCKET/PREFIX/*.tif"`.
+//! The `glob` source over a store's listing: `pattern =
+//! "s3://BUCKET/PREFIX/*.tif"` or `"az://CONTAINER/PREFIX/*.tif"`.
 //!
 //! The bucket is listed from the pattern's directory (the part before its
 //! first wildcard), page by page as the engine asks for inputs: a page of
-//! at most 1,000 keys is held at a time, never the whole listing. Keys come
-//! in S3's order (sorted by their bytes), and those the pattern matches are
+//! at most 1,000 keys (Azure: 5,000) is held at a time, never the whole
+//! listing. Keys come in the store's order (sorted by their bytes), and those the pattern matches are
 //! inputs, with their listed size as the size hint (fetch charges it before
 //! reading). `*`, `?` and `[...]` stay within one `/`-separated segment;
 //! `**` crosses segments.
@@ -16,26 +17,27 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectMeta, ObjectStore};
 use warpline_engine::{Input, Problem, Settings, Source, SourceError, SourceSpec};
 
-use super::{stage_error, Config, S3Url, Stores};
+use super::{stage_error, Config, ObjectUrl, Stores};
 use crate::source::Ids;
 
 #[derive(Debug)]
 struct S3Glob {
     shown: String,
-    bucket: String,
+    /// The bucket, and the directory listed as its key.
+    bucket: ObjectUrl,
     dir: ObjectPath,
     pattern: glob::Pattern,
     stores: Arc<Stores>,
 }
 
-/// The `glob` source for an `s3://` pattern.
+/// The `glob` source for an `s3://` or `az://` pattern.
 pub(crate) fn glob_source(
     s: &Settings,
     pattern: &str,
     endpoint: Option<String>,
 ) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
     let problem = |m: String| vec![s.problem("pattern", m)];
-    let url = S3Url::parse(pattern).map_err(problem)?;
+    let url = ObjectUrl::parse(pattern).map_err(problem)?;
     let key_pattern = glob::Pattern::new(&url.key)
         .map_err(|e| problem(format!("invalid pattern {pattern:?}: {e}")))?;
     // The literal part before the first wildcard, cut back to a whole
@@ -46,7 +48,7 @@ pub(crate) fn glob_source(
         .map_err(|e| problem(format!("{pattern:?}: not a key prefix: {e}")))?;
     Ok(Arc::new(S3Glob {
         shown: pattern.to_owned(),
-        bucket: url.bucket,
+        bucket: url.with_key(dir.as_ref()),
         dir,
         pattern: key_pattern,
         stores: Arc::new(Stores::new(Config {
@@ -78,7 +80,7 @@ impl SourceSpec for S3Glob {
 
 struct S3GlobRun {
     shown: String,
-    bucket: String,
+    bucket: ObjectUrl,
     dir: ObjectPath,
     pattern: glob::Pattern,
     stores: Arc<Stores>,
@@ -129,7 +131,7 @@ impl Source for S3GlobRun {
                     return None;
                 }
                 Some(Err(e)) => {
-                    let shown = format!("s3://{}/{}", self.bucket, self.dir);
+                    let shown = self.bucket.to_string();
                     let mut message = stage_error(&shown, &e).message;
                     if let object_store::Error::InvalidPath { .. } = e {
                         // object_store reads a page whole: one key it cannot
@@ -147,7 +149,7 @@ impl Source for S3GlobRun {
                 Some(Ok(meta)) => {
                     self.listed += 1;
                     if self.pattern.matches_with(meta.location.as_ref(), MATCH) {
-                        let source = format!("s3://{}/{}", self.bucket, meta.location);
+                        let source = self.bucket.with_key(meta.location.as_ref()).to_string();
                         return Some(Ok(Input {
                             id: self.ids.next(&source),
                             source,
@@ -198,14 +200,14 @@ mod tests {
                 .await;
             let (endpoint, lists) = server.counting_proxy(b"list-type=2").await;
             let stores = Stores::default();
-            stores
-                .by_bucket
-                .lock()
-                .unwrap()
-                .insert(server.bucket.clone(), server.client(&endpoint));
+            stores.insert(
+                super::super::Scheme::S3,
+                &server.bucket,
+                server.client(&endpoint),
+            );
             let spec = S3Glob {
                 shown: format!("s3://{}/{prefix}/*.tif", server.bucket),
-                bucket: server.bucket.clone(),
+                bucket: ObjectUrl::parse(&format!("s3://{}/{prefix}", server.bucket)).unwrap(),
                 dir: ObjectPath::from(prefix.as_str()),
                 pattern: glob::Pattern::new(&format!("{prefix}/*.tif")).unwrap(),
                 stores: Arc::new(stores),
@@ -266,14 +268,14 @@ mod bad_key {
             .build()
             .unwrap();
         let stores = Stores::default();
-        stores
-            .by_bucket
-            .lock()
-            .unwrap()
-            .insert(server.bucket.clone(), server.client(&server.endpoint));
+        stores.insert(
+            super::super::Scheme::S3,
+            &server.bucket,
+            server.client(&server.endpoint),
+        );
         let spec = S3Glob {
             shown: format!("s3://{}/{prefix}/*.tif", server.bucket),
-            bucket: server.bucket.clone(),
+            bucket: ObjectUrl::parse(&format!("s3://{}/{prefix}", server.bucket)).unwrap(),
             dir: ObjectPath::from(prefix.as_str()),
             pattern: glob::Pattern::new(&format!("{prefix}/*.tif")).unwrap(),
             stores: Arc::new(stores),

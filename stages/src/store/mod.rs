@@ -1,15 +1,23 @@
-//! Object stores as inputs and outputs: `s3://BUCKET/KEY` on Amazon S3 or
-//! an S3-compatible server, through the `object_store` crate (SigV4
-//! signing, paginated listings, multipart uploads).
+//! Object stores as inputs and outputs, through the `object_store` crate
+//! (signing, paginated listings, multipart uploads): `s3://BUCKET/KEY` on
+//! Amazon S3 or an S3-compatible server, `az://CONTAINER/BLOB` on Azure
+//! Blob Storage or Azurite. Every path below is the same for both but the
+//! client's making (`build_s3`, `build_azure`) and the words of messages
+//! ([`Scheme`]).
 //!
-//! - `S3Url`: an object's address;
-//! - `Stores`: one client per bucket, made from the environment's
-//!   credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-//!   `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL`, ...; then the
-//!   profile of the AWS shared files, see `profile`; then the
-//!   container or instance metadata where `object_store` supports them) and
-//!   an optional `endpoint` setting; an `http://` endpoint on a loopback
-//!   address is allowed without `AWS_ALLOW_HTTP`;
+//! - `ObjectUrl`: an object's address;
+//! - `Stores`: one client per bucket (container), made from the
+//!   environment's credentials and an optional `endpoint` setting. S3:
+//!   `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+//!   `AWS_REGION`, `AWS_ENDPOINT_URL`, ...; then the profile of the AWS
+//!   shared files, see `profile`; then the container or instance metadata
+//!   where `object_store` supports them. Azure: what
+//!   `MicrosoftAzureBuilder::from_env` reads (`AZURE_STORAGE_ACCOUNT_NAME`,
+//!   `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_KEY`,
+//!   `AZURE_STORAGE_ENDPOINT`, `AZURE_STORAGE_USE_EMULATOR` with
+//!   `AZURITE_BLOB_STORAGE_URL`, the client secret or managed identity).
+//!   An `http://` endpoint on a loopback address is allowed without
+//!   `AWS_ALLOW_HTTP` / `AZURE_ALLOW_HTTP`;
 //! - `stage_error`: an `object_store` error as a stage error, classed for
 //!   the retry policy as fetch classes HTTP errors, its text redacted;
 //! - `list`: the `glob` source over a listing; `get`: fetch's reads;
@@ -18,6 +26,7 @@
 //! Secrets are never in a message: requests are signed in headers, and
 //! every message passes through [`redact_text`].
 
+mod address;
 mod get;
 mod journal;
 mod list;
@@ -32,79 +41,33 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::client::{ClientConfigKey, HttpError, HttpErrorKind};
-use object_store::path::Path as ObjectPath;
-use object_store::{BackoffConfig, RetryConfig};
+use object_store::multipart::MultipartStore;
+use object_store::{BackoffConfig, ObjectStore, RetryConfig};
 use warpline_engine::redact::redact_text;
 #[cfg(test)]
 use warpline_engine::ErrorKind;
 use warpline_engine::StageError;
 
+pub(crate) use address::{is_store, ObjectUrl, Scheme};
 pub(crate) use get::Body;
 pub(crate) use journal::default_staging;
 pub(crate) use list::glob_source;
 pub(crate) use put::Output;
 pub(crate) use siblings::siblings;
 
-/// Whether an input or output names an object in S3.
-pub(crate) fn is_s3(text: &str) -> bool {
-    text.starts_with("s3://")
-}
+/// A client of one bucket: reads, listings and multipart uploads.
+pub(crate) trait Client: ObjectStore + MultipartStore {}
 
-/// An object's address, `s3://BUCKET/KEY`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct S3Url {
-    pub(crate) bucket: String,
-    pub(crate) key: String,
-}
-
-impl S3Url {
-    /// Parses `s3://BUCKET/KEY` (the key may be empty: a bucket or prefix).
-    pub(crate) fn parse(text: &str) -> Result<Self, String> {
-        let rest = text
-            .strip_prefix("s3://")
-            .ok_or_else(|| format!("{text:?} is not an s3:// URL"))?;
-        let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-        let bucket_ok = (3..=63).contains(&bucket.len())
-            && bucket
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
-        if !bucket_ok {
-            return Err(format!(
-                "{:?}: {bucket:?} is not a bucket name (3 to 63 lower-case letters, digits, `-`, `.`)",
-                redact_text(text)
-            ));
-        }
-        if key.contains(['?', '#']) {
-            return Err(format!(
-                "{:?}: an s3:// URL has no query or fragment",
-                redact_text(text)
-            ));
-        }
-        Ok(S3Url {
-            bucket: bucket.to_owned(),
-            key: key.to_owned(),
-        })
-    }
-
-    /// The key as `object_store` names it.
-    pub(crate) fn path(&self) -> Result<ObjectPath, StageError> {
-        ObjectPath::parse(&self.key)
-            .map_err(|e| StageError::permanent(format!("{self}: not an object key: {e}")))
-    }
-}
-
-impl std::fmt::Display for S3Url {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "s3://{}/{}", self.bucket, self.key)
-    }
-}
+impl<T: ObjectStore + MultipartStore> Client for T {}
 
 /// How the clients of a stage talk to the store.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Config {
-    /// The server (`endpoint` setting); else `AWS_ENDPOINT_URL`, else AWS.
+    /// The server (`endpoint` setting); else `AWS_ENDPOINT_URL` or
+    /// `AZURE_STORAGE_ENDPOINT`, else the cloud's.
     pub(crate) endpoint: Option<String>,
     pub(crate) connect_timeout: Option<Duration>,
     pub(crate) timeout: Option<Duration>,
@@ -118,7 +81,7 @@ pub(crate) struct Config {
 #[derive(Debug, Default)]
 pub(crate) struct Stores {
     config: Config,
-    by_bucket: Mutex<HashMap<String, Arc<AmazonS3>>>,
+    by_bucket: Mutex<HashMap<(Scheme, String), Arc<dyn Client>>>,
 }
 
 impl Stores {
@@ -129,19 +92,35 @@ impl Stores {
         }
     }
 
-    /// The client of `bucket`.
-    pub(crate) fn bucket(&self, bucket: &str) -> Result<Arc<AmazonS3>, StageError> {
+    /// The client of `url`'s bucket.
+    pub(crate) fn bucket(&self, url: &ObjectUrl) -> Result<Arc<dyn Client>, StageError> {
+        let key = (url.scheme, url.bucket.clone());
         // A poisoned map is still a valid map: a panic cannot leave it half
         // changed (one insert).
         let mut map = self.by_bucket.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(store) = map.get(bucket) {
+        if let Some(store) = map.get(&key) {
             return Ok(Arc::clone(store));
         }
-        let store = Arc::new(build(&self.config, bucket).map_err(|m| {
-            StageError::permanent(format!("s3://{bucket}: cannot make an S3 client: {m}"))
-        })?);
-        map.insert(bucket.to_owned(), Arc::clone(&store));
+        let built: Result<Arc<dyn Client>, String> = match url.scheme {
+            Scheme::S3 => build_s3(&self.config, &url.bucket).map(|c| Arc::new(c) as _),
+            Scheme::Az => build_azure(&self.config, &url.bucket).map(|c| Arc::new(c) as _),
+        };
+        let store = built.map_err(|m| {
+            StageError::permanent(format!(
+                "{}{}: cannot make a client: {m}",
+                url.scheme.prefix(),
+                url.bucket
+            ))
+        })?;
+        map.insert(key, Arc::clone(&store));
         Ok(store)
+    }
+
+    /// Uses `client` for `bucket` (tests: a client with test credentials).
+    #[cfg(test)]
+    pub(crate) fn insert(&self, scheme: Scheme, bucket: &str, client: Arc<dyn Client>) {
+        let mut map = self.by_bucket.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert((scheme, bucket.to_owned()), client);
     }
 }
 
@@ -159,7 +138,30 @@ fn loopback_http(endpoint: &str) -> bool {
         }
 }
 
-fn build(config: &Config, bucket: &str) -> Result<AmazonS3, String> {
+impl Config {
+    /// The client settings both stores take: timeouts.
+    fn client_keys(&self) -> Vec<(ClientConfigKey, String)> {
+        let millis = |d: Duration| format!("{}ms", d.as_millis());
+        let mut keys = Vec::new();
+        if let Some(t) = self.connect_timeout {
+            keys.push((ClientConfigKey::ConnectTimeout, millis(t)));
+        }
+        if let Some(t) = self.timeout {
+            keys.push((ClientConfigKey::Timeout, millis(t)));
+        }
+        keys
+    }
+
+    fn retry(&self) -> RetryConfig {
+        RetryConfig {
+            backoff: BackoffConfig::default(),
+            max_retries: self.retries,
+            retry_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+fn build_s3(config: &Config, bucket: &str) -> Result<impl Client, String> {
     let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
     b = with_profile(b)?;
     if let Some(endpoint) = &config.endpoint {
@@ -170,24 +172,30 @@ fn build(config: &Config, bucket: &str) -> Result<AmazonS3, String> {
     {
         b = b.with_allow_http(true);
     }
-    let millis = |d: Duration| format!("{}ms", d.as_millis());
-    if let Some(t) = config.connect_timeout {
-        b = b.with_config(
-            AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
-            millis(t),
-        );
+    for (key, value) in config.client_keys() {
+        b = b.with_config(AmazonS3ConfigKey::Client(key), value);
     }
-    if let Some(t) = config.timeout {
-        b = b.with_config(
-            AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
-            millis(t),
-        );
+    b = b.with_retry(config.retry());
+    b.build().map_err(|e| redact_text(&e.to_string()))
+}
+
+/// An Azure client: `MicrosoftAzureBuilder::from_env`'s variables, then
+/// the `endpoint` setting (the account's URL, e.g.
+/// `http://127.0.0.1:10000/devstoreaccount1` for Azurite).
+fn build_azure(config: &Config, container: &str) -> Result<impl Client, String> {
+    let mut b = MicrosoftAzureBuilder::from_env().with_container_name(container);
+    if let Some(endpoint) = &config.endpoint {
+        b = b.with_endpoint(endpoint.clone());
     }
-    b = b.with_retry(RetryConfig {
-        backoff: BackoffConfig::default(),
-        max_retries: config.retries,
-        retry_timeout: Duration::from_secs(60),
-    });
+    if b.get_config_value(&AzureConfigKey::Endpoint)
+        .is_some_and(|e| loopback_http(&e))
+    {
+        b = b.with_allow_http(true);
+    }
+    for (key, value) in config.client_keys() {
+        b = b.with_config(AzureConfigKey::Client(key), value);
+    }
+    b = b.with_retry(config.retry());
     b.build().map_err(|e| redact_text(&e.to_string()))
 }
 
@@ -232,7 +240,8 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     redact_text(&text)
 }
 
-/// The S3 error code in a server's answer (`<Code>NoSuchBucket</Code>`).
+/// The error code in a server's answer (`<Code>NoSuchBucket</Code>`, Azure's
+/// `<Code>AuthenticationFailed</Code>`).
 fn s3_code(text: &str) -> Option<&str> {
     let start = text.find("<Code>")? + "<Code>".len();
     let len = text[start..].find("</Code>")?;
@@ -240,7 +249,8 @@ fn s3_code(text: &str) -> Option<&str> {
 }
 
 /// The metadata services `object_store` asks for credentials when the
-/// environment has none: an instance's (IMDS) and a container's (ECS).
+/// environment has none: an instance's (IMDS, AWS's and Azure's managed
+/// identity) and a container's (ECS).
 const METADATA: &[&str] = &["169.254.169.254", "169.254.170.2"];
 
 /// The HTTP status a failed request was answered with, from its text
@@ -263,27 +273,35 @@ fn transport(e: &(dyn std::error::Error + 'static)) -> Option<HttpErrorKind> {
 }
 
 /// An `object_store` error for the object or prefix `shown`
-/// (`s3://BUCKET/KEY`), classed as fetch classes HTTP errors: 404, 403 and
-/// 401 (a wrong secret, a missing bucket or key) fail at once, naming the
-/// bucket and key; 5xx, 429, 408, timeouts and lost connections are tried
-/// again.
+/// (`s3://BUCKET/KEY`, `az://CONTAINER/BLOB`), classed as fetch classes
+/// HTTP errors: 404, 403 and 401 (a wrong secret, a missing bucket or key)
+/// fail at once, naming the bucket and key; 5xx, 429, 408, timeouts and
+/// lost connections are tried again.
 pub(crate) fn stage_error(shown: &str, e: &object_store::Error) -> StageError {
     use object_store::Error as E;
     let detail = chain(e);
     let code = s3_code(&detail)
         .map(|c| format!(" ({c})"))
         .unwrap_or_default();
+    let scheme = Scheme::of(shown).unwrap_or(Scheme::S3);
+    let word = scheme.bucket_word();
     let bucket = shown
-        .strip_prefix("s3://")
+        .strip_prefix(scheme.prefix())
         .and_then(|rest| rest.split('/').next())
         .unwrap_or(shown);
     if METADATA.iter().any(|m| detail.contains(m)) {
         // No credentials in the environment, and the machine's metadata
         // service (an instance's, a container's) gave none either.
+        let set = match scheme {
+            Scheme::S3 => {
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile in ~/.aws/credentials \
+                 (AWS_PROFILE) or a web identity token"
+            }
+            Scheme::Az => scheme.credentials(),
+        };
         return StageError::permanent(format!(
-            "{shown}: no credentials for bucket {bucket:?}: set AWS_ACCESS_KEY_ID and \
-             AWS_SECRET_ACCESS_KEY, a profile in ~/.aws/credentials (AWS_PROFILE) or a web \
-             identity token; the metadata service gave none: {detail}"
+            "{shown}: no credentials for {word} {bucket:?}: set {set}; the metadata service \
+             gave none: {detail}"
         ));
     }
     let status = match e {
@@ -294,11 +312,12 @@ pub(crate) fn stage_error(shown: &str, e: &object_store::Error) -> StageError {
     };
     let message = match status {
         Some(404) => {
-            format!("{shown}: not found{code}: no such key in bucket {bucket:?}, or no such bucket")
+            format!("{shown}: not found{code}: no such key in {word} {bucket:?}, or no such {word}")
         }
         Some(s @ (401 | 403)) => format!(
-            "{shown}: access denied to bucket {bucket:?} (HTTP {s}){code}: check the credentials \
-             (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) and the bucket's policy"
+            "{shown}: access denied to {word} {bucket:?} (HTTP {s}){code}: check the credentials \
+             ({}) and the {word}'s policy",
+            scheme.credentials()
         ),
         Some(s) => format!("{shown}: HTTP {s}{code}: {detail}"),
         None => format!("{shown}: {detail}"),
@@ -333,13 +352,13 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime, StageError> {
         .get_or_init(|| {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
-                .thread_name("warpline-s3")
+                .thread_name("warpline-store")
                 .enable_all()
                 .build()
                 .map_err(|e| e.to_string())
         })
         .as_ref()
-        .map_err(|e| StageError::transient(format!("cannot start the S3 upload runtime: {e}")))
+        .map_err(|e| StageError::transient(format!("cannot start the object store runtime: {e}")))
 }
 
 /// Runs `work` on the upload runtime and waits for it, from any thread: a
@@ -356,7 +375,7 @@ pub(crate) fn block_on<T: Send + 'static>(
     });
     let wait = || {
         rx.recv()
-            .unwrap_or_else(|_| Err(StageError::permanent("an S3 request panicked")))
+            .unwrap_or_else(|_| Err(StageError::permanent("an object store request panicked")))
     };
     let on_many_threads = tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
@@ -373,16 +392,22 @@ mod tests {
 
     #[test]
     fn urls_parse() {
-        let u = S3Url::parse("s3://my-bucket/a/b.tif").unwrap();
+        let u = ObjectUrl::parse("s3://my-bucket/a/b.tif").unwrap();
         assert_eq!(
             (u.bucket.as_str(), u.key.as_str()),
             ("my-bucket", "a/b.tif")
         );
         assert_eq!(u.to_string(), "s3://my-bucket/a/b.tif");
-        assert_eq!(S3Url::parse("s3://bkt").unwrap().key, "");
-        assert!(S3Url::parse("s3://Bad_Bucket/a").is_err());
-        assert!(S3Url::parse("s3://bkt/a.tif?x=1").is_err());
-        assert!(S3Url::parse("https://bkt/a").is_err());
+        assert_eq!(ObjectUrl::parse("s3://bkt").unwrap().key, "");
+        assert!(ObjectUrl::parse("s3://Bad_Bucket/a").is_err());
+        assert!(ObjectUrl::parse("s3://bkt/a.tif?x=1").is_err());
+        assert!(ObjectUrl::parse("https://bkt/a").is_err());
+        let a = ObjectUrl::parse("az://my-container/a/b.tif").unwrap();
+        assert_eq!((a.scheme, a.bucket.as_str()), (Scheme::Az, "my-container"));
+        assert_eq!(a.to_string(), "az://my-container/a/b.tif");
+        // A container has no `.`.
+        assert!(ObjectUrl::parse("az://my.container/a").is_err());
+        assert!(ObjectUrl::parse("s3://my.bucket/a").is_ok());
     }
 
     #[test]
@@ -399,6 +424,47 @@ mod tests {
         assert!(loopback_http("http://localhost:9000"));
         assert!(!loopback_http("http://example.com"));
         assert!(!loopback_http("https://127.0.0.1:9000"));
+    }
+
+    /// Azure's answers name the container and Azure's variables, and are
+    /// classed as S3's: a wrong key (403) fails at once, a 503 is tried
+    /// again.
+    #[test]
+    fn azure_errors_name_the_container() {
+        let error = |status: u16, code: &str| {
+            let source = Box::new(std::io::Error::other(format!(
+                "Server returned non-2xx status code: {status}: <Code>{code}</Code>"
+            )));
+            let path = "a/b.tif".to_owned();
+            match status {
+                403 => object_store::Error::PermissionDenied { path, source },
+                _ => object_store::Error::Generic {
+                    store: "MicrosoftAzure",
+                    source,
+                },
+            }
+        };
+        let shown = "az://scenes/a/b.tif";
+        let denied = stage_error(shown, &error(403, "AuthenticationFailed"));
+        assert_eq!(
+            (denied.kind, denied.status),
+            (ErrorKind::Permanent, Some(403))
+        );
+        assert!(
+            denied.message.starts_with(
+                "az://scenes/a/b.tif: access denied to container \"scenes\" (HTTP 403) \
+                 (AuthenticationFailed)"
+            ),
+            "{}",
+            denied.message
+        );
+        assert!(
+            denied.message.contains("AZURE_STORAGE_ACCOUNT_KEY"),
+            "{}",
+            denied.message
+        );
+        let busy = stage_error(shown, &error(503, "ServerBusy"));
+        assert_eq!((busy.kind, busy.status), (ErrorKind::Transient, Some(503)));
     }
 
     /// What a server answers is classed as fetch classes HTTP answers:
@@ -429,12 +495,8 @@ mod tests {
                     bucket: "bkt".to_owned(),
                 };
                 let stores = Stores::default();
-                stores
-                    .by_bucket
-                    .lock()
-                    .unwrap()
-                    // As fetch's: the engine tries again, not the client.
-                    .insert("bkt".to_owned(), server.client_trying(&server.endpoint, 0));
+                // As fetch's: the engine tries again, not the client.
+                stores.insert(Scheme::S3, "bkt", server.client_trying(&server.endpoint, 0));
                 // The listed size skips the HEAD: the GET is answered.
                 let e = get::Body::locate(&stores, "s3://bkt/a.tif", Some(1))
                     .await

@@ -1,12 +1,20 @@
-//! Uploading the write stage's outputs: `dir = "s3://BUCKET/PREFIX"`.
+//! Uploading the write stage's outputs: `dir = "s3://BUCKET/PREFIX"` or
+//! `"az://CONTAINER/PREFIX"`.
 //!
 //! The file GDAL wrote (under a temporary name, in a local staging
 //! directory) is sent with a multipart upload, parts of 8 MiB (larger for a
 //! file over 78 GiB: S3 takes at most 10,000 parts), up to 32 MiB of them in
-//! flight: S3 shows the object only when the upload is completed, so no
-//! partial object is ever under the final key. An upload that fails is
-//! aborted (the parts sent are dropped by the server); one a killed run
-//! left is aborted by the next run (see [`journal`](super::journal)).
+//! flight: the store shows the object only when the upload is completed,
+//! so no partial object is ever under the final key. On Azure the parts
+//! are staged blocks (Put Block) and completing commits their list (Put
+//! Block List); until then the blob does not exist.
+//!
+//! An upload that fails is aborted; one a killed run left is aborted by the
+//! next run (see [`journal`](super::journal)). On S3 aborting drops the
+//! parts sent. Azure has no call that drops staged blocks: `object_store`'s
+//! abort does nothing, and the server drops uncommitted blocks itself a
+//! week after the last one was staged, or when the next upload of the same
+//! blob commits its own list; nothing is visible meanwhile.
 //! `exists = "skip"` asks with a HEAD request.
 
 use std::path::{Path, PathBuf};
@@ -14,15 +22,14 @@ use std::sync::{Arc, Once};
 
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use object_store::aws::AmazonS3;
-use object_store::multipart::{MultipartStore, PartId};
+use object_store::multipart::PartId;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStoreExt, PutPayload};
 use tokio::io::AsyncReadExt;
 use warpline_engine::StageError;
 
 use super::journal::{self, Record};
-use super::{block_on, stage_error, Config, S3Url, Stores};
+use super::{block_on, stage_error, Client, Config, ObjectUrl, Scheme, Stores};
 
 /// The size of each uploaded part, for a file of at most
 /// `PART * MAX_PARTS` bytes (78 GiB).
@@ -60,11 +67,12 @@ fn parts_in_flight(part: u64, share: Option<u64>) -> usize {
 /// Where outputs are uploaded.
 #[derive(Debug)]
 pub(crate) struct Output {
-    bucket: String,
-    prefix: String,
+    /// The bucket, with the prefix as its key.
+    bucket: ObjectUrl,
     stores: Arc<Stores>,
     /// The server uploads go to (the `endpoint` setting, else
-    /// `AWS_ENDPOINT_URL`; `None`: AWS), kept in each upload's record.
+    /// `AWS_ENDPOINT_URL` / `AZURE_STORAGE_ENDPOINT`; `None`: the cloud's),
+    /// kept in each upload's record.
     endpoint: Option<String>,
     /// Clients of the servers that uploads a dead process left were begun
     /// at, when not `endpoint`.
@@ -76,31 +84,32 @@ pub(crate) struct Output {
 }
 
 impl Output {
-    /// Parses `s3://BUCKET[/PREFIX]`; `endpoint` as the stage sets it;
+    /// Parses `s3://BUCKET[/PREFIX]` or `az://CONTAINER[/PREFIX]`;
+    /// `endpoint` as the stage sets it;
     /// `staging` the local directory files are written in before upload.
     pub(crate) fn parse(
         dir: &str,
         endpoint: Option<String>,
         staging: &Path,
     ) -> Result<Self, String> {
-        let url = S3Url::parse(dir)?;
+        let url = ObjectUrl::parse(dir)?;
         let prefix = url.key.trim_matches('/').to_owned();
         // The server the client will talk to, as it will choose it: the
         // setting, the environment, then the AWS profile's `endpoint_url`
         // (a profile that cannot be read fails when the client is made).
         let effective = endpoint
             .clone()
-            .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+            .or_else(|| std::env::var(url.scheme.endpoint_var()).ok())
             .filter(|e| !e.is_empty())
-            .or_else(|| {
-                super::profile::load(|k| std::env::var(k).ok())
+            .or_else(|| match url.scheme {
+                Scheme::S3 => super::profile::load(|k| std::env::var(k).ok())
                     .ok()
                     .flatten()
-                    .and_then(|p| p.endpoint_url)
+                    .and_then(|p| p.endpoint_url),
+                Scheme::Az => None,
             });
         Ok(Output {
-            bucket: url.bucket,
-            prefix,
+            bucket: url.with_key(prefix),
             endpoint: effective,
             elsewhere: Default::default(),
             stores: Arc::new(Stores::new(Config {
@@ -118,15 +127,12 @@ impl Output {
     }
 
     /// The output's key: the prefix, then `name` (a relative path).
-    fn url(&self, name: &str) -> S3Url {
-        let key = if self.prefix.is_empty() {
-            name.to_owned()
+    fn url(&self, name: &str) -> ObjectUrl {
+        let prefix = &self.bucket.key;
+        if prefix.is_empty() {
+            self.bucket.with_key(name)
         } else {
-            format!("{}/{name}", self.prefix)
-        };
-        S3Url {
-            bucket: self.bucket.clone(),
-            key,
+            self.bucket.with_key(format!("{prefix}/{name}"))
         }
     }
 
@@ -135,13 +141,9 @@ impl Output {
         self.url(name).to_string()
     }
 
-    fn target(&self, name: &str) -> Result<(Arc<AmazonS3>, ObjectPath, String), StageError> {
+    fn target(&self, name: &str) -> Result<(Arc<dyn Client>, ObjectPath, String), StageError> {
         let url = self.url(name);
-        Ok((
-            self.stores.bucket(&url.bucket)?,
-            url.path()?,
-            url.to_string(),
-        ))
+        Ok((self.stores.bucket(&url)?, url.path()?, url.to_string()))
     }
 
     /// Whether the output is there (HEAD).
@@ -179,11 +181,11 @@ impl Output {
     fn abort_left(&self) {
         let mut aborted = 0;
         for left in journal::left(&self.journal) {
-            let result = S3Url::parse(&left.url)
+            let result = ObjectUrl::parse(&left.url)
                 .map_err(StageError::permanent)
                 .and_then(|url| {
                     let stores = self.stores_at(left.endpoint.as_deref());
-                    Ok((stores.bucket(&url.bucket)?, url.path()?))
+                    Ok((stores.bucket(&url)?, url.path()?))
                 })
                 .and_then(|(store, path)| {
                     let (url, id) = (left.url.clone(), left.id.clone());
@@ -233,7 +235,7 @@ impl Output {
     /// (a listing of at most one page under the prefix).
     pub(crate) fn check(&self) -> Vec<String> {
         let (store, prefix) = match self.stores.bucket(&self.bucket) {
-            Ok(s) => (s, ObjectPath::from(self.prefix.as_str())),
+            Ok(s) => (s, ObjectPath::from(self.bucket.key.as_str())),
             Err(e) => return vec![e.message],
         };
         let shown = self.shown("");
@@ -245,14 +247,18 @@ impl Output {
         });
         match result {
             Ok(()) => Vec::new(),
-            Err(e) => vec![format!("output bucket cannot be listed: {}", e.message)],
+            Err(e) => vec![format!(
+                "output {} cannot be listed: {}",
+                self.bucket.scheme.bucket_word(),
+                e.message
+            )],
         }
     }
 }
 
 /// Where an upload goes.
 struct Target {
-    store: Arc<AmazonS3>,
+    store: Arc<dyn Client>,
     path: ObjectPath,
     shown: String,
 }
@@ -280,7 +286,7 @@ async fn upload(
             journal.display()
         ))),
         Ok(_) => match send(
-            &store,
+            &*store,
             &path,
             &id,
             (&mut f, part, len, share),
@@ -329,7 +335,7 @@ async fn upload(
 /// Sends the file's parts of `part` bytes, [`parts_in_flight`] at a time;
 /// their ids in order, and the bytes sent.
 async fn send(
-    store: &AmazonS3,
+    store: &dyn Client,
     path: &ObjectPath,
     id: &String,
     (f, part, len, share): (&mut tokio::fs::File, u64, u64, Option<u64>),
@@ -378,6 +384,8 @@ mod tests {
     //! Uploads against the test server (`WARPLINE_TEST_S3`, see cli/tests/all/s3/);
     //! skipped without it.
 
+    use object_store::multipart::MultipartStore;
+
     use super::*;
     use crate::store::testing;
 
@@ -392,10 +400,7 @@ mod tests {
         let store = server.client(&server.endpoint);
         output
             .stores
-            .by_bucket
-            .lock()
-            .unwrap()
-            .insert(server.bucket, store);
+            .insert(super::super::Scheme::S3, &server.bucket, store);
         Some((output, staging))
     }
 
@@ -501,11 +506,11 @@ mod tests {
         let output =
             Output::parse(&dir, Some("http://127.0.0.1:9".into()), staging.path()).unwrap();
         let there = Stores::default();
-        there
-            .by_bucket
-            .lock()
-            .unwrap()
-            .insert(server.bucket.clone(), server.client(&server.endpoint));
+        there.insert(
+            super::super::Scheme::S3,
+            &server.bucket,
+            server.client(&server.endpoint),
+        );
         output
             .elsewhere
             .lock()

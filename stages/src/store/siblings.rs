@@ -1,4 +1,4 @@
-//! The siblings of an `s3://` input (its `.msk`, `.ovr`, `.aux.xml`, world
+//! The siblings of an `s3://` or `az://` input (its `.msk`, `.ovr`, `.aux.xml`, world
 //! file, `.prj`; see [`crate::names::sibling_candidates`]), found as GDAL's
 //! `/vsis3/` finds them: one listing of the object's "directory", kept for
 //! the directories seen last, so a batch of scenes under one prefix costs
@@ -13,7 +13,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 use warpline_engine::StageError;
 
-use super::{stage_error, Body, S3Url, Stores};
+use super::{stage_error, Body, ObjectUrl, Stores};
 use crate::names::{is_companion, sibling_candidates};
 
 /// Directories whose listings are kept (beyond, the cache starts afresh).
@@ -38,9 +38,9 @@ pub(crate) async fn siblings(
     stores: &Stores,
     source: &str,
 ) -> Result<Vec<(String, Body)>, StageError> {
-    let url = S3Url::parse(source).map_err(StageError::permanent)?;
+    let url = ObjectUrl::parse(source).map_err(StageError::permanent)?;
     let (dir, name) = url.key.rsplit_once('/').unwrap_or(("", url.key.as_str()));
-    let listing = listing(stores, &url.bucket, dir).await?;
+    let listing = listing(stores, &url.with_key(dir)).await?;
     let mut found: Vec<(String, Body)> = Vec::new();
     for (candidate, suffix) in sibling_candidates(name) {
         if found.iter().any(|(s, _)| s.eq_ignore_ascii_case(&suffix)) {
@@ -54,25 +54,25 @@ pub(crate) async fn siblings(
         } else {
             format!("{dir}/{candidate}")
         };
-        let at = format!("s3://{}/{key}", url.bucket);
+        let at = url.with_key(key).to_string();
         found.push((suffix, Body::locate(stores, &at, Some(*size)).await?));
     }
     Ok(found)
 }
 
-/// The sibling-like objects directly in `dir` of `bucket`, from the cache
-/// or one listing.
-async fn listing(stores: &Stores, bucket: &str, dir: &str) -> Result<Listing, StageError> {
-    let key = format!("{bucket}/{dir}");
+/// The sibling-like objects directly in the directory `dir` (a bucket and
+/// key), from the cache or one listing.
+async fn listing(stores: &Stores, dir: &ObjectUrl) -> Result<Listing, StageError> {
+    let key = dir.to_string();
     // A poisoned cache is still a valid map (one insert at a time).
     if let Some((at, l)) = cache().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         if at.elapsed() < FRESH {
             return Ok(Arc::clone(l));
         }
     }
-    let store = stores.bucket(bucket)?;
-    let prefix = (!dir.is_empty()).then(|| ObjectPath::from(dir));
-    let shown = format!("s3://{key}");
+    let store = stores.bucket(dir)?;
+    let prefix = (!dir.key.is_empty()).then(|| ObjectPath::from(dir.key.as_str()));
+    let shown = key.clone();
     let listed = store
         .list_with_delimiter(prefix.as_ref())
         .await

@@ -1,23 +1,27 @@
 //! The test server: a client of its bucket with the test credentials, and
-//! the `warpline` binary run against it.
+//! the `warpline` binary run against it. The same for Azurite (`az://`,
+//! see ../azure/), with `scheme` "az".
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use crate::common;
 
 pub struct S3 {
+    /// "s3", or "az" for Azurite.
+    pub scheme: &'static str,
+    /// The server (Azurite: the account's URL).
     pub endpoint: String,
     pub key: String,
     pub secret: String,
     pub bucket: String,
     pub prefix: String,
-    pub store: Arc<AmazonS3>,
+    pub store: Arc<dyn ObjectStore>,
     pub rt: tokio::runtime::Runtime,
 }
 
@@ -44,48 +48,63 @@ pub fn s3(test: &str) -> Option<S3> {
         .with_bucket_name(&bucket)
         .with_access_key_id(&key)
         .with_secret_access_key(&secret)
-        // Asked again 3 times (about 1 s), not object_store's 10 (about a
-        // minute): a server that is not there fails the tests soon.
-        .with_retry(object_store::RetryConfig {
-            max_retries: 3,
-            ..Default::default()
-        })
+        .with_retry(retry())
         .build()
         .unwrap();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let s3 = S3 {
+    S3 {
+        scheme: "s3",
         endpoint,
         key,
         secret,
         bucket,
-        prefix: format!("{test}-{}-{nanos}", std::process::id()),
+        prefix: prefix(test),
         store: Arc::new(store),
         rt: common::runtime(),
-    };
-    // A server that does not answer after a few tries is not there.
-    let answer = s3.rt.block_on(async {
-        use futures::StreamExt;
-        s3.store.list(None).next().await.transpose()
-    });
-    if let Err(e) = answer {
-        panic!(
-            "WARPLINE_TEST_S3={} is set but bucket {} does not answer: {e}",
-            s3.endpoint, s3.bucket
-        );
     }
-    Some(s3)
+    .answering("WARPLINE_TEST_S3")
+}
+
+/// Asked again 3 times (about 1 s), not object_store's 10 (about a
+/// minute): a server that is not there fails the tests soon.
+pub fn retry() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        max_retries: 3,
+        ..Default::default()
+    }
+}
+
+/// A prefix of `test`'s own, in this run.
+pub fn prefix(test: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{test}-{}-{nanos}", std::process::id())
 }
 
 impl S3 {
+    /// The server, which must answer (`var` names where it was given).
+    pub fn answering(self, var: &str) -> Option<Self> {
+        // A server that does not answer after a few tries is not there.
+        let answer = self.rt.block_on(async {
+            use futures::StreamExt;
+            self.store.list(None).next().await.transpose()
+        });
+        if let Err(e) = answer {
+            panic!(
+                "{var}={} is set but bucket {} does not answer: {e}",
+                self.endpoint, self.bucket
+            );
+        }
+        Some(self)
+    }
+
     pub fn key_of(&self, name: &str) -> String {
         format!("{}/{name}", self.prefix)
     }
 
     pub fn url(&self, name: &str) -> String {
-        format!("s3://{}/{}", self.bucket, self.key_of(name))
+        format!("{}://{}/{}", self.scheme, self.bucket, self.key_of(name))
     }
 
     pub fn put(&self, name: &str, bytes: Vec<u8>) {
@@ -126,9 +145,14 @@ impl S3 {
     /// The `warpline` binary with these credentials and no others.
     pub fn warpline(&self, secret: &str) -> Command {
         let mut c = warpline();
-        c.env("AWS_ACCESS_KEY_ID", &self.key)
-            .env("AWS_SECRET_ACCESS_KEY", secret)
-            .env("AWS_REGION", "us-east-1");
+        if self.scheme == "az" {
+            c.env("AZURE_STORAGE_ACCOUNT_NAME", &self.key)
+                .env("AZURE_STORAGE_ACCOUNT_KEY", secret);
+        } else {
+            c.env("AWS_ACCESS_KEY_ID", &self.key)
+                .env("AWS_SECRET_ACCESS_KEY", secret)
+                .env("AWS_REGION", "us-east-1");
+        }
         c
     }
 
@@ -145,11 +169,11 @@ impl S3 {
     }
 }
 
-/// The `warpline` binary with no S3 credentials.
+/// The `warpline` binary with no S3 or Azure credentials.
 pub fn warpline() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
     for (k, _) in std::env::vars() {
-        if k.starts_with("AWS_") {
+        if k.starts_with("AWS_") || k.starts_with("AZURE_") || k.starts_with("AZURITE_") {
             c.env_remove(k);
         }
     }
