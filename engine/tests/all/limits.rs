@@ -9,26 +9,19 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Gate, Inside, Produced};
 use warpline_engine::limit::{Limiter, RateKey};
 use warpline_engine::report::RunOutcome;
 use warpline_engine::{ErrorKind, Pipeline, RunControl};
 
-fn kinds() -> (Produced, Gate, Inside) {
-    (Produced::default(), Gate::default(), Inside::default())
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_limiter_shared_by_two_stages_is_held_by_at_most_its_permits() {
-    let (p, g, inside) = kinds();
+    let (p, g, inside) = common::kinds();
     let registry = common::registry(&p, &g, &inside, u64::MAX);
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["a", "b"]
-        [source]
-        kind = "generate"
-        count = 300
+        &common::generated(
+            &["a", "b"],
+            300,
+            r#"
         [limits.cpu]
         permits = 3
         [stages.a]
@@ -40,6 +33,7 @@ async fn a_limiter_shared_by_two_stages_is_held_by_at_most_its_permits() {
         workers = 8
         limits = ["cpu"]
         "#,
+        ),
         &registry,
     )
     .unwrap();
@@ -53,15 +47,13 @@ async fn a_limiter_shared_by_two_stages_is_held_by_at_most_its_permits() {
 
 #[test]
 fn a_limiter_shared_by_blocking_stages_on_threads_is_never_exceeded() {
-    let (p, g, inside) = kinds();
+    let (p, g, inside) = common::kinds();
     let registry = common::registry(&p, &g, &inside, u64::MAX);
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["a", "b"]
-        [source]
-        kind = "generate"
-        count = 400
+        &common::generated(
+            &["a", "b"],
+            400,
+            r#"
         [limits.cpu]
         permits = 2
         [stages.a]
@@ -73,6 +65,7 @@ fn a_limiter_shared_by_blocking_stages_on_threads_is_never_exceeded() {
         workers = 4
         limits = ["cpu"]
         "#,
+        ),
         &registry,
     )
     .unwrap();
@@ -94,13 +87,11 @@ fn a_limiter_shared_by_blocking_stages_on_threads_is_never_exceeded() {
 
 fn budget_pipeline(oversize: &str, registry: &warpline_engine::Registry) -> Pipeline {
     Pipeline::from_toml_str(
-        &format!(
-            r#"
-            [pipeline]
-            flow = ["work"]
-            [source]
-            kind = "generate"
-            count = 400
+        &common::generated(
+            &["work"],
+            400,
+            &format!(
+                r#"
             sizes = ["100KiB", "1MiB", "3MiB", "10KiB", "5MiB", "700KiB"]
             [limits.memory]
             budget = "4MiB"
@@ -111,6 +102,7 @@ fn budget_pipeline(oversize: &str, registry: &warpline_engine::Registry) -> Pipe
             mailbox = 4
             limits = ["memory"]
             "#
+            ),
         ),
         registry,
     )
@@ -119,7 +111,7 @@ fn budget_pipeline(oversize: &str, registry: &warpline_engine::Registry) -> Pipe
 
 #[tokio::test(start_paused = true)]
 async fn a_byte_budget_is_never_exceeded_and_oversize_items_fail_by_policy() {
-    let (p, g, inside) = kinds();
+    let (p, g, inside) = common::kinds();
     let registry = common::registry(&p, &g, &inside, 4 << 20);
     let pipeline = budget_pipeline("fail", &registry);
     let report = pipeline.run().await.unwrap();
@@ -148,7 +140,7 @@ async fn a_byte_budget_is_never_exceeded_and_oversize_items_fail_by_policy() {
 
 #[tokio::test(start_paused = true)]
 async fn oversize_items_run_alone_when_the_policy_says_so() {
-    let (p, g, inside) = kinds();
+    let (p, g, inside) = common::kinds();
     let registry = common::registry(&p, &g, &inside, 4 << 20);
     let pipeline = budget_pipeline("alone", &registry);
     let report = pipeline.run().await.unwrap();
@@ -164,15 +156,13 @@ async fn oversize_items_run_alone_when_the_policy_says_so() {
 
 #[test]
 fn stages_listing_overlapping_limiters_in_opposite_orders_finish() {
-    let (p, g, inside) = kinds();
+    let (p, g, inside) = common::kinds();
     let registry = common::registry(&p, &g, &inside, u64::MAX);
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["ab", "ba", "ab2", "ba2"]
-        [source]
-        kind = "generate"
-        count = 2000
+        &common::generated(
+            &["ab", "ba", "ab2", "ba2"],
+            2000,
+            r#"
         [limits.a]
         permits = 1
         [limits.b]
@@ -196,6 +186,7 @@ fn stages_listing_overlapping_limiters_in_opposite_orders_finish() {
         workers = 3
         limits = ["b", "a"]
         "#,
+        ),
         &registry,
     )
     .unwrap();
@@ -222,16 +213,14 @@ fn stages_listing_overlapping_limiters_in_opposite_orders_finish() {
 }
 
 async fn abort_mid_flight(kind: &str) {
-    let (p, gate, inside) = kinds();
+    let (p, gate, inside) = common::kinds();
     let registry = common::registry(&p, &gate, &inside, u64::MAX);
     let pipeline = Pipeline::from_toml_str(
-        &format!(
-            r#"
-            [pipeline]
-            flow = ["first", "blocked"]
-            [source]
-            kind = "generate"
-            count = 1000
+        &common::generated(
+            &["first", "blocked"],
+            1000,
+            &format!(
+                r#"
             sizes = ["1KiB", "64KiB"]
             limits = ["units"]
             [limits.units]
@@ -252,6 +241,7 @@ async fn abort_mid_flight(kind: &str) {
             limits = ["cpu"]
             release = ["memory"]
             "#
+            ),
         ),
         &registry,
     )
@@ -351,12 +341,10 @@ async fn a_paused_key_hands_out_no_token_until_the_pause_ends() {
 async fn a_rate_limited_stage_runs_at_the_rate() {
     let registry = warpline_engine::Registry::with_builtins();
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["fetch"]
-        [source]
-        kind = "generate"
-        count = 101
+        &common::generated(
+            &["fetch"],
+            101,
+            r#"
         [limits.requests]
         per_second = 50
         [stages.fetch]
@@ -364,6 +352,7 @@ async fn a_rate_limited_stage_runs_at_the_rate() {
         workers = 8
         limits = ["requests"]
         "#,
+        ),
         &registry,
     )
     .unwrap();
@@ -396,13 +385,10 @@ async fn a_panicking_global_rate_backend_fails_tries_not_workers() {
         Arc::new(|_: &str, _: f64, _: u32| {
             Arc::new(PanickingBackend) as Arc<dyn warpline_engine::limit::RateBackend>
         });
-    let pipeline = warpline_engine::Loader::from_toml_str(
+    let pipeline = warpline_engine::Loader::from_toml_str(&common::generated(
+        &["work"],
+        6,
         r#"
-        [pipeline]
-        flow = ["work"]
-        [source]
-        kind = "generate"
-        count = 6
         [limits.api]
         per_second = 100
         scope = "global"
@@ -413,7 +399,7 @@ async fn a_panicking_global_rate_backend_fails_tries_not_workers() {
         limits = ["api"]
         retry = { attempts = 2, base_delay = "1ms" }
         "#,
-    )
+    ))
     .with_global_rates(factory)
     .load(&warpline_engine::Registry::with_builtins())
     .unwrap();

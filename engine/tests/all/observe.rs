@@ -2,6 +2,8 @@
 //! diagnosis that names the limiter a pipeline was built to be bound by, and
 //! events that agree with the report.
 
+use crate::common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -175,13 +177,11 @@ fn report_invariants_hold_and_events_agree_with_the_report() {
 /// sharing a `cpu` limiter of `permits`.
 fn cpu_bound(permits: &str) -> RunReport {
     let (r, _) = run(
-        &format!(
-            r#"
-        [pipeline]
-        flow = ["decode", "warp"]
-        [source]
-        kind = "generate"
-        count = 120
+        &common::generated(
+            &["decode", "warp"],
+            120,
+            &format!(
+                r#"
         [limits.cpu]
         permits = {permits}
         [stages.decode]
@@ -197,6 +197,7 @@ fn cpu_bound(permits: &str) -> RunReport {
         workers = "cores+3"
         limits = ["cpu"]
         "#
+            ),
         ),
         &Registry::with_builtins(),
     );
@@ -249,12 +250,10 @@ fn a_cpu_limiter_at_the_core_count_is_told_one_more_permit_helps_and_no_more() {
 #[test]
 fn a_rate_bound_pipeline_names_the_rate() {
     let (r, _) = run(
-        r#"
-        [pipeline]
-        flow = ["fetch"]
-        [source]
-        kind = "generate"
-        count = 40
+        &common::generated(
+            &["fetch"],
+            40,
+            r#"
         [limits.api]
         per_second = 200
         [stages.fetch]
@@ -262,6 +261,7 @@ fn a_rate_bound_pipeline_names_the_rate() {
         workers = 8
         limits = ["api"]
         "#,
+        ),
         &Registry::with_builtins(),
     );
     assert_invariants(&r);
@@ -276,12 +276,10 @@ fn a_rate_bound_pipeline_names_the_rate() {
 #[test]
 fn a_memory_bound_pipeline_names_memory() {
     let (r, _) = run(
-        r#"
-        [pipeline]
-        flow = ["work"]
-        [source]
-        kind = "generate"
-        count = 80
+        &common::generated(
+            &["work"],
+            80,
+            r#"
         size = "1MiB"
         [limits.memory]
         budget = "1MiB"
@@ -291,6 +289,7 @@ fn a_memory_bound_pipeline_names_memory() {
         workers = 8
         limits = ["memory"]
         "#,
+        ),
         &Registry::with_builtins(),
     );
     assert_invariants(&r);
@@ -304,12 +303,10 @@ fn a_memory_bound_pipeline_names_memory() {
 #[test]
 fn a_stage_without_limits_that_is_always_busy_is_named() {
     let (r, _) = run(
-        r#"
-        [pipeline]
-        flow = ["slow", "sink"]
-        [source]
-        kind = "generate"
-        count = 60
+        &common::generated(
+            &["slow", "sink"],
+            60,
+            r#"
         [stages.slow]
         kind = "hold"
         duration = "3ms"
@@ -317,6 +314,7 @@ fn a_stage_without_limits_that_is_always_busy_is_named() {
         [stages.sink]
         kind = "discard"
         "#,
+        ),
         &Registry::with_builtins(),
     );
     assert_invariants(&r);
@@ -387,15 +385,14 @@ fn when_nothing_inside_limits_the_run_the_diagnosis_says_so() {
 fn a_subscriber_that_falls_behind_is_told_how_many_events_it_missed() {
     use futures::StreamExt;
     let pipeline = Pipeline::from_toml_str(
-        r#"
-[pipeline]
-flow = ["sink"]
-[source]
-kind = "generate"
-count = 3000
+        &common::generated(
+            &["sink"],
+            3000,
+            r#"
 [stages.sink]
 kind = "discard"
 "#,
+        ),
         &Registry::with_builtins(),
     )
     .unwrap();
@@ -444,18 +441,17 @@ kind = "discard"
 #[test]
 fn a_panicking_event_sink_does_not_stop_the_run() {
     let pipeline = Pipeline::from_toml_str(
-        r#"
-[pipeline]
-flow = ["work"]
-[source]
-kind = "generate"
-count = 50
+        &common::generated(
+            &["work"],
+            50,
+            r#"
 [stages.work]
 kind = "hold"
 mode = "spin"
 duration = "100us"
 workers = 2
 "#,
+        ),
         &Registry::with_builtins(),
     )
     .unwrap();

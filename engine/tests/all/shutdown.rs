@@ -134,17 +134,16 @@ async fn on_error_abort_stops_the_run_at_the_first_failure() {
 #[tokio::test]
 async fn on_error_continue_counts_failures_and_goes_on() {
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["work"]
-        [source]
-        kind = "generate"
-        count = 100
+        &common::generated(
+            &["work"],
+            100,
+            r#"
         [stages.work]
         kind = "hold"
         workers = 1
         fail_every = 10
         "#,
+        ),
         &Registry::with_builtins(),
     )
     .unwrap();
@@ -196,12 +195,10 @@ async fn a_panicking_stage_fails_its_item_and_the_run_goes_on() {
     registry.register_stage("panics", |_| Ok(Handler::from_async(Panics)));
     registry.register_stage("skips", |_| Ok(Handler::from_async(Skips)));
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["skip", "boom"]
-        [source]
-        kind = "generate"
-        count = 100
+        &common::generated(
+            &["skip", "boom"],
+            100,
+            r#"
         [limits.cpu]
         permits = 1
         [stages.skip]
@@ -211,6 +208,7 @@ async fn a_panicking_stage_fails_its_item_and_the_run_goes_on() {
         workers = 2
         limits = ["cpu"]
         "#,
+        ),
         &registry,
     )
     .unwrap();
@@ -257,12 +255,10 @@ async fn a_panic_while_sizing_or_skip_checking_fails_the_item_and_the_run_goes_o
     let mut registry = Registry::with_builtins();
     registry.register_stage("around", |_| Ok(Handler::from_blocking(PanicsAround)));
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["boom"]
-        [source]
-        kind = "generate"
-        count = 100
+        &common::generated(
+            &["boom"],
+            100,
+            r#"
         [limits.memory]
         budget = "1KiB"
         [stages.boom]
@@ -270,6 +266,7 @@ async fn a_panic_while_sizing_or_skip_checking_fails_the_item_and_the_run_goes_o
         workers = 2
         limits = ["memory"]
         "#,
+        ),
         &registry,
     )
     .unwrap();

@@ -251,3 +251,20 @@ pub fn registry(produced: &Produced, gate: &Gate, inside: &Inside, alone_over: u
     });
     r
 }
+
+/// A pipeline's TOML with the given `flow` and a `generate` source of
+/// `count` inputs, followed by `rest` (more source keys, then limits and
+/// stages): the head every generated-input test writes.
+pub fn generated(flow: &[&str], count: u64, rest: &str) -> String {
+    let flow: Vec<String> = flow.iter().map(|s| format!("{s:?}")).collect();
+    format!(
+        "[pipeline]\nflow = [{}]\n[source]\nkind = \"generate\"\ncount = {count}\n{rest}",
+        flow.join(", ")
+    )
+}
+
+/// The three test kinds, fresh: a produced count, a closed gate and an
+/// empty concurrency measure.
+pub fn kinds() -> (Produced, Gate, Inside) {
+    (Produced::default(), Gate::default(), Inside::default())
+}
