@@ -60,33 +60,17 @@ fn rate_pipeline(
     burst: u32,
     attempts: u32,
 ) -> String {
-    format!(
-        r#"
-[pipeline]
-name = "rate"
-flow = ["fetch", "decode", "write"]
-[source]
-kind = "list"
-path = {list:?}
-[limits.tiles]
-per_second = 20
-burst = {burst}
-per = "host"
-scope = "global"
-[stages.fetch]
-kind = "fetch"
-workers = 4
-limits = ["tiles"]
-retry = {{ attempts = {attempts} }}
-[stages.decode]
-kind = "decode"
-[stages.write]
-kind = "write"
-dir = {out:?}
-"#,
-        list = list.display().to_string(),
-        out = out.display().to_string()
-    )
+    common::TilePipeline {
+        name: "rate",
+        list,
+        out,
+        per_second: 20,
+        burst,
+        global: true,
+        connections: false,
+        attempts,
+    }
+    .toml()
 }
 
 /// Waits for every worker to end, each with exit code 0.

@@ -88,35 +88,17 @@ fn shards_are_disjoint_cover_every_input_and_are_stable() {
 }
 
 fn worker_pipeline(list: &Path, out: &Path, rate: u32) -> String {
-    format!(
-        r#"
-[pipeline]
-name = "mosaic"
-flow = ["fetch", "decode", "write"]
-[source]
-kind = "list"
-path = {list:?}
-[limits.connections]
-permits = 4
-[limits.tiles]
-per_second = {rate}
-burst = 1
-per = "host"
-scope = "global"
-[stages.fetch]
-kind = "fetch"
-workers = 4
-limits = ["connections", "tiles"]
-retry = {{ attempts = 1 }}
-[stages.decode]
-kind = "decode"
-[stages.write]
-kind = "write"
-dir = {out:?}
-"#,
-        list = list.display().to_string(),
-        out = out.display().to_string()
-    )
+    common::TilePipeline {
+        name: "mosaic",
+        list,
+        out,
+        per_second: rate,
+        burst: 1,
+        global: true,
+        connections: true,
+        attempts: 1,
+    }
+    .toml()
 }
 
 fn warpline(args: &[&str]) -> Command {

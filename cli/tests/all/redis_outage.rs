@@ -21,36 +21,17 @@ const RECLAIM_AFTER: &str = "300s";
 const RUN_DEADLINE: Duration = Duration::from_secs(200);
 
 fn pipeline_text(list: &Path, out: &Path, global: bool) -> String {
-    format!(
-        r#"
-[pipeline]
-name = "outage"
-flow = ["fetch", "decode", "write"]
-[source]
-kind = "list"
-path = {list:?}
-[limits.connections]
-permits = 4
-[limits.tiles]
-per_second = 40
-burst = 2
-per = "host"
-{scope}
-[stages.fetch]
-kind = "fetch"
-workers = 4
-limits = ["connections", "tiles"]
-retry = {{ attempts = 1 }}
-[stages.decode]
-kind = "decode"
-[stages.write]
-kind = "write"
-dir = {out:?}
-"#,
-        list = list.display().to_string(),
-        out = out.display().to_string(),
-        scope = if global { r#"scope = "global""# } else { "" },
-    )
+    common::TilePipeline {
+        name: "outage",
+        list,
+        out,
+        per_second: 40,
+        burst: 2,
+        global,
+        connections: true,
+        attempts: 1,
+    }
+    .toml()
 }
 
 /// A tile server with 60 tiles (100 ms each, so items are in flight when

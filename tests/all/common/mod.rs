@@ -268,6 +268,70 @@ dir = {out:?}
     )
 }
 
+/// The fetch -> decode -> write pipeline the coordinated (Redis) tests run
+/// over a list of tile URLs: fetch under a per-host rate limit `tiles`
+/// (global across workers when `global`), optionally also under 4
+/// `connections`, with `attempts` tries per tile.
+pub struct TilePipeline<'a> {
+    pub name: &'a str,
+    pub list: &'a Path,
+    pub out: &'a Path,
+    pub per_second: u32,
+    pub burst: u32,
+    pub global: bool,
+    pub connections: bool,
+    pub attempts: u32,
+}
+
+impl TilePipeline<'_> {
+    /// The pipeline's TOML.
+    pub fn toml(&self) -> String {
+        let (connections, limits) = if self.connections {
+            (
+                "[limits.connections]\npermits = 4\n",
+                r#"["connections", "tiles"]"#,
+            )
+        } else {
+            ("", r#"["tiles"]"#)
+        };
+        let scope = if self.global {
+            "scope = \"global\"\n"
+        } else {
+            ""
+        };
+        format!(
+            r#"
+[pipeline]
+name = "{name}"
+flow = ["fetch", "decode", "write"]
+[source]
+kind = "list"
+path = {list:?}
+{connections}[limits.tiles]
+per_second = {per_second}
+burst = {burst}
+per = "host"
+{scope}[stages.fetch]
+kind = "fetch"
+workers = 4
+limits = {limits}
+retry = {{ attempts = {attempts} }}
+[stages.decode]
+kind = "decode"
+[stages.write]
+kind = "write"
+dir = {out:?}
+"#,
+            name = self.name,
+            list = self.list.display().to_string(),
+            out = self.out.display().to_string(),
+            per_second = self.per_second,
+            burst = self.burst,
+            attempts = self.attempts,
+        )
+    }
+}
+
 /// A runtime for tests that serve tiles and run pipelines in one process.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
