@@ -46,16 +46,7 @@ fn gdal_bytes(
 /// A tiny GeoTIFF that declares 100000 x 100000 pixels (nothing written).
 fn bomb(dir: &Path) -> Vec<u8> {
     let path = dir.join("bomb.tif");
-    let gtiff = DriverManager::get_driver_by_name("GTiff").unwrap();
-    let opts = gdal::cpl::CslStringList::from_iter(["SPARSE_OK=TRUE", "BLOCKYSIZE=100000"]);
-    let mut ds = gtiff
-        .create_with_band_type_with_options::<u8, _>(&path, 100_000, 100_000, 1, &opts)
-        .unwrap();
-    ds.set_geo_transform(&[0.0, 1.0, 0.0, 0.0, 0.0, -1.0])
-        .unwrap();
-    ds.set_spatial_ref(&gdal::spatial_ref::SpatialRef::from_epsg(3857).unwrap())
-        .unwrap();
-    drop(ds);
+    common::write_bomb(&path);
     let bytes = std::fs::read(path).unwrap();
     assert!(
         bytes.len() < 64 * 1024,

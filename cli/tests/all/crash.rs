@@ -37,7 +37,7 @@ fn wait_for_outputs(dir: &Path, n: usize, child: &mut Child) {
 }
 
 fn report(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    common::read_json(path)
 }
 
 struct Setup {

@@ -202,8 +202,7 @@ fn a_full_disk_while_writing_fails_the_item_and_leaves_no_file() {
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(3), "some items failed");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let json: serde_json::Value = common::read_json(&report);
     assert_eq!(json["items"]["failed"], 1);
     let f = &json["failures"][0];
     assert_eq!(f["stage"], "write", "{f}");

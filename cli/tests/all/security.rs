@@ -264,16 +264,7 @@ fn gdal_makes_no_request_and_opens_no_file_of_its_own() {
 fn a_tiny_tiff_declaring_a_huge_raster_fails_before_allocating() {
     let work = tempfile::tempdir().unwrap();
     let path = work.path().join("bomb.tif");
-    let gtiff = gdal::DriverManager::get_driver_by_name("GTiff").unwrap();
-    let opts = gdal::cpl::CslStringList::from_iter(["SPARSE_OK=TRUE", "BLOCKYSIZE=100000"]);
-    let mut ds = gtiff
-        .create_with_band_type_with_options::<u8, _>(&path, 100_000, 100_000, 1, &opts)
-        .unwrap();
-    ds.set_geo_transform(&[0.0, 1.0, 0.0, 0.0, 0.0, -1.0])
-        .unwrap();
-    ds.set_spatial_ref(&gdal::spatial_ref::SpatialRef::from_epsg(3857).unwrap())
-        .unwrap();
-    drop(ds);
+    common::write_bomb(&path);
     // Even with the pixel cap lifted, the 10 GB decode must not happen: the
     // byte cap and the memory budget refuse it first.
     let toml = common::raster_pipeline(
@@ -297,14 +288,8 @@ fn a_tiny_tiff_declaring_a_huge_raster_fails_before_allocating() {
         .env_remove("WARPLINE_LOG")
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    common::assert_exit(&out, 3);
+    let json: serde_json::Value = common::read_json(&report);
     let f = &json["failures"][0];
     assert_eq!(f["stage"], "decode", "{f}");
     assert!(

@@ -362,6 +362,36 @@ pub fn write_url_list<'a>(
 }
 
 /// Asserts a command succeeded, showing its standard error when not.
+/// Asserts that a finished `warpline` exited with `code`, showing its
+/// standard output when not.
+pub fn assert_exit(out: &std::process::Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The JSON file at `path` (a report, a list of failures), parsed.
+pub fn read_json(path: impl AsRef<Path>) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Writes at `path` a tiny GeoTIFF that declares 100000 x 100000 pixels
+/// (sparse: nothing written), to test that decoding refuses it.
+pub fn write_bomb(path: &Path) {
+    let gtiff = gdal::DriverManager::get_driver_by_name("GTiff").unwrap();
+    let opts = gdal::cpl::CslStringList::from_iter(["SPARSE_OK=TRUE", "BLOCKYSIZE=100000"]);
+    let mut ds = gtiff
+        .create_with_band_type_with_options::<u8, _>(path, 100_000, 100_000, 1, &opts)
+        .unwrap();
+    ds.set_geo_transform(&[0.0, 1.0, 0.0, 0.0, 0.0, -1.0])
+        .unwrap();
+    ds.set_spatial_ref(&gdal::spatial_ref::SpatialRef::from_epsg(3857).unwrap())
+        .unwrap();
+}
+
 pub fn assert_success(out: &std::process::Output) {
     assert!(
         out.status.success(),

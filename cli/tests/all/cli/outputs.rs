@@ -2,6 +2,8 @@
 //! file and `--retry-failed`, the HTML report, JSON logs and Prometheus
 //! metrics.
 
+use crate::common;
+
 use std::process::{Command, Stdio};
 
 use super::{succeeded, warpline, write, SMALL};
@@ -83,14 +85,8 @@ fn failures_are_written_as_json_lines_and_retry_failed_reruns_only_them() {
         .arg(&report)
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    common::assert_exit(&out, 3);
+    let json: serde_json::Value = common::read_json(&report);
     assert_eq!(
         json["items"]["total"], 7,
         "only the failed ids were admitted: {json}"

@@ -50,8 +50,7 @@ retry = {{ attempts = 3, base_delay = "10ms", max_delay = "20ms" }}
         .unwrap();
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(3), "{text}");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    let json: serde_json::Value = common::read_json(report);
     let f = &json["failures"][0];
     assert_eq!(f["kind"], "transient", "{f}");
     assert_eq!(f["attempts"], 3, "{f}");
