@@ -29,7 +29,7 @@ use std::time::Duration;
 use warpline_engine::report::redact;
 use warpline_engine::{Limiter, LimiterKind, StageError};
 
-use super::{request_error, Fetch, Fetched, Held};
+use super::{Fetch, Fetched, Held};
 use crate::store;
 
 use crate::gdal::RangeRead;
@@ -233,15 +233,7 @@ impl Fetch {
         held: &mut Held,
     ) -> Result<Fetched, StageError> {
         let shown = redact(url);
-        let response = self
-            .client
-            .head(url)
-            .send()
-            .await
-            .map_err(|e| request_error(&shown, e))?;
-        if !response.status().is_success() {
-            return Err(self.status_error(&response, url, &shown));
-        }
+        let response = self.answer(self.client.head(url), url, &shown).await?;
         let ranges = response
             .headers()
             .get(reqwest::header::ACCEPT_RANGES)
