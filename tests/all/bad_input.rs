@@ -164,15 +164,11 @@ fn a_png_without_georeferencing_says_so_when_png_is_allowed() {
     let png = gdal_bytes("PNG", (64, 64), false, &[], work.path());
     let input = work.path().join("plain.png");
     std::fs::write(&input, png).unwrap();
-    let toml = common::raster_pipeline(
-        &[input.display().to_string()],
+    let toml = common::one_raster_pipeline(
+        &input,
         "crs = \"EPSG:3857\"",
-        &format!("dir = {:?}", work.path().join("out").display().to_string()),
-        1,
-    )
-    .replace(
-        "[stages.decode]\nkind = \"decode\"",
-        "[stages.decode]\nkind = \"decode\"\ndrivers = [\"GTiff\", \"PNG\"]",
+        &work.path().join("out"),
+        "drivers = [\"GTiff\", \"PNG\"]",
     );
     let report = common::run(&toml);
     assert_eq!(report.items.failed, 1, "{report}");

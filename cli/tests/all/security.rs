@@ -53,11 +53,7 @@ fn no_input_can_place_an_output_outside_the_output_directory() {
         let list = work.path().join("list.txt");
         std::fs::write(&list, inputs.join("\n")).unwrap();
         let toml = list_pipeline(&list, &out, "");
-        warpline::Pipeline::from_toml_str(&toml, &warpline::registry())
-            .unwrap()
-            .run()
-            .await
-            .unwrap()
+        common::run_async(&toml).await
     });
     assert_eq!(report.items.done, 6, "{report}");
     let written = all_files(work.path().join("jail").as_path());
@@ -113,11 +109,7 @@ fn only_the_configured_schemes_are_fetched_and_redirects_cannot_switch_scheme() 
                 "kind = \"list\"",
                 "kind = \"list\"\nschemes = [\"http\", \"https\"]",
             );
-        let report = warpline::Pipeline::from_toml_str(&toml, &warpline::registry())
-            .unwrap()
-            .run()
-            .await
-            .unwrap();
+        let report = common::run_async(&toml).await;
         (report, server.requests())
     });
     assert_eq!(report.items.done, 0, "{report}");
@@ -243,11 +235,7 @@ fn gdal_makes_no_request_and_opens_no_file_of_its_own() {
         ];
         std::fs::write(&list, inputs.join("\n")).unwrap();
         let toml = list_pipeline(&list, &work.path().join("out"), "");
-        let report = warpline::Pipeline::from_toml_str(&toml, &warpline::registry())
-            .unwrap()
-            .run()
-            .await
-            .unwrap();
+        let report = common::run_async(&toml).await;
         (report, bait.requests())
     });
     assert_eq!(report.items.failed, 4, "{report}");
@@ -267,15 +255,11 @@ fn a_tiny_tiff_declaring_a_huge_raster_fails_before_allocating() {
     common::write_bomb(&path);
     // Even with the pixel cap lifted, the 10 GB decode must not happen: the
     // byte cap and the memory budget refuse it first.
-    let toml = common::raster_pipeline(
-        &[path.display().to_string()],
+    let toml = common::one_raster_pipeline(
+        &path,
         "crs = \"EPSG:4326\"",
-        &format!("dir = {:?}", work.path().join("out").display().to_string()),
-        1,
-    )
-    .replace(
-        "[stages.decode]\nkind = \"decode\"",
-        "[stages.decode]\nkind = \"decode\"\nmax_pixels = 100000000000",
+        &work.path().join("out"),
+        "max_pixels = 100000000000",
     );
     let pipeline = work.path().join("p.toml");
     std::fs::write(&pipeline, toml).unwrap();

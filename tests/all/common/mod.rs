@@ -103,6 +103,31 @@ workers = {workers}
 }
 
 /// Runs a pipeline from TOML on a fresh multi-threaded runtime.
+/// [`raster_pipeline`] of one input and one worker each, writing into
+/// `out`, with `decode` added to the decode stage's settings.
+pub fn one_raster_pipeline(input: &Path, reproject: &str, out: &Path, decode: &str) -> String {
+    raster_pipeline(
+        &[input.display().to_string()],
+        reproject,
+        &format!("dir = {:?}", out.display().to_string()),
+        1,
+    )
+    .replace(
+        "[stages.decode]\nkind = \"decode\"",
+        &format!("[stages.decode]\nkind = \"decode\"\n{decode}"),
+    )
+}
+
+/// Runs `toml` with the built-in kinds on the current runtime; panics on
+/// an invalid pipeline or a run that cannot start.
+pub async fn run_async(toml: &str) -> warpline::RunReport {
+    warpline::Pipeline::from_toml_str(toml, &warpline::registry())
+        .unwrap_or_else(|e| panic!("{e}\n{toml}"))
+        .run()
+        .await
+        .unwrap()
+}
+
 pub fn run(toml: &str) -> warpline::RunReport {
     let pipeline = warpline::Pipeline::from_toml_str(toml, &warpline::registry())
         .unwrap_or_else(|e| panic!("{e}\n{toml}"));
@@ -362,6 +387,17 @@ pub fn write_url_list<'a>(
 }
 
 /// Asserts a command succeeded, showing its standard error when not.
+/// Stops a running `warpline` as Ctrl-C does (SIGINT) and waits for it:
+/// how it ended.
+pub fn interrupt(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    child.wait().unwrap()
+}
+
 /// Asserts that a finished `warpline` exited with `code`, showing its
 /// standard output when not.
 pub fn assert_exit(out: &std::process::Output, code: i32) {

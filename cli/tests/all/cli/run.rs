@@ -4,7 +4,7 @@
 use crate::common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use super::{succeeded, warpline, write, SMALL};
 
@@ -220,13 +220,7 @@ fn an_interrupt_drains_the_run_and_exits_130() {
         line.clear();
         assert!(stderr.read_line(&mut line).unwrap() > 0, "no start line");
     }
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
+    assert_eq!(common::interrupt(&mut child).code(), Some(130));
     let json: serde_json::Value = common::read_json(&report);
     assert_eq!(json["outcome"], "stopped");
     let i = &json["items"];
