@@ -180,11 +180,7 @@ fn one_worker_and_several_write_the_same_bytes() {
 fn end_to_end_over_loopback_http() {
     let work = tempfile::tempdir().unwrap();
     let tiles = warpline::stages::samples::sample_tiles(2, 256).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let mut served: Vec<(String, Vec<u8>)> = tiles
         .iter()
         .map(|t| (t.name.clone(), t.bytes.clone()))

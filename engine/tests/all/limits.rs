@@ -69,11 +69,7 @@ fn a_limiter_shared_by_blocking_stages_on_threads_is_never_exceeded() {
         &registry,
     )
     .unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let report = rt.block_on(pipeline.run()).unwrap();
     assert_eq!(report.items.done, 400);
     let seen = inside.snapshot();
@@ -199,11 +195,7 @@ fn stages_listing_overlapping_limiters_in_opposite_orders_finish() {
             stage.name
         );
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     // The timeout only turns a deadlock into a failure instead of a hang.
     let report = rt
         .block_on(async { tokio::time::timeout(Duration::from_secs(120), pipeline.run()).await })

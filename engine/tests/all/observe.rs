@@ -16,14 +16,6 @@ use warpline_engine::{
     SourceError, SourceSpec,
 };
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn run(toml: &str, registry: &Registry) -> (RunReport, Vec<Event>) {
     let pipeline = Pipeline::from_toml_str(toml, registry).unwrap_or_else(|e| panic!("{e}"));
     let events = Arc::new(Mutex::new(Vec::new()));
@@ -35,7 +27,7 @@ fn run(toml: &str, registry: &Registry) -> (RunReport, Vec<Event>) {
         sample: Some(Duration::from_millis(5)),
         ..RunOptions::default()
     };
-    let report = rt()
+    let report = common::runtime()
         .block_on(pipeline.run_with_options(&RunControl::new(), &options))
         .unwrap();
     let events = events.lock().unwrap().clone();
@@ -467,7 +459,7 @@ workers = 2
         sample: Some(Duration::from_millis(5)),
         ..RunOptions::default()
     };
-    let report = rt()
+    let report = common::runtime()
         .block_on(async {
             tokio::time::timeout(
                 Duration::from_secs(60),

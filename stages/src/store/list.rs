@@ -177,11 +177,7 @@ mod tests {
         let Some(server) = testing::server("the listing test is") else {
             return;
         };
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = testing::runtime();
         rt.block_on(async {
             let prefix = testing::unique("pages");
             let direct = server.client(&server.endpoint);

@@ -131,13 +131,7 @@ pub async fn run_async(toml: &str) -> warpline::RunReport {
 pub fn run(toml: &str) -> warpline::RunReport {
     let pipeline = warpline::Pipeline::from_toml_str(toml, &warpline::registry())
         .unwrap_or_else(|e| panic!("{e}\n{toml}"));
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(pipeline.run())
-        .unwrap()
+    runtime().block_on(pipeline.run()).unwrap()
 }
 
 /// Pixel values of every band, as f64 bit patterns (exact for every GDAL
