@@ -13,14 +13,7 @@ fn var(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
-/// A runtime of two worker threads, for a test's calls to the server.
-pub(crate) fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+pub(crate) use warpline_testkit::runtime;
 
 /// The test server.
 pub(crate) struct Server {

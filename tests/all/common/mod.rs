@@ -351,14 +351,7 @@ dir = {out:?}
     }
 }
 
-/// A runtime for tests that serve tiles and run pipelines in one process.
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+pub use warpline_testkit::runtime;
 
 /// Sample tiles as (name, bytes).
 pub fn tiles(per_crs: usize, size: usize) -> Vec<(String, Vec<u8>)> {

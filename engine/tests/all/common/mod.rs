@@ -269,11 +269,4 @@ pub fn kinds() -> (Produced, Gate, Inside) {
     (Produced::default(), Gate::default(), Inside::default())
 }
 
-/// A runtime of two worker threads, as the machine the tests run on has.
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+pub use warpline_testkit::runtime;
