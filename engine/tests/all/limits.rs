@@ -13,30 +13,35 @@ use warpline_engine::limit::{Limiter, RateKey};
 use warpline_engine::report::RunOutcome;
 use warpline_engine::{ErrorKind, Pipeline, RunControl};
 
+/// Stages `a` and `b` of `kind`, `workers` each, sharing `permits` of
+/// `cpu`, over `count` generated inputs.
+fn two_sharing_cpu(kind: &str, count: u64, permits: u32, workers: u32) -> String {
+    common::generated(
+        &["a", "b"],
+        count,
+        &format!(
+            r#"
+            [limits.cpu]
+            permits = {permits}
+            [stages.a]
+            kind = "{kind}"
+            workers = {workers}
+            limits = ["cpu"]
+            [stages.b]
+            kind = "{kind}"
+            workers = {workers}
+            limits = ["cpu"]
+            "#
+        ),
+    )
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_limiter_shared_by_two_stages_is_held_by_at_most_its_permits() {
     let (p, g, inside) = common::kinds();
     let registry = common::registry(&p, &g, &inside, u64::MAX);
-    let pipeline = Pipeline::from_toml_str(
-        &common::generated(
-            &["a", "b"],
-            300,
-            r#"
-        [limits.cpu]
-        permits = 3
-        [stages.a]
-        kind = "measure"
-        workers = 8
-        limits = ["cpu"]
-        [stages.b]
-        kind = "measure"
-        workers = 8
-        limits = ["cpu"]
-        "#,
-        ),
-        &registry,
-    )
-    .unwrap();
+    let pipeline =
+        Pipeline::from_toml_str(&two_sharing_cpu("measure", 300, 3, 8), &registry).unwrap();
     let report = pipeline.run().await.unwrap();
     assert_eq!(report.items.done, 300);
     let seen = inside.snapshot();
@@ -49,26 +54,9 @@ async fn a_limiter_shared_by_two_stages_is_held_by_at_most_its_permits() {
 fn a_limiter_shared_by_blocking_stages_on_threads_is_never_exceeded() {
     let (p, g, inside) = common::kinds();
     let registry = common::registry(&p, &g, &inside, u64::MAX);
-    let pipeline = Pipeline::from_toml_str(
-        &common::generated(
-            &["a", "b"],
-            400,
-            r#"
-        [limits.cpu]
-        permits = 2
-        [stages.a]
-        kind = "measure_blocking"
-        workers = 4
-        limits = ["cpu"]
-        [stages.b]
-        kind = "measure_blocking"
-        workers = 4
-        limits = ["cpu"]
-        "#,
-        ),
-        &registry,
-    )
-    .unwrap();
+    let pipeline =
+        Pipeline::from_toml_str(&two_sharing_cpu("measure_blocking", 400, 2, 4), &registry)
+            .unwrap();
     let rt = common::runtime();
     let report = rt.block_on(pipeline.run()).unwrap();
     assert_eq!(report.items.done, 400);
