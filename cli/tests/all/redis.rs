@@ -246,14 +246,13 @@ fn dead_letters_are_listed_with_their_errors_and_requeued_with_counts_kept_true(
 fn three_workers_one_killed_every_item_once_within_the_global_rate() {
     let Some(url) = redis_url() else { return };
     let run = format!("t{}-{}", std::process::id(), fastrand_id());
-    let rt = runtime();
-    let tiles = tiles(15, 64); // 60 tiles
-    let server = rt
-        .block_on(TileServer::start_with(tiles.clone(), Faults::default()))
-        .unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let list = work.path().join("tiles.txt");
-    write_url_list(&server, tiles.iter().map(|(n, _)| n.as_str()), &list);
+    // 60 tiles.
+    let common::ServedTiles {
+        server,
+        work,
+        list,
+        rt: _rt,
+    } = common::ServedTiles::new(15, Faults::default());
     let out = work.path().join("out");
     let pipeline = work.path().join("p.toml");
     let rate = 20;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{hashes, runtime, tiles, write_url_list};
+use common::hashes;
 use own_redis::OwnRedis;
 use warpline_testkit::{Faults, TileServer};
 
@@ -45,23 +45,18 @@ struct Setup {
 
 impl Setup {
     fn new() -> Self {
-        let rt = runtime();
-        let tiles = tiles(15, 64);
-        let faults = Faults {
-            latency: Some(Duration::from_millis(100)),
-            ..Faults::default()
-        };
-        let server = rt
-            .block_on(TileServer::start_with(tiles.clone(), faults))
-            .unwrap();
-        let work = tempfile::tempdir().unwrap();
-        let list = work.path().join("tiles.txt");
-        write_url_list(&server, tiles.iter().map(|(n, _)| n.as_str()), &list);
+        let served = common::ServedTiles::new(
+            15,
+            Faults {
+                latency: Some(Duration::from_millis(100)),
+                ..Faults::default()
+            },
+        );
         Setup {
-            _rt: rt,
-            server,
-            work,
-            list,
+            server: served.server,
+            work: served.work,
+            list: served.list,
+            _rt: served.rt,
         }
     }
 

@@ -364,6 +364,40 @@ pub fn tiles(per_crs: usize, size: usize) -> Vec<(String, Vec<u8>)> {
 
 /// Writes `list`, one URL a line: the server's URL of each name (a `list`
 /// source's file).
+/// A tile server of `per_crs` x 4 sample tiles misbehaving as `faults`,
+/// on a runtime of its own, with the list of their URLs written into a
+/// fresh folder.
+pub struct ServedTiles {
+    pub server: warpline_testkit::TileServer,
+    pub work: tempfile::TempDir,
+    /// `work/tiles.txt`: one URL a line.
+    pub list: PathBuf,
+    /// The server's runtime: it serves while this lives.
+    pub rt: tokio::runtime::Runtime,
+}
+
+impl ServedTiles {
+    pub fn new(per_crs: usize, faults: warpline_testkit::Faults) -> Self {
+        let rt = runtime();
+        let tiles = tiles(per_crs, 64);
+        let server = rt
+            .block_on(warpline_testkit::TileServer::start_with(
+                tiles.clone(),
+                faults,
+            ))
+            .unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let list = work.path().join("tiles.txt");
+        write_url_list(&server, tiles.iter().map(|(n, _)| n.as_str()), &list);
+        ServedTiles {
+            server,
+            work,
+            list,
+            rt,
+        }
+    }
+}
+
 pub fn write_url_list<'a>(
     server: &warpline_testkit::TileServer,
     names: impl IntoIterator<Item = &'a str>,
