@@ -38,8 +38,7 @@ fn two_sharing_cpu(kind: &str, count: u64, permits: u32, workers: u32) -> String
 
 #[tokio::test(start_paused = true)]
 async fn a_limiter_shared_by_two_stages_is_held_by_at_most_its_permits() {
-    let (p, g, inside) = common::kinds();
-    let registry = common::registry(&p, &g, &inside, u64::MAX);
+    let (_, _, inside, registry) = common::kinds(u64::MAX);
     let pipeline =
         Pipeline::from_toml_str(&two_sharing_cpu("measure", 300, 3, 8), &registry).unwrap();
     let report = pipeline.run().await.unwrap();
@@ -52,8 +51,7 @@ async fn a_limiter_shared_by_two_stages_is_held_by_at_most_its_permits() {
 
 #[test]
 fn a_limiter_shared_by_blocking_stages_on_threads_is_never_exceeded() {
-    let (p, g, inside) = common::kinds();
-    let registry = common::registry(&p, &g, &inside, u64::MAX);
+    let (_, _, inside, registry) = common::kinds(u64::MAX);
     let pipeline =
         Pipeline::from_toml_str(&two_sharing_cpu("measure_blocking", 400, 2, 4), &registry)
             .unwrap();
@@ -95,8 +93,7 @@ fn budget_pipeline(oversize: &str, registry: &warpline_engine::Registry) -> Pipe
 
 #[tokio::test(start_paused = true)]
 async fn a_byte_budget_is_never_exceeded_and_oversize_items_fail_by_policy() {
-    let (p, g, inside) = common::kinds();
-    let registry = common::registry(&p, &g, &inside, 4 << 20);
+    let (_, _, inside, registry) = common::kinds(4 << 20);
     let pipeline = budget_pipeline("fail", &registry);
     let report = pipeline.run().await.unwrap();
     let seen = inside.snapshot();
@@ -124,8 +121,7 @@ async fn a_byte_budget_is_never_exceeded_and_oversize_items_fail_by_policy() {
 
 #[tokio::test(start_paused = true)]
 async fn oversize_items_run_alone_when_the_policy_says_so() {
-    let (p, g, inside) = common::kinds();
-    let registry = common::registry(&p, &g, &inside, 4 << 20);
+    let (_, _, inside, registry) = common::kinds(4 << 20);
     let pipeline = budget_pipeline("alone", &registry);
     let report = pipeline.run().await.unwrap();
     assert_eq!(report.items.done, 400);
@@ -140,8 +136,7 @@ async fn oversize_items_run_alone_when_the_policy_says_so() {
 
 #[test]
 fn stages_listing_overlapping_limiters_in_opposite_orders_finish() {
-    let (p, g, inside) = common::kinds();
-    let registry = common::registry(&p, &g, &inside, u64::MAX);
+    let (_, _, _, registry) = common::kinds(u64::MAX);
     let pipeline = Pipeline::from_toml_str(
         &common::generated(
             &["ab", "ba", "ab2", "ba2"],
@@ -193,8 +188,7 @@ fn stages_listing_overlapping_limiters_in_opposite_orders_finish() {
 }
 
 async fn abort_mid_flight(kind: &str) {
-    let (p, gate, inside) = common::kinds();
-    let registry = common::registry(&p, &gate, &inside, u64::MAX);
+    let (_, gate, _, registry) = common::kinds(u64::MAX);
     let pipeline = Pipeline::from_toml_str(
         &common::generated(
             &["first", "blocked"],

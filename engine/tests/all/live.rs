@@ -37,8 +37,7 @@ async fn full_mailbox_and_a_waiter(
 
 #[tokio::test]
 async fn a_snapshot_shows_each_stages_mailbox_workers_and_limiters() {
-    let (p, gate, inside) = common::kinds();
-    let registry = common::registry(&p, &gate, &inside, u64::MAX);
+    let (_, gate, _, registry) = common::kinds(u64::MAX);
     let pipeline = Loader::from_toml_str(&common::generated(
         &["held", "sink"],
         20,

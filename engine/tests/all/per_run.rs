@@ -156,8 +156,7 @@ async fn a_run_that_admits_every_input_has_none_left() {
 
 #[tokio::test]
 async fn a_watch_shows_each_stages_items_in_workers_and_the_rate() {
-    let (p, gate, inside) = common::kinds();
-    let registry = common::registry(&p, &gate, &inside, u64::MAX);
+    let (_, gate, _, registry) = common::kinds(u64::MAX);
     let pipeline = Loader::from_toml_str(&common::generated(
         &["held", "sink"],
         10,

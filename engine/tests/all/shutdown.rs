@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{Gate, Inside, Produced};
+use common::Gate;
 use warpline_engine::report::RunOutcome;
 use warpline_engine::{
     AsyncStage, BlockingStage, ErrorKind, Event, EventKind, Handler, Input, Item, Outcome,
@@ -16,8 +16,7 @@ use warpline_engine::{
 };
 
 fn gated(deadline: &str) -> (Arc<Pipeline>, Gate, Registry) {
-    let (p, gate, inside) = (Produced::default(), Gate::default(), Inside::default());
-    let registry = common::registry(&p, &gate, &inside, u64::MAX);
+    let (_, gate, _, registry) = common::kinds(u64::MAX);
     let pipeline = Pipeline::from_toml_str(
         &format!(
             r#"
@@ -380,8 +379,7 @@ async fn a_source_that_panics_when_opened_is_an_error_not_a_crash() {
 /// run says once what waits for what, in the report (and the log).
 #[tokio::test(start_paused = true)]
 async fn a_run_where_nothing_moves_says_what_waits_for_what() {
-    let (p, gate, inside) = (Produced::default(), Gate::default(), Inside::default());
-    let registry = common::registry(&p, &gate, &inside, u64::MAX);
+    let (_, gate, _, registry) = common::kinds(u64::MAX);
     let pipeline = Arc::new(
         Pipeline::from_toml_str(
             r#"

@@ -263,10 +263,12 @@ pub fn generated(flow: &[&str], count: u64, rest: &str) -> String {
     )
 }
 
-/// The three test kinds, fresh: a produced count, a closed gate and an
-/// empty concurrency measure.
-pub fn kinds() -> (Produced, Gate, Inside) {
-    (Produced::default(), Gate::default(), Inside::default())
+/// The three test kinds, fresh (a produced count, a closed gate and an
+/// empty concurrency measure), and the [`registry`] that uses them.
+pub fn kinds(alone_over: u64) -> (Produced, Gate, Inside, Registry) {
+    let (p, g, i) = (Produced::default(), Gate::default(), Inside::default());
+    let r = registry(&p, &g, &i, alone_over);
+    (p, g, i, r)
 }
 
 pub use warpline_testkit::runtime;
