@@ -237,6 +237,32 @@ pub fn hashes(dir: &Path) -> std::collections::BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// fetch -> decode -> write, two workers each, reading `source` (a TOML
+/// `[source]` body) and writing into `out` with `write` (more of the write
+/// stage's keys).
+pub fn copy_pipeline(source: &str, out: &Path, write: &str) -> String {
+    format!(
+        r#"
+[pipeline]
+flow = ["fetch", "decode", "write"]
+[source]
+{source}
+[stages.fetch]
+kind = "fetch"
+workers = 2
+[stages.decode]
+kind = "decode"
+workers = 2
+[stages.write]
+kind = "write"
+workers = 2
+dir = {out:?}
+{write}
+"#,
+        out = out.display().to_string()
+    )
+}
+
 /// A fetch -> decode -> reproject -> write pipeline reading a list file,
 /// with a per-host rate limiter and fetch settings in `fetch`.
 pub fn list_pipeline(list: &Path, out: &Path, fetch: &str) -> String {
