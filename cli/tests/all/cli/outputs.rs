@@ -6,7 +6,7 @@ use crate::common;
 
 use std::process::{Command, Stdio};
 
-use super::{succeeded, warpline, write, SMALL};
+use super::{succeeded, warpline, write, write_failing};
 
 #[test]
 fn the_demo_runs_and_its_outputs_open_in_gdalinfo() {
@@ -43,11 +43,7 @@ fn the_demo_runs_and_its_outputs_open_in_gdalinfo() {
 #[test]
 fn failures_are_written_as_json_lines_and_retry_failed_reruns_only_them() {
     let dir = tempfile::tempdir().unwrap();
-    let failing = write(
-        dir.path(),
-        "f.toml",
-        &SMALL.replace("workers = 2", "fail_every = 7"),
-    );
+    let failing = write_failing(dir.path());
     let failures = dir.path().join("failures.jsonl");
     let out = warpline()
         .arg("run")

@@ -6,7 +6,7 @@ use crate::common;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use super::{succeeded, warpline, write, SMALL};
+use super::{succeeded, warpline, write, write_failing, SMALL};
 
 #[test]
 fn run_prints_the_report_writes_json_and_exits_0() {
@@ -72,11 +72,7 @@ fn environment_overrides_reach_the_binary() {
 #[test]
 fn failed_items_exit_3_and_abort_on_error_exits_4() {
     let dir = tempfile::tempdir().unwrap();
-    let failing = write(
-        dir.path(),
-        "f.toml",
-        &SMALL.replace("workers = 2", "fail_every = 7"),
-    );
+    let failing = write_failing(dir.path());
     let out = warpline().arg("run").arg(&failing).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{stdout}");
