@@ -251,9 +251,6 @@ impl Fetch {
         }
     }
 
-    /// The error for an answer that is not a success: transient for 408,
-    /// 429 and 5xx (with the server's Retry-After), permanent otherwise;
-    /// where a redirect led, and a redirect not followed, said.
     /// Sends `request` (to `url`, shown as `shown`): its answer, or the
     /// error for a request that failed or an answer that is not a success.
     async fn answer(
@@ -269,6 +266,9 @@ impl Fetch {
         Ok(response)
     }
 
+    /// The error for an answer that is not a success: transient for 408,
+    /// 429 and 5xx (with the server's Retry-After), permanent otherwise;
+    /// where a redirect led, and a redirect not followed, said.
     fn status_error(&self, response: &reqwest::Response, url: &str, shown: &str) -> StageError {
         let status = response.status();
         let code = status.as_u16();

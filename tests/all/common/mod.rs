@@ -102,7 +102,6 @@ workers = {workers}
     )
 }
 
-/// Runs a pipeline from TOML on a fresh multi-threaded runtime.
 /// [`raster_pipeline`] of one input and one worker each, writing into
 /// `out`, with `decode` added to the decode stage's settings.
 pub fn one_raster_pipeline(input: &Path, reproject: &str, out: &Path, decode: &str) -> String {
@@ -128,6 +127,7 @@ pub async fn run_async(toml: &str) -> warpline::RunReport {
         .unwrap()
 }
 
+/// Runs a pipeline from TOML on a fresh multi-threaded runtime.
 pub fn run(toml: &str) -> warpline::RunReport {
     let pipeline = warpline::Pipeline::from_toml_str(toml, &warpline::registry())
         .unwrap_or_else(|e| panic!("{e}\n{toml}"));
@@ -388,8 +388,6 @@ pub fn tiles(per_crs: usize, size: usize) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// Writes `list`, one URL a line: the server's URL of each name (a `list`
-/// source's file).
 /// A tile server of `per_crs` x 4 sample tiles misbehaving as `faults`,
 /// on a runtime of its own, with the list of their URLs written into a
 /// fresh folder.
@@ -424,6 +422,8 @@ impl ServedTiles {
     }
 }
 
+/// Writes `list`, one URL a line: the server's URL of each name (a `list`
+/// source's file).
 pub fn write_url_list<'a>(
     server: &warpline_testkit::TileServer,
     names: impl IntoIterator<Item = &'a str>,
@@ -433,7 +433,6 @@ pub fn write_url_list<'a>(
     std::fs::write(list, urls.join("\n")).unwrap();
 }
 
-/// Asserts a command succeeded, showing its standard error when not.
 /// Stops a running `warpline` as Ctrl-C does (SIGINT) and waits for it:
 /// how it ended.
 pub fn interrupt(child: &mut std::process::Child) -> std::process::ExitStatus {
@@ -475,6 +474,7 @@ pub fn write_bomb(path: &Path) {
         .unwrap();
 }
 
+/// Asserts a command succeeded, showing its standard error when not.
 pub fn assert_success(out: &std::process::Output) {
     assert!(
         out.status.success(),
