@@ -239,13 +239,23 @@ fn a_cpu_limiter_at_the_core_count_is_told_one_more_permit_helps_and_no_more() {
     );
 }
 
+/// The diagnosis of a run of `flow` over `count` generated inputs (then
+/// `rest`) with the built-in kinds, whose report holds its invariants.
+fn diagnosis(flow: &[&str], count: u64, rest: &str) -> String {
+    let (r, _) = run(
+        &common::generated(flow, count, rest),
+        &Registry::with_builtins(),
+    );
+    assert_invariants(&r);
+    r.diagnosis
+}
+
 #[test]
 fn a_rate_bound_pipeline_names_the_rate() {
-    let (r, _) = run(
-        &common::generated(
-            &["fetch"],
-            40,
-            r#"
+    let d = diagnosis(
+        &["fetch"],
+        40,
+        r#"
         [limits.api]
         per_second = 200
         [stages.fetch]
@@ -253,25 +263,17 @@ fn a_rate_bound_pipeline_names_the_rate() {
         workers = 8
         limits = ["api"]
         "#,
-        ),
-        &Registry::with_builtins(),
     );
-    assert_invariants(&r);
-    assert!(
-        r.diagnosis.contains("`api` was at capacity"),
-        "{}",
-        r.diagnosis
-    );
-    assert!(r.diagnosis.contains("sets the pace"), "{}", r.diagnosis);
+    assert!(d.contains("`api` was at capacity"), "{d}");
+    assert!(d.contains("sets the pace"), "{d}");
 }
 
 #[test]
 fn a_memory_bound_pipeline_names_memory() {
-    let (r, _) = run(
-        &common::generated(
-            &["work"],
-            80,
-            r#"
+    let d = diagnosis(
+        &["work"],
+        80,
+        r#"
         size = "1MiB"
         [limits.memory]
         budget = "1MiB"
@@ -281,24 +283,16 @@ fn a_memory_bound_pipeline_names_memory() {
         workers = 8
         limits = ["memory"]
         "#,
-        ),
-        &Registry::with_builtins(),
     );
-    assert_invariants(&r);
-    assert!(
-        r.diagnosis.contains("`memory` was at capacity"),
-        "{}",
-        r.diagnosis
-    );
+    assert!(d.contains("`memory` was at capacity"), "{d}");
 }
 
 #[test]
 fn a_stage_without_limits_that_is_always_busy_is_named() {
-    let (r, _) = run(
-        &common::generated(
-            &["slow", "sink"],
-            60,
-            r#"
+    let d = diagnosis(
+        &["slow", "sink"],
+        60,
+        r#"
         [stages.slow]
         kind = "hold"
         duration = "3ms"
@@ -306,15 +300,8 @@ fn a_stage_without_limits_that_is_always_busy_is_named() {
         [stages.sink]
         kind = "discard"
         "#,
-        ),
-        &Registry::with_builtins(),
     );
-    assert_invariants(&r);
-    assert!(
-        r.diagnosis.starts_with("`slow` is the bottleneck"),
-        "{}",
-        r.diagnosis
-    );
+    assert!(d.starts_with("`slow` is the bottleneck"), "{d}");
 }
 
 /// A source that takes its time: nothing inside the pipeline limits it.
