@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use warpline_engine::limit::{Limiter, RateKey};
 use warpline_engine::report::RunOutcome;
-use warpline_engine::{ErrorKind, Pipeline, RunControl};
+use warpline_engine::{ErrorKind, Pipeline};
 
 /// Stages `a` and `b` of `kind`, `workers` each, sharing `permits` of
 /// `cpu`, over `count` generated inputs.
@@ -221,11 +221,7 @@ async fn abort_mid_flight(kind: &str) {
     )
     .unwrap();
     let pipeline = Arc::new(pipeline);
-    let control = RunControl::new();
-    let run = {
-        let (pipeline, control) = (Arc::clone(&pipeline), control.clone());
-        tokio::spawn(async move { pipeline.run_with(&control).await })
-    };
+    let (control, run) = common::spawn_run(&pipeline);
     gate.wait_entered(3).await;
     control.abort();
     gate.open();

@@ -52,11 +52,7 @@ fn assert_accounted(report: &warpline_engine::RunReport) {
 #[tokio::test(start_paused = true)]
 async fn a_stop_drains_what_was_admitted_and_admits_nothing_more() {
     let (pipeline, gate, _registry) = gated("1h");
-    let control = RunControl::new();
-    let run = {
-        let (pipeline, control) = (Arc::clone(&pipeline), control.clone());
-        tokio::spawn(async move { pipeline.run_with(&control).await })
-    };
+    let (control, run) = common::spawn_run(&pipeline);
     gate.wait_entered(2).await;
     tokio::time::sleep(Duration::from_secs(1)).await; // quiescent: the pipeline is full
     control.stop();
@@ -75,11 +71,7 @@ async fn a_stop_drains_what_was_admitted_and_admits_nothing_more() {
 #[tokio::test(start_paused = true)]
 async fn past_the_shutdown_deadline_what_is_left_is_aborted() {
     let (pipeline, gate, _registry) = gated("5s");
-    let control = RunControl::new();
-    let run = {
-        let (pipeline, control) = (Arc::clone(&pipeline), control.clone());
-        tokio::spawn(async move { pipeline.run_with(&control).await })
-    };
+    let (control, run) = common::spawn_run(&pipeline);
     gate.wait_entered(2).await;
     let stopped_at = tokio::time::Instant::now();
     control.stop(); // the gate never opens: only the deadline ends the run

@@ -272,3 +272,19 @@ pub fn kinds(alone_over: u64) -> (Produced, Gate, Inside, Registry) {
 }
 
 pub use warpline_testkit::runtime;
+
+/// Starts `pipeline` in a task of its own under a fresh control: the
+/// control (to stop or abort it) and the task (its report).
+pub fn spawn_run(
+    pipeline: &Arc<warpline_engine::Pipeline>,
+) -> (
+    warpline_engine::RunControl,
+    tokio::task::JoinHandle<Result<warpline_engine::RunReport, warpline_engine::RunError>>,
+) {
+    let control = warpline_engine::RunControl::new();
+    let run = {
+        let (pipeline, control) = (Arc::clone(pipeline), control.clone());
+        tokio::spawn(async move { pipeline.run_with(&control).await })
+    };
+    (control, run)
+}
