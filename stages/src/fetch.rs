@@ -251,6 +251,21 @@ impl Fetch {
         }
     }
 
+    /// Sends `request` (to `url`, shown as `shown`): its answer, or the
+    /// error for a request that failed or an answer that is not a success.
+    async fn answer(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: &str,
+        shown: &str,
+    ) -> Result<reqwest::Response, StageError> {
+        let response = request.send().await.map_err(|e| request_error(shown, e))?;
+        if !response.status().is_success() {
+            return Err(self.status_error(&response, url, shown));
+        }
+        Ok(response)
+    }
+
     /// The error for an answer that is not a success: transient for 408,
     /// 429 and 5xx (with the server's Retry-After), permanent otherwise;
     /// where a redirect led, and a redirect not followed, said.
@@ -286,15 +301,7 @@ impl Fetch {
 
     async fn http(&self, id: &str, url: &str, held: &mut Held) -> Result<Vec<u8>, StageError> {
         let shown = redact(url);
-        let mut response = self
-            .client
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| request_error(&shown, e))?;
-        if !response.status().is_success() {
-            return Err(self.status_error(&response, url, &shown));
-        }
+        let mut response = self.answer(self.client.get(url), url, &shown).await?;
         let declared = response.content_length();
         if let Some(len) = declared {
             if len > self.max_bytes {

@@ -164,31 +164,18 @@ mod tests {
         // GDAL's side file of that temporary output.
         assert_eq!(writer(&format!("{made}.ovr.tmp"), owner), Some(4242));
         // Another machine or namespace; the old format; not temporary.
-        assert_eq!(
-            writer(".a.tif.fedcba9876543210-4242-00c0ffee.tmp", owner),
-            None
-        );
-        assert_eq!(writer(".a.tif.4242-00c0ffee.tmp", owner), None);
-        assert_eq!(
-            writer(&format!("a.tif.{owner}-4242-00c0ffee.tmp"), owner),
-            None
-        );
-        assert_eq!(
-            writer(&format!(".a.tif.{owner}-4242-00c0ffee.tif"), owner),
-            None
-        );
-        assert_eq!(
-            writer(&format!(".a.tif.{owner}-x-00c0ffee.tmp"), owner),
-            None
-        );
-        assert_eq!(
-            writer(&format!(".a.tif.{owner}-4242-00c0ffzz.tmp"), owner),
-            None
-        );
-        assert_eq!(
-            writer(&format!(".a.tif.{owner}-4242-00c0.tmp"), owner),
-            None
-        );
+        let not_ours = [
+            ".a.tif.fedcba9876543210-4242-00c0ffee.tmp".to_owned(),
+            ".a.tif.4242-00c0ffee.tmp".to_owned(),
+            format!("a.tif.{owner}-4242-00c0ffee.tmp"),
+            format!(".a.tif.{owner}-4242-00c0ffee.tif"),
+            format!(".a.tif.{owner}-x-00c0ffee.tmp"),
+            format!(".a.tif.{owner}-4242-00c0ffzz.tmp"),
+            format!(".a.tif.{owner}-4242-00c0.tmp"),
+        ];
+        for name in not_ours {
+            assert_eq!(writer(&name, owner), None, "{name}");
+        }
     }
 
     #[test]

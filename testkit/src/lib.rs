@@ -3,10 +3,27 @@
 //! Test support for warpline, kept out of the `warpline` library so an
 //! embedder never compiles it: [`tileserver`], a loopback tile server that
 //! can misbehave on purpose, used by `warpline demo`, the integration tests
-//! and the benchmarks.
+//! and the benchmarks; and [`proxy`], a loopback proxy that counts (or
+//! holds) the requests holding a needle, for the S3 tests; and
+//! [`runtime`], the tests' two-worker tokio runtime.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod proxy;
 pub mod tileserver;
 
+pub use proxy::{watching_proxy, OnNeedle};
 pub use tileserver::{Fault, Faults, TileServer};
+
+/// A multi-threaded tokio runtime of two workers (as many as the machine
+/// the tests run on has cores), with time and I/O.
+///
+/// # Panics
+/// When the runtime cannot be built (test support: the test fails).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}

@@ -46,16 +46,7 @@ fn gdal_bytes(
 /// A tiny GeoTIFF that declares 100000 x 100000 pixels (nothing written).
 fn bomb(dir: &Path) -> Vec<u8> {
     let path = dir.join("bomb.tif");
-    let gtiff = DriverManager::get_driver_by_name("GTiff").unwrap();
-    let opts = gdal::cpl::CslStringList::from_iter(["SPARSE_OK=TRUE", "BLOCKYSIZE=100000"]);
-    let mut ds = gtiff
-        .create_with_band_type_with_options::<u8, _>(&path, 100_000, 100_000, 1, &opts)
-        .unwrap();
-    ds.set_geo_transform(&[0.0, 1.0, 0.0, 0.0, 0.0, -1.0])
-        .unwrap();
-    ds.set_spatial_ref(&gdal::spatial_ref::SpatialRef::from_epsg(3857).unwrap())
-        .unwrap();
-    drop(ds);
+    common::write_bomb(&path);
     let bytes = std::fs::read(path).unwrap();
     assert!(
         bytes.len() < 64 * 1024,
@@ -173,15 +164,11 @@ fn a_png_without_georeferencing_says_so_when_png_is_allowed() {
     let png = gdal_bytes("PNG", (64, 64), false, &[], work.path());
     let input = work.path().join("plain.png");
     std::fs::write(&input, png).unwrap();
-    let toml = common::raster_pipeline(
-        &[input.display().to_string()],
+    let toml = common::one_raster_pipeline(
+        &input,
         "crs = \"EPSG:3857\"",
-        &format!("dir = {:?}", work.path().join("out").display().to_string()),
-        1,
-    )
-    .replace(
-        "[stages.decode]\nkind = \"decode\"",
-        "[stages.decode]\nkind = \"decode\"\ndrivers = [\"GTiff\", \"PNG\"]",
+        &work.path().join("out"),
+        "drivers = [\"GTiff\", \"PNG\"]",
     );
     let report = common::run(&toml);
     assert_eq!(report.items.failed, 1, "{report}");

@@ -2,6 +2,8 @@
 //! built in code, and many pipelines spawned at once on a multi-threaded
 //! runtime drawing on shared limiters.
 
+use crate::common;
+
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -143,11 +145,7 @@ async fn a_builder_makes_the_same_pipeline_as_a_file() {
 
 #[test]
 fn many_pipelines_spawned_from_many_tasks_share_limiters() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let mut shared = Limits::new();
     shared
         .add(Limiter::count("slots", NonZeroU32::new(3).unwrap()))

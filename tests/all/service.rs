@@ -20,6 +20,35 @@ struct Running {
     client: reqwest::Client,
 }
 
+impl Running {
+    /// GETs `path` (after the base URL): the status and the JSON body.
+    async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        json(self.client.get(self.url(path)).send().await.unwrap()).await
+    }
+
+    /// POSTs `body` to `path`: the status and the JSON body.
+    async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, serde_json::Value) {
+        json(
+            self.client
+                .post(self.url(path))
+                .body(body)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    }
+
+    /// DELETEs `path`: the status and the JSON body.
+    async fn delete(&self, path: &str) -> (u16, serde_json::Value) {
+        json(self.client.delete(self.url(path)).send().await.unwrap()).await
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
 async fn start_service() -> Running {
     let service = example::Service::new(example::default_limits());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -97,14 +126,7 @@ async fn wait_for(
 ) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let (code, body) = json(
-            r.client
-                .get(format!("{}/jobs/{id}", r.base))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let (code, body) = r.get(&format!("/jobs/{id}")).await;
         assert_eq!(code, 200);
         if done(&body) {
             return body;
@@ -125,15 +147,7 @@ async fn two_jobs_at_once_finish_within_one_shared_connection_limit() {
     let mut ids = Vec::new();
     for job in ["a", "b"] {
         let body = job_toml(&urls, &work.path().join(job));
-        let (code, v) = json(
-            r.client
-                .post(format!("{}/jobs", r.base))
-                .body(body)
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let (code, v) = r.post("/jobs", body).await;
         assert_eq!(code, 201, "{v}");
         ids.push(v["id"].as_u64().unwrap());
     }
@@ -170,25 +184,10 @@ async fn cancelling_a_job_frees_every_permit() {
     let r = start_service().await;
     let (_server, urls) = slow_tiles(10, 100).await;
     let work = tempfile::tempdir().unwrap();
-    let (_, v) = json(
-        r.client
-            .post(format!("{}/jobs", r.base))
-            .body(job_toml(&urls, work.path()))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (_, v) = r.post("/jobs", job_toml(&urls, work.path())).await;
     let id = v["id"].as_u64().unwrap();
     wait_for(&r, id, |v| v["progress"]["done"].as_u64().unwrap_or(0) >= 1).await;
-    let (code, _) = json(
-        r.client
-            .delete(format!("{}/jobs/{id}", r.base))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (code, _) = r.delete(&format!("/jobs/{id}")).await;
     assert_eq!(code, 202);
     let v = wait_for(&r, id, |v| v["status"] == "cancelled").await;
     let items = &v["report"]["items"];
@@ -200,14 +199,7 @@ async fn cancelling_a_job_frees_every_permit() {
     for l in r.service.shared().iter() {
         assert_eq!(l.available(), l.capacity(), "shared `{}` leaked", l.name());
     }
-    let (code, _) = json(
-        r.client
-            .get(format!("{}/jobs/999", r.base))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (code, _) = r.get("/jobs/999").await;
     assert_eq!(code, 404);
 }
 
@@ -229,15 +221,7 @@ shared = true
 kind = "hold"
 workers = 0
 "#;
-    let (code, v) = json(
-        r.client
-            .post(format!("{}/jobs", r.base))
-            .body(body)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (code, v) = r.post("/jobs", body).await;
     assert_eq!(code, 400);
     let paths: Vec<&str> = v["errors"]
         .as_array()
@@ -248,14 +232,6 @@ workers = 0
     for p in ["limits.connections", "limits.gpu", "stages.work.workers"] {
         assert!(paths.contains(&p), "{p} missing from {v}");
     }
-    let (code, v) = json(
-        r.client
-            .post(format!("{}/jobs", r.base))
-            .body("not toml [")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (code, v) = r.post("/jobs", "not toml [").await;
     assert_eq!(code, 400, "{v}");
 }

@@ -109,6 +109,26 @@ fn serve_as(
     (format!("http://{addr}/{name}"), server, runtime)
 }
 
+/// A 50 x 50 km window at about the source's resolution: the reproject
+/// stage's settings, and the same as gdalwarp options.
+const WINDOW_REPROJECT: &str = "crs = \"EPSG:3857\"\n\
+     extent = [200000, 2700000, 250000, 2750000]\n\
+     extent_crs = \"EPSG:32618\"\nresolution = 60";
+const WINDOW_GDALWARP: [&str; 12] = [
+    "-t_srs",
+    "EPSG:3857",
+    "-te",
+    "200000",
+    "2700000",
+    "250000",
+    "2750000",
+    "-te_srs",
+    "EPSG:32618",
+    "-tr",
+    "60",
+    "60",
+];
+
 /// A COG of RGB.byte.tif made 6 times larger (4,746 x 4,308, 3 bands,
 /// uncompressed, 256 px tiles, with overviews): about 80 MB.
 fn large_cog(rgb: &Path, dir: &Path) -> PathBuf {
@@ -163,25 +183,7 @@ fn a_window_of_a_large_cog_reads_a_few_of_its_bytes_and_equals_gdalwarp() {
     // A 50 x 50 km window at about the source's resolution, and the whole
     // scene downsampled 16 times (from an overview).
     let cases = [
-        (
-            "window",
-            "crs = \"EPSG:3857\"\nextent = [200000, 2700000, 250000, 2750000]\n\
-             extent_crs = \"EPSG:32618\"\nresolution = 60",
-            vec![
-                "-t_srs",
-                "EPSG:3857",
-                "-te",
-                "200000",
-                "2700000",
-                "250000",
-                "2750000",
-                "-te_srs",
-                "EPSG:32618",
-                "-tr",
-                "60",
-                "60",
-            ],
-        ),
+        ("window", WINDOW_REPROJECT, WINDOW_GDALWARP.to_vec()),
         (
             "downsampled",
             "crs = \"EPSG:3857\"\nresolution = 800",
@@ -335,12 +337,10 @@ fn a_window_of_a_large_cog_in_s3_equals_gdalwarp() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(&cog, dir.join("large-cog.tif")).unwrap();
     let out = work.path().join("out");
-    let reproject = "crs = \"EPSG:3857\"\nextent = [200000, 2700000, 250000, 2750000]\n\
-                     extent_crs = \"EPSG:32618\"\nresolution = 60";
     let url = format!("s3://{bucket}/{prefix}/large-cog.tif");
     let endpoint = format!("endpoint = {endpoint:?}");
     let toml = work.path().join("pipeline.toml");
-    std::fs::write(&toml, pipeline(&url, reproject, &out, &endpoint)).unwrap();
+    std::fs::write(&toml, pipeline(&url, WINDOW_REPROJECT, &out, &endpoint)).unwrap();
     let child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -361,20 +361,6 @@ fn a_window_of_a_large_cog_in_s3_equals_gdalwarp() {
         String::from_utf8_lossy(&child.stdout)
     );
     let theirs = work.path().join("gdalwarp.tif");
-    let args = [
-        "-t_srs",
-        "EPSG:3857",
-        "-te",
-        "200000",
-        "2700000",
-        "250000",
-        "2750000",
-        "-te_srs",
-        "EPSG:32618",
-        "-tr",
-        "60",
-        "60",
-    ];
-    gdalwarp(&args.map(String::from), &cog, &theirs);
+    gdalwarp(&WINDOW_GDALWARP.map(String::from), &cog, &theirs);
     assert_same_raster(&out.join("large-cog.tif"), &theirs, "s3 window");
 }

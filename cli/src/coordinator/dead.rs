@@ -113,11 +113,8 @@ impl Coordinator {
                 call.key(self.key(part));
             }
             call.arg(&d.entry).arg(&d.id).arg(&source);
-            let call = &call;
-            let n: i64 = self
-                .run("requeue a dead letter", move |mut conn| async move {
-                    call.invoke_async(&mut conn).await
-                })
+            let n = self
+                .invoke("requeue a dead letter", &call)
                 .await
                 .map_err(err)?;
             if n == 1 {

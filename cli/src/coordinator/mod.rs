@@ -234,6 +234,19 @@ impl Coordinator {
         self.cmd.run(what, f).await
     }
 
+    /// Runs a prepared script (`what` it does, for the outage messages): the
+    /// count it answers. Sent by its hash, loaded only when Redis lacks it.
+    async fn invoke(
+        &self,
+        what: &str,
+        call: &redis::ScriptInvocation<'_>,
+    ) -> Result<i64, redis::RedisError> {
+        self.run(what, move |mut conn| async move {
+            call.invoke_async(&mut conn).await
+        })
+        .await
+    }
+
     /// Records that `id` (message `msg`) ended as `result`, with its
     /// dead-letter entry's fields when it is dead: see
     /// [`scripts::RECORD`]. The script is sent by its hash, and loaded only
@@ -254,12 +267,7 @@ impl Coordinator {
         for (field, value) in dead {
             call.arg(*field).arg(value);
         }
-        let call = &call;
-        let kept_done: i64 = self
-            .run("record an item's end", move |mut conn| async move {
-                call.invoke_async(&mut conn).await
-            })
-            .await?;
+        let kept_done = self.invoke("record an item's end", &call).await?;
         Ok(kept_done == 0)
     }
 
@@ -338,13 +346,7 @@ impl Coordinator {
                 .key(self.key("stream"))
                 .arg(&id)
                 .arg(&src);
-            let call = &call;
-            let n: i64 = self
-                .run("enqueue an input", move |mut conn| async move {
-                    call.invoke_async(&mut conn).await
-                })
-                .await
-                .map_err(err)?;
+            let n = self.invoke("enqueue an input", &call).await.map_err(err)?;
             if n == 1 {
                 added += 1;
             } else {

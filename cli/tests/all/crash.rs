@@ -37,7 +37,7 @@ fn wait_for_outputs(dir: &Path, n: usize, child: &mut Child) {
 }
 
 fn report(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    common::read_json(path)
 }
 
 struct Setup {
@@ -171,13 +171,7 @@ fn after_kill_9_a_rerun_finishes_the_rest() {
 #[test]
 fn after_ctrl_c_the_run_drains_leaves_no_temporary_file_and_a_rerun_finishes() {
     let (_rt, server, s, mut child) = start_and_wait_for_outputs();
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
+    assert_eq!(common::interrupt(&mut child).code(), Some(130));
     let r = report(&s.work.path().join("first.json"));
     assert_eq!(r["outcome"], "stopped", "drained within the deadline: {r}");
     let i = &r["items"];

@@ -50,28 +50,8 @@ const INPUTS_PER_CRS: usize = 25;
 
 /// fetch -> decode -> write of `list` into `out`.
 fn pipeline(list: &Path, out: &Path, write: &str) -> String {
-    format!(
-        r#"
-[pipeline]
-flow = ["fetch", "decode", "write"]
-[source]
-kind = "list"
-path = {list:?}
-[stages.fetch]
-kind = "fetch"
-workers = 2
-[stages.decode]
-kind = "decode"
-workers = 2
-[stages.write]
-kind = "write"
-workers = 2
-dir = {out:?}
-{write}
-"#,
-        list = list.display().to_string(),
-        out = out.display().to_string()
-    )
+    let source = format!("kind = \"list\"\npath = {:?}", list.display().to_string());
+    common::copy_pipeline(&source, out, write)
 }
 
 /// Runs 100 tiles of 256 x 256 x 3 bytes into a 2 MiB disk and checks how
@@ -202,8 +182,7 @@ fn a_full_disk_while_writing_fails_the_item_and_leaves_no_file() {
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(3), "some items failed");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let json: serde_json::Value = common::read_json(&report);
     assert_eq!(json["items"]["failed"], 1);
     let f = &json["failures"][0];
     assert_eq!(f["stage"], "write", "{f}");

@@ -11,9 +11,8 @@ use crate::own_redis;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{runtime, tiles, write_url_list};
 use own_redis::OwnRedis;
-use warpline_testkit::{Faults, TileServer};
+use warpline_testkit::Faults;
 
 /// Script calls Redis has run since its statistics were last reset.
 fn script_calls(redis: &OwnRedis, reset: bool) -> u64 {
@@ -60,33 +59,17 @@ fn rate_pipeline(
     burst: u32,
     attempts: u32,
 ) -> String {
-    format!(
-        r#"
-[pipeline]
-name = "rate"
-flow = ["fetch", "decode", "write"]
-[source]
-kind = "list"
-path = {list:?}
-[limits.tiles]
-per_second = 20
-burst = {burst}
-per = "host"
-scope = "global"
-[stages.fetch]
-kind = "fetch"
-workers = 4
-limits = ["tiles"]
-retry = {{ attempts = {attempts} }}
-[stages.decode]
-kind = "decode"
-[stages.write]
-kind = "write"
-dir = {out:?}
-"#,
-        list = list.display().to_string(),
-        out = out.display().to_string()
-    )
+    common::TilePipeline {
+        name: "rate",
+        list,
+        out,
+        per_second: 20,
+        burst,
+        global: true,
+        connections: false,
+        attempts,
+    }
+    .toml()
 }
 
 /// Waits for every worker to end, each with exit code 0.
@@ -110,19 +93,19 @@ fn run(redis: &OwnRedis, workers: usize, tiles_per_crs: usize, burst: u32) -> Ra
     // A 429 is tried again (after its `Retry-After`, which pauses the
     // bucket for every worker) rather than left for reclaim.
     let attempts = 3;
-    let rt = runtime();
-    let tiles = tiles(tiles_per_crs, 64);
-    let faults = Faults {
-        latency: Some(Duration::from_millis(50)),
-        rate_limit: Some(20.0),
-        ..Faults::default()
-    };
-    let server = rt
-        .block_on(TileServer::start_with(tiles.clone(), faults))
-        .unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let list = work.path().join("tiles.txt");
-    write_url_list(&server, tiles.iter().map(|(n, _)| n.as_str()), &list);
+    let common::ServedTiles {
+        server,
+        work,
+        list,
+        rt: _rt,
+    } = common::ServedTiles::new(
+        tiles_per_crs,
+        Faults {
+            latency: Some(Duration::from_millis(50)),
+            rate_limit: Some(20.0),
+            ..Faults::default()
+        },
+    );
     let out = work.path().join("out");
     let pipeline = work.path().join("p.toml");
     std::fs::write(&pipeline, rate_pipeline(&list, &out, burst, attempts)).unwrap();

@@ -15,26 +15,7 @@ use warpline::engine::{async_trait, Input, Source, SourceError, SourceSpec};
 /// fetch -> decode -> write, reading `source` (a TOML `[source]` body),
 /// writing to `out` with `exists`.
 fn pipeline(source: &str, out: &Path, exists: &str) -> String {
-    format!(
-        r#"
-[pipeline]
-flow = ["fetch", "decode", "write"]
-[source]
-{source}
-[stages.fetch]
-kind = "fetch"
-workers = 2
-[stages.decode]
-kind = "decode"
-workers = 2
-[stages.write]
-kind = "write"
-workers = 2
-dir = {out:?}
-exists = "{exists}"
-"#,
-        out = out.display().to_string()
-    )
+    common::copy_pipeline(source, out, &format!("exists = \"{exists}\""))
 }
 
 /// Three different tiles: the first two share a file name, the third is

@@ -88,35 +88,17 @@ fn shards_are_disjoint_cover_every_input_and_are_stable() {
 }
 
 fn worker_pipeline(list: &Path, out: &Path, rate: u32) -> String {
-    format!(
-        r#"
-[pipeline]
-name = "mosaic"
-flow = ["fetch", "decode", "write"]
-[source]
-kind = "list"
-path = {list:?}
-[limits.connections]
-permits = 4
-[limits.tiles]
-per_second = {rate}
-burst = 1
-per = "host"
-scope = "global"
-[stages.fetch]
-kind = "fetch"
-workers = 4
-limits = ["connections", "tiles"]
-retry = {{ attempts = 1 }}
-[stages.decode]
-kind = "decode"
-[stages.write]
-kind = "write"
-dir = {out:?}
-"#,
-        list = list.display().to_string(),
-        out = out.display().to_string()
-    )
+    common::TilePipeline {
+        name: "mosaic",
+        list,
+        out,
+        per_second: rate,
+        burst: 1,
+        global: true,
+        connections: true,
+        attempts: 1,
+    }
+    .toml()
 }
 
 fn warpline(args: &[&str]) -> Command {
@@ -264,14 +246,13 @@ fn dead_letters_are_listed_with_their_errors_and_requeued_with_counts_kept_true(
 fn three_workers_one_killed_every_item_once_within_the_global_rate() {
     let Some(url) = redis_url() else { return };
     let run = format!("t{}-{}", std::process::id(), fastrand_id());
-    let rt = runtime();
-    let tiles = tiles(15, 64); // 60 tiles
-    let server = rt
-        .block_on(TileServer::start_with(tiles.clone(), Faults::default()))
-        .unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let list = work.path().join("tiles.txt");
-    write_url_list(&server, tiles.iter().map(|(n, _)| n.as_str()), &list);
+    // 60 tiles.
+    let common::ServedTiles {
+        server,
+        work,
+        list,
+        rt: _rt,
+    } = common::ServedTiles::new(15, Faults::default());
     let out = work.path().join("out");
     let pipeline = work.path().join("p.toml");
     let rate = 20;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{hashes, runtime, tiles, write_url_list};
+use common::hashes;
 use own_redis::OwnRedis;
 use warpline_testkit::{Faults, TileServer};
 
@@ -21,36 +21,17 @@ const RECLAIM_AFTER: &str = "300s";
 const RUN_DEADLINE: Duration = Duration::from_secs(200);
 
 fn pipeline_text(list: &Path, out: &Path, global: bool) -> String {
-    format!(
-        r#"
-[pipeline]
-name = "outage"
-flow = ["fetch", "decode", "write"]
-[source]
-kind = "list"
-path = {list:?}
-[limits.connections]
-permits = 4
-[limits.tiles]
-per_second = 40
-burst = 2
-per = "host"
-{scope}
-[stages.fetch]
-kind = "fetch"
-workers = 4
-limits = ["connections", "tiles"]
-retry = {{ attempts = 1 }}
-[stages.decode]
-kind = "decode"
-[stages.write]
-kind = "write"
-dir = {out:?}
-"#,
-        list = list.display().to_string(),
-        out = out.display().to_string(),
-        scope = if global { r#"scope = "global""# } else { "" },
-    )
+    common::TilePipeline {
+        name: "outage",
+        list,
+        out,
+        per_second: 40,
+        burst: 2,
+        global,
+        connections: true,
+        attempts: 1,
+    }
+    .toml()
 }
 
 /// A tile server with 60 tiles (100 ms each, so items are in flight when
@@ -64,23 +45,18 @@ struct Setup {
 
 impl Setup {
     fn new() -> Self {
-        let rt = runtime();
-        let tiles = tiles(15, 64);
-        let faults = Faults {
-            latency: Some(Duration::from_millis(100)),
-            ..Faults::default()
-        };
-        let server = rt
-            .block_on(TileServer::start_with(tiles.clone(), faults))
-            .unwrap();
-        let work = tempfile::tempdir().unwrap();
-        let list = work.path().join("tiles.txt");
-        write_url_list(&server, tiles.iter().map(|(n, _)| n.as_str()), &list);
+        let served = common::ServedTiles::new(
+            15,
+            Faults {
+                latency: Some(Duration::from_millis(100)),
+                ..Faults::default()
+            },
+        );
         Setup {
-            _rt: rt,
-            server,
-            work,
-            list,
+            server: served.server,
+            work: served.work,
+            list: served.list,
+            _rt: served.rt,
         }
     }
 

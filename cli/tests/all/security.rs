@@ -53,11 +53,7 @@ fn no_input_can_place_an_output_outside_the_output_directory() {
         let list = work.path().join("list.txt");
         std::fs::write(&list, inputs.join("\n")).unwrap();
         let toml = list_pipeline(&list, &out, "");
-        warpline::Pipeline::from_toml_str(&toml, &warpline::registry())
-            .unwrap()
-            .run()
-            .await
-            .unwrap()
+        common::run_async(&toml).await
     });
     assert_eq!(report.items.done, 6, "{report}");
     let written = all_files(work.path().join("jail").as_path());
@@ -113,11 +109,7 @@ fn only_the_configured_schemes_are_fetched_and_redirects_cannot_switch_scheme() 
                 "kind = \"list\"",
                 "kind = \"list\"\nschemes = [\"http\", \"https\"]",
             );
-        let report = warpline::Pipeline::from_toml_str(&toml, &warpline::registry())
-            .unwrap()
-            .run()
-            .await
-            .unwrap();
+        let report = common::run_async(&toml).await;
         (report, server.requests())
     });
     assert_eq!(report.items.done, 0, "{report}");
@@ -243,11 +235,7 @@ fn gdal_makes_no_request_and_opens_no_file_of_its_own() {
         ];
         std::fs::write(&list, inputs.join("\n")).unwrap();
         let toml = list_pipeline(&list, &work.path().join("out"), "");
-        let report = warpline::Pipeline::from_toml_str(&toml, &warpline::registry())
-            .unwrap()
-            .run()
-            .await
-            .unwrap();
+        let report = common::run_async(&toml).await;
         (report, bait.requests())
     });
     assert_eq!(report.items.failed, 4, "{report}");
@@ -264,27 +252,14 @@ fn gdal_makes_no_request_and_opens_no_file_of_its_own() {
 fn a_tiny_tiff_declaring_a_huge_raster_fails_before_allocating() {
     let work = tempfile::tempdir().unwrap();
     let path = work.path().join("bomb.tif");
-    let gtiff = gdal::DriverManager::get_driver_by_name("GTiff").unwrap();
-    let opts = gdal::cpl::CslStringList::from_iter(["SPARSE_OK=TRUE", "BLOCKYSIZE=100000"]);
-    let mut ds = gtiff
-        .create_with_band_type_with_options::<u8, _>(&path, 100_000, 100_000, 1, &opts)
-        .unwrap();
-    ds.set_geo_transform(&[0.0, 1.0, 0.0, 0.0, 0.0, -1.0])
-        .unwrap();
-    ds.set_spatial_ref(&gdal::spatial_ref::SpatialRef::from_epsg(3857).unwrap())
-        .unwrap();
-    drop(ds);
+    common::write_bomb(&path);
     // Even with the pixel cap lifted, the 10 GB decode must not happen: the
     // byte cap and the memory budget refuse it first.
-    let toml = common::raster_pipeline(
-        &[path.display().to_string()],
+    let toml = common::one_raster_pipeline(
+        &path,
         "crs = \"EPSG:4326\"",
-        &format!("dir = {:?}", work.path().join("out").display().to_string()),
-        1,
-    )
-    .replace(
-        "[stages.decode]\nkind = \"decode\"",
-        "[stages.decode]\nkind = \"decode\"\nmax_pixels = 100000000000",
+        &work.path().join("out"),
+        "max_pixels = 100000000000",
     );
     let pipeline = work.path().join("p.toml");
     std::fs::write(&pipeline, toml).unwrap();
@@ -297,14 +272,8 @@ fn a_tiny_tiff_declaring_a_huge_raster_fails_before_allocating() {
         .env_remove("WARPLINE_LOG")
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    common::assert_exit(&out, 3);
+    let json: serde_json::Value = common::read_json(&report);
     let f = &json["failures"][0];
     assert_eq!(f["stage"], "decode", "{f}");
     assert!(

@@ -446,6 +446,34 @@ fn compile_source(
     }
 }
 
+/// A `kind` key at `path` and what `lookup` finds for it: or a problem
+/// (missing, or unknown) that lists the `what` kinds known.
+fn resolve_kind<'r, F: ?Sized>(
+    path: String,
+    what: &str,
+    kind: Option<String>,
+    lookup: impl FnOnce(&str) -> Option<&'r F>,
+    kinds: impl FnOnce() -> Vec<&'r str>,
+    problems: &mut Vec<Problem>,
+) -> Option<(String, &'r F)> {
+    let found = kind.as_deref().and_then(lookup);
+    match (kind, found) {
+        (Some(kind), Some(found)) => Some((kind, found)),
+        (kind, _) => {
+            let said = match kind {
+                None => "missing".to_owned(),
+                Some(kind) => format!("unknown {what} kind {kind:?}"),
+            };
+            let known_kinds = known(kinds().iter());
+            problems.push(Problem::graph(
+                path,
+                format!("{said}; known {what} kinds: {known_kinds}"),
+            ));
+            None
+        }
+    }
+}
+
 /// Why a pipeline did not compile: every problem, and the checks that could
 /// not be made because of them.
 #[derive(Debug)]
@@ -476,26 +504,14 @@ fn build_source(
             ));
         }
     }
-    let Some(kind) = common.kind else {
-        problems.push(Problem::graph(
-            "source.kind",
-            format!(
-                "missing; known source kinds: {}",
-                known(registry.source_kinds().iter())
-            ),
-        ));
-        return None;
-    };
-    let Some(factory) = registry.source(&kind) else {
-        problems.push(Problem::graph(
-            "source.kind",
-            format!(
-                "unknown source kind {kind:?}; known source kinds: {}",
-                known(registry.source_kinds().iter())
-            ),
-        ));
-        return None;
-    };
+    let (kind, factory) = resolve_kind(
+        "source.kind".to_owned(),
+        "source",
+        common.kind,
+        |k| registry.source(k),
+        || registry.source_kinds(),
+        problems,
+    )?;
     match factory(&Settings::new(
         "source".to_owned(),
         own,

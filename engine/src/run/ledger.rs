@@ -46,12 +46,18 @@ impl Shared {
         }
     }
 
-    pub(super) fn done(&self, item: &Item) {
+    /// Counts an item that ended `outcome` (in `count`, with its bytes) and
+    /// tells those waiting for items to end.
+    fn ended(&self, item: &Item, count: &AtomicU64, outcome: &'static str) {
         self.bytes(item);
-        self.ledger.done.fetch_add(1, Ordering::AcqRel);
+        count.fetch_add(1, Ordering::AcqRel);
         self.moved.notify_waiters();
-        metrics::counter!("warpline_items_total", "pipeline" => self.label.clone(), "outcome" => "done")
+        metrics::counter!("warpline_items_total", "pipeline" => self.label.clone(), "outcome" => outcome)
             .increment(1);
+    }
+
+    pub(super) fn done(&self, item: &Item) {
+        self.ended(item, &self.ledger.done, "done");
         self.events.emit(|| EventKind::Done {
             item: item.id.clone(),
         });
@@ -59,11 +65,7 @@ impl Shared {
 
     pub(super) fn skipped(&self, item: &Item, stage: &str, reason: &str) {
         tracing::debug!(item = %item.id, stage, reason, "skipped");
-        self.bytes(item);
-        self.ledger.skipped.fetch_add(1, Ordering::AcqRel);
-        self.moved.notify_waiters();
-        metrics::counter!("warpline_items_total", "pipeline" => self.label.clone(), "outcome" => "skipped")
-            .increment(1);
+        self.ended(item, &self.ledger.skipped, "skipped");
         self.events.emit(|| EventKind::Skipped {
             item: item.id.clone(),
             stage: stage.to_owned(),

@@ -2,6 +2,8 @@
 //! try to the host, with or without a rate bucket, and is not a failed try;
 //! the limits fall on refusals and rise again. Paused time, no sleeps.
 
+use crate::common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -169,16 +171,15 @@ async fn without_adaptive_a_refusal_uses_up_a_try() {
 #[test]
 fn adaptive_is_only_for_stages_that_make_requests() {
     let e = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["work"]
-        [source]
-        kind = "generate"
-        count = 1
+        &common::generated(
+            &["work"],
+            1,
+            r#"
         [stages.work]
         kind = "hold"
         adaptive = true
         "#,
+        ),
         &Registry::with_builtins(),
     )
     .unwrap_err();

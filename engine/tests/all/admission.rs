@@ -8,14 +8,12 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{Gate, Inside, Produced};
 use warpline_engine::Pipeline;
 
 const INPUTS: u64 = 100_000;
 
 async fn measure(stages: &[(u32, u32)]) -> (u64, u64) {
-    let (produced, gate, inside) = (Produced::default(), Gate::default(), Inside::default());
-    let registry = common::registry(&produced, &gate, &inside, u64::MAX);
+    let (produced, gate, _, registry) = common::kinds(u64::MAX);
     let mut toml = format!(
         "[pipeline]\nflow = [{}]\n[source]\nkind = \"counted\"\ncount = {INPUTS}\n",
         (0..stages.len())

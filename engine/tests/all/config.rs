@@ -41,6 +41,14 @@ fn assert_problem(e: &ConfigErrors, path: &str, words: &str) {
     );
 }
 
+/// The errors for GOOD with `line` added to the `work` stage.
+fn work_errors(line: &str) -> ConfigErrors {
+    errors(&with(
+        r#"duration = "1ms""#,
+        &format!("duration = \"1ms\"\n{line}"),
+    ))
+}
+
 fn with(replace: &str, by: &str) -> String {
     assert!(
         GOOD.contains(replace),
@@ -105,10 +113,7 @@ fn duplicate_names_are_errors() {
 
 #[test]
 fn zero_workers_mailbox_and_permits_are_errors() {
-    let e = errors(&with(
-        r#"duration = "1ms""#,
-        "duration = \"1ms\"\nworkers = 0\nmailbox = 0",
-    ));
+    let e = work_errors("workers = 0\nmailbox = 0");
     assert_problem(&e, "stages.work.workers", "at least 1");
     assert_problem(&e, "stages.work.mailbox", "at least 1");
     let e = errors(&with("permits = 2", "permits = 0"));
@@ -193,10 +198,7 @@ fn malformed_rates_are_errors() {
 fn unknown_keys_are_errors_naming_their_table() {
     let e = errors(&with("permits = 2", "permits = 2\npermit = 3"));
     assert_problem(&e, "limits.cpu", "unknown field `permit`");
-    let e = errors(&with(
-        r#"duration = "1ms""#,
-        "duration = \"1ms\"\ndurashun = \"2ms\"",
-    ));
+    let e = work_errors("durashun = \"2ms\"");
     assert_problem(&e, "stages.work", "unknown field `durashun`");
     let e = errors(&format!("{GOOD}\n[sinks.x]\nkind = \"a\"\n"));
     assert_problem(&e, "sinks", "unknown section");
@@ -208,10 +210,7 @@ fn a_misspelt_key_is_told_the_nearest_one_the_engine_s_keys_included() {
     assert_problem(&e, "limits.cpu", "(did you mean `permits`?)");
     // `workers` is read by the engine, not by the `hold` kind: it is still
     // known, and nearest.
-    let e = errors(&with(
-        r#"duration = "1ms""#,
-        "duration = \"1ms\"\nworkerz = 2",
-    ));
+    let e = work_errors("workerz = 2");
     assert_problem(
         &e,
         "stages.work",
@@ -223,16 +222,10 @@ fn a_misspelt_key_is_told_the_nearest_one_the_engine_s_keys_included() {
         "known keys: `kind`, `workers`, `mailbox`",
     );
     assert_problem(&e, "stages.work", "`duration`");
-    let e = errors(&with(
-        r#"duration = "1ms""#,
-        "duration = \"1ms\"\ndurashun = \"2ms\"",
-    ));
+    let e = work_errors("durashun = \"2ms\"");
     assert_problem(&e, "stages.work", "(did you mean `duration`?)");
     // Nothing near: no guess, the list only.
-    let e = errors(&with(
-        r#"duration = "1ms""#,
-        "duration = \"1ms\"\nzebra = 1",
-    ));
+    let e = work_errors("zebra = 1");
     assert_problem(&e, "stages.work", "unknown field `zebra`; known keys:");
     let e = errors(&with("count = 10", "count = 10\nlimit = [\"cpu\"]"));
     assert_problem(&e, "source", "(did you mean `limits`?)");
@@ -245,10 +238,7 @@ fn a_misspelt_key_is_told_the_nearest_one_the_engine_s_keys_included() {
     let e = errors(&with("[limits.cpu]", "[limit.cpu]"));
     assert_problem(&e, "limit", "unknown section (did you mean `limits`?)");
     // In a table within a stage: its path, its own keys only.
-    let e = errors(&with(
-        r#"duration = "1ms""#,
-        "duration = \"1ms\"\nretry = { attempts = 2, base = \"1ms\" }",
-    ));
+    let e = work_errors("retry = { attempts = 2, base = \"1ms\" }");
     assert_problem(
         &e,
         "stages.work.retry",

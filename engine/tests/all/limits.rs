@@ -9,40 +9,38 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Gate, Inside, Produced};
 use warpline_engine::limit::{Limiter, RateKey};
 use warpline_engine::report::RunOutcome;
-use warpline_engine::{ErrorKind, Pipeline, RunControl};
+use warpline_engine::{ErrorKind, Pipeline};
 
-fn kinds() -> (Produced, Gate, Inside) {
-    (Produced::default(), Gate::default(), Inside::default())
+/// Stages `a` and `b` of `kind`, `workers` each, sharing `permits` of
+/// `cpu`, over `count` generated inputs.
+fn two_sharing_cpu(kind: &str, count: u64, permits: u32, workers: u32) -> String {
+    common::generated(
+        &["a", "b"],
+        count,
+        &format!(
+            r#"
+            [limits.cpu]
+            permits = {permits}
+            [stages.a]
+            kind = "{kind}"
+            workers = {workers}
+            limits = ["cpu"]
+            [stages.b]
+            kind = "{kind}"
+            workers = {workers}
+            limits = ["cpu"]
+            "#
+        ),
+    )
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_limiter_shared_by_two_stages_is_held_by_at_most_its_permits() {
-    let (p, g, inside) = kinds();
-    let registry = common::registry(&p, &g, &inside, u64::MAX);
-    let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["a", "b"]
-        [source]
-        kind = "generate"
-        count = 300
-        [limits.cpu]
-        permits = 3
-        [stages.a]
-        kind = "measure"
-        workers = 8
-        limits = ["cpu"]
-        [stages.b]
-        kind = "measure"
-        workers = 8
-        limits = ["cpu"]
-        "#,
-        &registry,
-    )
-    .unwrap();
+    let (_, _, inside, registry) = common::kinds(u64::MAX);
+    let pipeline =
+        Pipeline::from_toml_str(&two_sharing_cpu("measure", 300, 3, 8), &registry).unwrap();
     let report = pipeline.run().await.unwrap();
     assert_eq!(report.items.done, 300);
     let seen = inside.snapshot();
@@ -53,34 +51,11 @@ async fn a_limiter_shared_by_two_stages_is_held_by_at_most_its_permits() {
 
 #[test]
 fn a_limiter_shared_by_blocking_stages_on_threads_is_never_exceeded() {
-    let (p, g, inside) = kinds();
-    let registry = common::registry(&p, &g, &inside, u64::MAX);
-    let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["a", "b"]
-        [source]
-        kind = "generate"
-        count = 400
-        [limits.cpu]
-        permits = 2
-        [stages.a]
-        kind = "measure_blocking"
-        workers = 4
-        limits = ["cpu"]
-        [stages.b]
-        kind = "measure_blocking"
-        workers = 4
-        limits = ["cpu"]
-        "#,
-        &registry,
-    )
-    .unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let (_, _, inside, registry) = common::kinds(u64::MAX);
+    let pipeline =
+        Pipeline::from_toml_str(&two_sharing_cpu("measure_blocking", 400, 2, 4), &registry)
+            .unwrap();
+    let rt = common::runtime();
     let report = rt.block_on(pipeline.run()).unwrap();
     assert_eq!(report.items.done, 400);
     let seen = inside.snapshot();
@@ -94,13 +69,11 @@ fn a_limiter_shared_by_blocking_stages_on_threads_is_never_exceeded() {
 
 fn budget_pipeline(oversize: &str, registry: &warpline_engine::Registry) -> Pipeline {
     Pipeline::from_toml_str(
-        &format!(
-            r#"
-            [pipeline]
-            flow = ["work"]
-            [source]
-            kind = "generate"
-            count = 400
+        &common::generated(
+            &["work"],
+            400,
+            &format!(
+                r#"
             sizes = ["100KiB", "1MiB", "3MiB", "10KiB", "5MiB", "700KiB"]
             [limits.memory]
             budget = "4MiB"
@@ -111,6 +84,7 @@ fn budget_pipeline(oversize: &str, registry: &warpline_engine::Registry) -> Pipe
             mailbox = 4
             limits = ["memory"]
             "#
+            ),
         ),
         registry,
     )
@@ -119,8 +93,7 @@ fn budget_pipeline(oversize: &str, registry: &warpline_engine::Registry) -> Pipe
 
 #[tokio::test(start_paused = true)]
 async fn a_byte_budget_is_never_exceeded_and_oversize_items_fail_by_policy() {
-    let (p, g, inside) = kinds();
-    let registry = common::registry(&p, &g, &inside, 4 << 20);
+    let (_, _, inside, registry) = common::kinds(4 << 20);
     let pipeline = budget_pipeline("fail", &registry);
     let report = pipeline.run().await.unwrap();
     let seen = inside.snapshot();
@@ -148,8 +121,7 @@ async fn a_byte_budget_is_never_exceeded_and_oversize_items_fail_by_policy() {
 
 #[tokio::test(start_paused = true)]
 async fn oversize_items_run_alone_when_the_policy_says_so() {
-    let (p, g, inside) = kinds();
-    let registry = common::registry(&p, &g, &inside, 4 << 20);
+    let (_, _, inside, registry) = common::kinds(4 << 20);
     let pipeline = budget_pipeline("alone", &registry);
     let report = pipeline.run().await.unwrap();
     assert_eq!(report.items.done, 400);
@@ -164,15 +136,12 @@ async fn oversize_items_run_alone_when_the_policy_says_so() {
 
 #[test]
 fn stages_listing_overlapping_limiters_in_opposite_orders_finish() {
-    let (p, g, inside) = kinds();
-    let registry = common::registry(&p, &g, &inside, u64::MAX);
+    let (_, _, _, registry) = common::kinds(u64::MAX);
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["ab", "ba", "ab2", "ba2"]
-        [source]
-        kind = "generate"
-        count = 2000
+        &common::generated(
+            &["ab", "ba", "ab2", "ba2"],
+            2000,
+            r#"
         [limits.a]
         permits = 1
         [limits.b]
@@ -196,6 +165,7 @@ fn stages_listing_overlapping_limiters_in_opposite_orders_finish() {
         workers = 3
         limits = ["b", "a"]
         "#,
+        ),
         &registry,
     )
     .unwrap();
@@ -208,11 +178,7 @@ fn stages_listing_overlapping_limiters_in_opposite_orders_finish() {
             stage.name
         );
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     // The timeout only turns a deadlock into a failure instead of a hang.
     let report = rt
         .block_on(async { tokio::time::timeout(Duration::from_secs(120), pipeline.run()).await })
@@ -222,16 +188,13 @@ fn stages_listing_overlapping_limiters_in_opposite_orders_finish() {
 }
 
 async fn abort_mid_flight(kind: &str) {
-    let (p, gate, inside) = kinds();
-    let registry = common::registry(&p, &gate, &inside, u64::MAX);
+    let (_, gate, _, registry) = common::kinds(u64::MAX);
     let pipeline = Pipeline::from_toml_str(
-        &format!(
-            r#"
-            [pipeline]
-            flow = ["first", "blocked"]
-            [source]
-            kind = "generate"
-            count = 1000
+        &common::generated(
+            &["first", "blocked"],
+            1000,
+            &format!(
+                r#"
             sizes = ["1KiB", "64KiB"]
             limits = ["units"]
             [limits.units]
@@ -252,16 +215,13 @@ async fn abort_mid_flight(kind: &str) {
             limits = ["cpu"]
             release = ["memory"]
             "#
+            ),
         ),
         &registry,
     )
     .unwrap();
     let pipeline = Arc::new(pipeline);
-    let control = RunControl::new();
-    let run = {
-        let (pipeline, control) = (Arc::clone(&pipeline), control.clone());
-        tokio::spawn(async move { pipeline.run_with(&control).await })
-    };
+    let (control, run) = common::spawn_run(&pipeline);
     gate.wait_entered(3).await;
     control.abort();
     gate.open();
@@ -351,12 +311,10 @@ async fn a_paused_key_hands_out_no_token_until_the_pause_ends() {
 async fn a_rate_limited_stage_runs_at_the_rate() {
     let registry = warpline_engine::Registry::with_builtins();
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["fetch"]
-        [source]
-        kind = "generate"
-        count = 101
+        &common::generated(
+            &["fetch"],
+            101,
+            r#"
         [limits.requests]
         per_second = 50
         [stages.fetch]
@@ -364,6 +322,7 @@ async fn a_rate_limited_stage_runs_at_the_rate() {
         workers = 8
         limits = ["requests"]
         "#,
+        ),
         &registry,
     )
     .unwrap();
@@ -396,13 +355,10 @@ async fn a_panicking_global_rate_backend_fails_tries_not_workers() {
         Arc::new(|_: &str, _: f64, _: u32| {
             Arc::new(PanickingBackend) as Arc<dyn warpline_engine::limit::RateBackend>
         });
-    let pipeline = warpline_engine::Loader::from_toml_str(
+    let pipeline = warpline_engine::Loader::from_toml_str(&common::generated(
+        &["work"],
+        6,
         r#"
-        [pipeline]
-        flow = ["work"]
-        [source]
-        kind = "generate"
-        count = 6
         [limits.api]
         per_second = 100
         scope = "global"
@@ -413,7 +369,7 @@ async fn a_panicking_global_rate_backend_fails_tries_not_workers() {
         limits = ["api"]
         retry = { attempts = 2, base_delay = "1ms" }
         "#,
-    )
+    ))
     .with_global_rates(factory)
     .load(&warpline_engine::Registry::with_builtins())
     .unwrap();

@@ -37,19 +37,11 @@ async fn full_mailbox_and_a_waiter(
 
 #[tokio::test]
 async fn a_snapshot_shows_each_stages_mailbox_workers_and_limiters() {
-    let (p, gate, inside) = (
-        common::Produced::default(),
-        common::Gate::default(),
-        common::Inside::default(),
-    );
-    let registry = common::registry(&p, &gate, &inside, u64::MAX);
-    let pipeline = Loader::from_toml_str(
+    let (_, gate, _, registry) = common::kinds(u64::MAX);
+    let pipeline = Loader::from_toml_str(&common::generated(
+        &["held", "sink"],
+        20,
         r#"
-        [pipeline]
-        flow = ["held", "sink"]
-        [source]
-        kind = "generate"
-        count = 20
         [limits.slots]
         permits = 2
         [stages.held]
@@ -60,7 +52,7 @@ async fn a_snapshot_shows_each_stages_mailbox_workers_and_limiters() {
         [stages.sink]
         kind = "discard"
         "#,
-    )
+    ))
     .load(&registry)
     .unwrap();
     let handle = pipeline.spawn(RunOptions::default());
@@ -112,12 +104,10 @@ async fn a_burst_between_two_samples_shows_in_the_timeline() {
     // every item came and went between them. Instants would show nothing;
     // peaks show the stage's workers and the limiter busy.
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["work"]
-        [source]
-        kind = "generate"
-        count = 8
+        &common::generated(
+            &["work"],
+            8,
+            r#"
         [limits.cpu]
         permits = 2
         [stages.work]
@@ -126,6 +116,7 @@ async fn a_burst_between_two_samples_shows_in_the_timeline() {
         workers = 2
         limits = ["cpu"]
         "#,
+        ),
         &Registry::with_builtins(),
     )
     .unwrap();

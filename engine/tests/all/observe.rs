@@ -2,6 +2,8 @@
 //! diagnosis that names the limiter a pipeline was built to be bound by, and
 //! events that agree with the report.
 
+use crate::common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,14 +16,6 @@ use warpline_engine::{
     SourceError, SourceSpec,
 };
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn run(toml: &str, registry: &Registry) -> (RunReport, Vec<Event>) {
     let pipeline = Pipeline::from_toml_str(toml, registry).unwrap_or_else(|e| panic!("{e}"));
     let events = Arc::new(Mutex::new(Vec::new()));
@@ -33,7 +27,7 @@ fn run(toml: &str, registry: &Registry) -> (RunReport, Vec<Event>) {
         sample: Some(Duration::from_millis(5)),
         ..RunOptions::default()
     };
-    let report = rt()
+    let report = common::runtime()
         .block_on(pipeline.run_with_options(&RunControl::new(), &options))
         .unwrap();
     let events = events.lock().unwrap().clone();
@@ -175,13 +169,11 @@ fn report_invariants_hold_and_events_agree_with_the_report() {
 /// sharing a `cpu` limiter of `permits`.
 fn cpu_bound(permits: &str) -> RunReport {
     let (r, _) = run(
-        &format!(
-            r#"
-        [pipeline]
-        flow = ["decode", "warp"]
-        [source]
-        kind = "generate"
-        count = 120
+        &common::generated(
+            &["decode", "warp"],
+            120,
+            &format!(
+                r#"
         [limits.cpu]
         permits = {permits}
         [stages.decode]
@@ -197,6 +189,7 @@ fn cpu_bound(permits: &str) -> RunReport {
         workers = "cores+3"
         limits = ["cpu"]
         "#
+            ),
         ),
         &Registry::with_builtins(),
     );
@@ -246,15 +239,23 @@ fn a_cpu_limiter_at_the_core_count_is_told_one_more_permit_helps_and_no_more() {
     );
 }
 
+/// The diagnosis of a run of `flow` over `count` generated inputs (then
+/// `rest`) with the built-in kinds, whose report holds its invariants.
+fn diagnosis(flow: &[&str], count: u64, rest: &str) -> String {
+    let (r, _) = run(
+        &common::generated(flow, count, rest),
+        &Registry::with_builtins(),
+    );
+    assert_invariants(&r);
+    r.diagnosis
+}
+
 #[test]
 fn a_rate_bound_pipeline_names_the_rate() {
-    let (r, _) = run(
+    let d = diagnosis(
+        &["fetch"],
+        40,
         r#"
-        [pipeline]
-        flow = ["fetch"]
-        [source]
-        kind = "generate"
-        count = 40
         [limits.api]
         per_second = 200
         [stages.fetch]
@@ -262,26 +263,17 @@ fn a_rate_bound_pipeline_names_the_rate() {
         workers = 8
         limits = ["api"]
         "#,
-        &Registry::with_builtins(),
     );
-    assert_invariants(&r);
-    assert!(
-        r.diagnosis.contains("`api` was at capacity"),
-        "{}",
-        r.diagnosis
-    );
-    assert!(r.diagnosis.contains("sets the pace"), "{}", r.diagnosis);
+    assert!(d.contains("`api` was at capacity"), "{d}");
+    assert!(d.contains("sets the pace"), "{d}");
 }
 
 #[test]
 fn a_memory_bound_pipeline_names_memory() {
-    let (r, _) = run(
+    let d = diagnosis(
+        &["work"],
+        80,
         r#"
-        [pipeline]
-        flow = ["work"]
-        [source]
-        kind = "generate"
-        count = 80
         size = "1MiB"
         [limits.memory]
         budget = "1MiB"
@@ -291,25 +283,16 @@ fn a_memory_bound_pipeline_names_memory() {
         workers = 8
         limits = ["memory"]
         "#,
-        &Registry::with_builtins(),
     );
-    assert_invariants(&r);
-    assert!(
-        r.diagnosis.contains("`memory` was at capacity"),
-        "{}",
-        r.diagnosis
-    );
+    assert!(d.contains("`memory` was at capacity"), "{d}");
 }
 
 #[test]
 fn a_stage_without_limits_that_is_always_busy_is_named() {
-    let (r, _) = run(
+    let d = diagnosis(
+        &["slow", "sink"],
+        60,
         r#"
-        [pipeline]
-        flow = ["slow", "sink"]
-        [source]
-        kind = "generate"
-        count = 60
         [stages.slow]
         kind = "hold"
         duration = "3ms"
@@ -317,14 +300,8 @@ fn a_stage_without_limits_that_is_always_busy_is_named() {
         [stages.sink]
         kind = "discard"
         "#,
-        &Registry::with_builtins(),
     );
-    assert_invariants(&r);
-    assert!(
-        r.diagnosis.starts_with("`slow` is the bottleneck"),
-        "{}",
-        r.diagnosis
-    );
+    assert!(d.starts_with("`slow` is the bottleneck"), "{d}");
 }
 
 /// A source that takes its time: nothing inside the pipeline limits it.
@@ -387,15 +364,14 @@ fn when_nothing_inside_limits_the_run_the_diagnosis_says_so() {
 fn a_subscriber_that_falls_behind_is_told_how_many_events_it_missed() {
     use futures::StreamExt;
     let pipeline = Pipeline::from_toml_str(
-        r#"
-[pipeline]
-flow = ["sink"]
-[source]
-kind = "generate"
-count = 3000
+        &common::generated(
+            &["sink"],
+            3000,
+            r#"
 [stages.sink]
 kind = "discard"
 "#,
+        ),
         &Registry::with_builtins(),
     )
     .unwrap();
@@ -444,18 +420,17 @@ kind = "discard"
 #[test]
 fn a_panicking_event_sink_does_not_stop_the_run() {
     let pipeline = Pipeline::from_toml_str(
-        r#"
-[pipeline]
-flow = ["work"]
-[source]
-kind = "generate"
-count = 50
+        &common::generated(
+            &["work"],
+            50,
+            r#"
 [stages.work]
 kind = "hold"
 mode = "spin"
 duration = "100us"
 workers = 2
 "#,
+        ),
         &Registry::with_builtins(),
     )
     .unwrap();
@@ -471,7 +446,7 @@ workers = 2
         sample: Some(Duration::from_millis(5)),
         ..RunOptions::default()
     };
-    let report = rt()
+    let report = common::runtime()
         .block_on(async {
             tokio::time::timeout(
                 Duration::from_secs(60),

@@ -72,20 +72,17 @@ async fn a_quiet_run_after_a_busy_one_on_a_shared_limiter_reports_its_own_figure
 
 #[tokio::test(start_paused = true)]
 async fn inputs_a_stopped_run_never_admitted_are_counted() {
-    let pipeline = Loader::from_toml_str(
+    let pipeline = Loader::from_toml_str(&common::generated(
+        &["slow"],
+        100,
         r#"
-        [pipeline]
-        flow = ["slow"]
-        [source]
-        kind = "generate"
-        count = 100
         [stages.slow]
         kind = "hold"
         duration = "10ms"
         workers = 1
         mailbox = 1
         "#,
-    )
+    ))
     .load(&Registry::with_builtins())
     .unwrap();
     // Stop once 5 inputs were admitted, from inside the run's own events.
@@ -159,26 +156,18 @@ async fn a_run_that_admits_every_input_has_none_left() {
 
 #[tokio::test]
 async fn a_watch_shows_each_stages_items_in_workers_and_the_rate() {
-    let (p, gate, inside) = (
-        common::Produced::default(),
-        common::Gate::default(),
-        common::Inside::default(),
-    );
-    let registry = common::registry(&p, &gate, &inside, u64::MAX);
-    let pipeline = Loader::from_toml_str(
+    let (_, gate, _, registry) = common::kinds(u64::MAX);
+    let pipeline = Loader::from_toml_str(&common::generated(
+        &["held", "sink"],
+        10,
         r#"
-        [pipeline]
-        flow = ["held", "sink"]
-        [source]
-        kind = "generate"
-        count = 10
         [stages.held]
         kind = "gate"
         workers = 3
         [stages.sink]
         kind = "discard"
         "#,
-    )
+    ))
     .load(&registry)
     .unwrap();
     let handle = pipeline.spawn(RunOptions::default());

@@ -2,6 +2,8 @@
 //! configured attempts; permanent ones are not; a Retry-After pauses the
 //! item's rate-limit bucket for every item.
 
+use crate::common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -153,16 +155,15 @@ async fn retry_after_is_honoured_and_slows_the_hosts_bucket() {
 fn retry_settings_are_checked() {
     let registry = Registry::with_builtins();
     let e = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["w"]
-        [source]
-        kind = "generate"
-        count = 1
+        &common::generated(
+            &["w"],
+            1,
+            r#"
         [stages.w]
         kind = "hold"
         retry = { attempts = 0, base_delay = "soon", on = ["transient", "sometimes"] }
         "#,
+        ),
         &registry,
     )
     .unwrap_err();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{Gate, Inside, Produced};
+use common::Gate;
 use warpline_engine::report::RunOutcome;
 use warpline_engine::{
     AsyncStage, BlockingStage, ErrorKind, Event, EventKind, Handler, Input, Item, Outcome,
@@ -16,8 +16,7 @@ use warpline_engine::{
 };
 
 fn gated(deadline: &str) -> (Arc<Pipeline>, Gate, Registry) {
-    let (p, gate, inside) = (Produced::default(), Gate::default(), Inside::default());
-    let registry = common::registry(&p, &gate, &inside, u64::MAX);
+    let (_, gate, _, registry) = common::kinds(u64::MAX);
     let pipeline = Pipeline::from_toml_str(
         &format!(
             r#"
@@ -53,11 +52,7 @@ fn assert_accounted(report: &warpline_engine::RunReport) {
 #[tokio::test(start_paused = true)]
 async fn a_stop_drains_what_was_admitted_and_admits_nothing_more() {
     let (pipeline, gate, _registry) = gated("1h");
-    let control = RunControl::new();
-    let run = {
-        let (pipeline, control) = (Arc::clone(&pipeline), control.clone());
-        tokio::spawn(async move { pipeline.run_with(&control).await })
-    };
+    let (control, run) = common::spawn_run(&pipeline);
     gate.wait_entered(2).await;
     tokio::time::sleep(Duration::from_secs(1)).await; // quiescent: the pipeline is full
     control.stop();
@@ -76,11 +71,7 @@ async fn a_stop_drains_what_was_admitted_and_admits_nothing_more() {
 #[tokio::test(start_paused = true)]
 async fn past_the_shutdown_deadline_what_is_left_is_aborted() {
     let (pipeline, gate, _registry) = gated("5s");
-    let control = RunControl::new();
-    let run = {
-        let (pipeline, control) = (Arc::clone(&pipeline), control.clone());
-        tokio::spawn(async move { pipeline.run_with(&control).await })
-    };
+    let (control, run) = common::spawn_run(&pipeline);
     gate.wait_entered(2).await;
     let stopped_at = tokio::time::Instant::now();
     control.stop(); // the gate never opens: only the deadline ends the run
@@ -134,17 +125,16 @@ async fn on_error_abort_stops_the_run_at_the_first_failure() {
 #[tokio::test]
 async fn on_error_continue_counts_failures_and_goes_on() {
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["work"]
-        [source]
-        kind = "generate"
-        count = 100
+        &common::generated(
+            &["work"],
+            100,
+            r#"
         [stages.work]
         kind = "hold"
         workers = 1
         fail_every = 10
         "#,
+        ),
         &Registry::with_builtins(),
     )
     .unwrap();
@@ -196,12 +186,10 @@ async fn a_panicking_stage_fails_its_item_and_the_run_goes_on() {
     registry.register_stage("panics", |_| Ok(Handler::from_async(Panics)));
     registry.register_stage("skips", |_| Ok(Handler::from_async(Skips)));
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["skip", "boom"]
-        [source]
-        kind = "generate"
-        count = 100
+        &common::generated(
+            &["skip", "boom"],
+            100,
+            r#"
         [limits.cpu]
         permits = 1
         [stages.skip]
@@ -211,6 +199,7 @@ async fn a_panicking_stage_fails_its_item_and_the_run_goes_on() {
         workers = 2
         limits = ["cpu"]
         "#,
+        ),
         &registry,
     )
     .unwrap();
@@ -257,12 +246,10 @@ async fn a_panic_while_sizing_or_skip_checking_fails_the_item_and_the_run_goes_o
     let mut registry = Registry::with_builtins();
     registry.register_stage("around", |_| Ok(Handler::from_blocking(PanicsAround)));
     let pipeline = Pipeline::from_toml_str(
-        r#"
-        [pipeline]
-        flow = ["boom"]
-        [source]
-        kind = "generate"
-        count = 100
+        &common::generated(
+            &["boom"],
+            100,
+            r#"
         [limits.memory]
         budget = "1KiB"
         [stages.boom]
@@ -270,6 +257,7 @@ async fn a_panic_while_sizing_or_skip_checking_fails_the_item_and_the_run_goes_o
         workers = 2
         limits = ["memory"]
         "#,
+        ),
         &registry,
     )
     .unwrap();
@@ -383,8 +371,7 @@ async fn a_source_that_panics_when_opened_is_an_error_not_a_crash() {
 /// run says once what waits for what, in the report (and the log).
 #[tokio::test(start_paused = true)]
 async fn a_run_where_nothing_moves_says_what_waits_for_what() {
-    let (p, gate, inside) = (Produced::default(), Gate::default(), Inside::default());
-    let registry = common::registry(&p, &gate, &inside, u64::MAX);
+    let (_, gate, _, registry) = common::kinds(u64::MAX);
     let pipeline = Arc::new(
         Pipeline::from_toml_str(
             r#"

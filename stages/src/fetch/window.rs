@@ -273,17 +273,12 @@ impl Fetch {
 
     /// The size a `Range: bytes=0-0` request's `Content-Range` says.
     async fn size_by_range(&self, url: &str, shown: &str) -> Result<u64, StageError> {
-        let response = self
+        let request = self
             .client
             .get(url)
-            .header(reqwest::header::RANGE, "bytes=0-0")
-            .send()
-            .await
-            .map_err(|e| request_error(shown, e))?;
+            .header(reqwest::header::RANGE, "bytes=0-0");
+        let response = self.answer(request, url, shown).await?;
         let status = response.status();
-        if !status.is_success() {
-            return Err(self.status_error(&response, url, shown));
-        }
         let total = response
             .headers()
             .get(reqwest::header::CONTENT_RANGE)

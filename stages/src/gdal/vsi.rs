@@ -413,6 +413,16 @@ fn install() {
     });
 }
 
+/// For the tests' in-memory readers: copies the bytes of `bytes` from
+/// `offset` into `buf`, as many as fit and are there; how many.
+#[cfg(test)]
+pub(crate) fn read_slice_at(bytes: &[u8], offset: u64, buf: &mut [u8]) -> usize {
+    let from = offset as usize;
+    let n = buf.len().min(bytes.len() - from);
+    buf[..n].copy_from_slice(&bytes[from..from + n]);
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,10 +442,7 @@ mod tests {
         fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, String> {
             assert!(!self.panics, "a reader that panics");
             self.reads.fetch_add(1, Ordering::Relaxed);
-            let from = offset as usize;
-            let n = buf.len().min(self.bytes.len() - from);
-            buf[..n].copy_from_slice(&self.bytes[from..from + n]);
-            Ok(n)
+            Ok(read_slice_at(&self.bytes, offset, buf))
         }
 
         fn take_failure(&self) -> Option<String> {

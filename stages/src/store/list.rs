@@ -162,6 +162,21 @@ impl Source for S3GlobRun {
     }
 }
 
+/// For the tests: `s3://BUCKET/{prefix}/*.tif` on the test server, listed
+/// through `endpoint` (the server's, or a proxy's).
+#[cfg(test)]
+fn tif_glob(server: &crate::store::testing::Server, endpoint: &str, prefix: &str) -> S3Glob {
+    let stores = Stores::default();
+    stores.insert(super::Scheme::S3, &server.bucket, server.client(endpoint));
+    S3Glob {
+        shown: format!("s3://{}/{prefix}/*.tif", server.bucket),
+        bucket: ObjectUrl::parse(&format!("s3://{}/{prefix}", server.bucket)).unwrap(),
+        dir: ObjectPath::from(prefix),
+        pattern: glob::Pattern::new(&format!("{prefix}/*.tif")).unwrap(),
+        stores: Arc::new(stores),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::Ordering;
@@ -179,11 +194,7 @@ mod tests {
         let Some(server) = testing::server("the listing test is") else {
             return;
         };
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = testing::runtime();
         rt.block_on(async {
             let prefix = testing::unique("pages");
             let direct = server.client(&server.endpoint);
@@ -199,19 +210,7 @@ mod tests {
                 })
                 .await;
             let (endpoint, lists) = server.counting_proxy(b"list-type=2").await;
-            let stores = Stores::default();
-            stores.insert(
-                super::super::Scheme::S3,
-                &server.bucket,
-                server.client(&endpoint),
-            );
-            let spec = S3Glob {
-                shown: format!("s3://{}/{prefix}/*.tif", server.bucket),
-                bucket: ObjectUrl::parse(&format!("s3://{}/{prefix}", server.bucket)).unwrap(),
-                dir: ObjectPath::from(prefix.as_str()),
-                pattern: glob::Pattern::new(&format!("{prefix}/*.tif")).unwrap(),
-                stores: Arc::new(stores),
-            };
+            let spec = tif_glob(&server, &endpoint, &prefix);
             let mut source = spec.open().unwrap();
             let asked = || lists.load(Ordering::SeqCst);
             assert_eq!(asked(), 0, "opening the source asks nothing");
@@ -267,19 +266,7 @@ mod bad_key {
             .enable_all()
             .build()
             .unwrap();
-        let stores = Stores::default();
-        stores.insert(
-            super::super::Scheme::S3,
-            &server.bucket,
-            server.client(&server.endpoint),
-        );
-        let spec = S3Glob {
-            shown: format!("s3://{}/{prefix}/*.tif", server.bucket),
-            bucket: ObjectUrl::parse(&format!("s3://{}/{prefix}", server.bucket)).unwrap(),
-            dir: ObjectPath::from(prefix.as_str()),
-            pattern: glob::Pattern::new(&format!("{prefix}/*.tif")).unwrap(),
-            stores: Arc::new(stores),
-        };
+        let spec = tif_glob(&server, &server.endpoint, &prefix);
         let mut source = spec.open().unwrap();
         let failed = rt.block_on(source.next()).unwrap().unwrap_err();
         assert!(failed.message.contains("b\u{1}.tif"), "{}", failed.message);

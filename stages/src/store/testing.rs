@@ -2,17 +2,18 @@
 //! cli/tests/all/s3/), clients with its credentials (not the environment's), and
 //! a loopback proxy that counts requests on their way to it.
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 fn var(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
+
+pub(crate) use warpline_testkit::runtime;
 
 /// The test server.
 pub(crate) struct Server {
@@ -70,52 +71,8 @@ impl Server {
     /// A proxy to the server on a port of its own: its endpoint, and how
     /// many requests holding `needle` went through it.
     pub(crate) async fn counting_proxy(&self, needle: &'static [u8]) -> (String, Arc<AtomicUsize>) {
-        let upstream: SocketAddr = url::Url::parse(&self.endpoint)
-            .unwrap()
-            .socket_addrs(|| None)
-            .unwrap()[0];
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
-        let count = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&count);
-        tokio::spawn(async move {
-            while let Ok((down, _)) = listener.accept().await {
-                let counted = Arc::clone(&counted);
-                tokio::spawn(async move {
-                    let Ok(up) = TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    let (mut down_r, mut down_w) = down.into_split();
-                    let (mut up_r, mut up_w) = up.into_split();
-                    let requests = async move {
-                        let mut buf = vec![0u8; 64 << 10];
-                        // The end of the last read, so a needle split
-                        // between two reads is seen.
-                        let mut tail: Vec<u8> = Vec::new();
-                        loop {
-                            let n = match down_r.read(&mut buf).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => n,
-                            };
-                            tail.extend_from_slice(&buf[..n]);
-                            let found = tail.windows(needle.len()).filter(|w| w == &needle).count();
-                            counted.fetch_add(found, Ordering::SeqCst);
-                            let keep = tail.len().min(needle.len() - 1);
-                            tail.drain(..tail.len() - keep);
-                            if up_w.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                        let _ = up_w.shutdown().await;
-                    };
-                    let answers = async move {
-                        let _ = tokio::io::copy(&mut up_r, &mut down_w).await;
-                    };
-                    tokio::join!(requests, answers);
-                });
-            }
-        });
-        (endpoint, count)
+        warpline_testkit::watching_proxy(&self.endpoint, needle, warpline_testkit::OnNeedle::Count)
+            .await
     }
 }
 

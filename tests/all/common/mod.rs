@@ -102,17 +102,36 @@ workers = {workers}
     )
 }
 
+/// [`raster_pipeline`] of one input and one worker each, writing into
+/// `out`, with `decode` added to the decode stage's settings.
+pub fn one_raster_pipeline(input: &Path, reproject: &str, out: &Path, decode: &str) -> String {
+    raster_pipeline(
+        &[input.display().to_string()],
+        reproject,
+        &format!("dir = {:?}", out.display().to_string()),
+        1,
+    )
+    .replace(
+        "[stages.decode]\nkind = \"decode\"",
+        &format!("[stages.decode]\nkind = \"decode\"\n{decode}"),
+    )
+}
+
+/// Runs `toml` with the built-in kinds on the current runtime; panics on
+/// an invalid pipeline or a run that cannot start.
+pub async fn run_async(toml: &str) -> warpline::RunReport {
+    warpline::Pipeline::from_toml_str(toml, &warpline::registry())
+        .unwrap_or_else(|e| panic!("{e}\n{toml}"))
+        .run()
+        .await
+        .unwrap()
+}
+
 /// Runs a pipeline from TOML on a fresh multi-threaded runtime.
 pub fn run(toml: &str) -> warpline::RunReport {
     let pipeline = warpline::Pipeline::from_toml_str(toml, &warpline::registry())
         .unwrap_or_else(|e| panic!("{e}\n{toml}"));
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(pipeline.run())
-        .unwrap()
+    runtime().block_on(pipeline.run()).unwrap()
 }
 
 /// Pixel values of every band, as f64 bit patterns (exact for every GDAL
@@ -218,6 +237,32 @@ pub fn hashes(dir: &Path) -> std::collections::BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// fetch -> decode -> write, two workers each, reading `source` (a TOML
+/// `[source]` body) and writing into `out` with `write` (more of the write
+/// stage's keys).
+pub fn copy_pipeline(source: &str, out: &Path, write: &str) -> String {
+    format!(
+        r#"
+[pipeline]
+flow = ["fetch", "decode", "write"]
+[source]
+{source}
+[stages.fetch]
+kind = "fetch"
+workers = 2
+[stages.decode]
+kind = "decode"
+workers = 2
+[stages.write]
+kind = "write"
+workers = 2
+dir = {out:?}
+{write}
+"#,
+        out = out.display().to_string()
+    )
+}
+
 /// A fetch -> decode -> reproject -> write pipeline reading a list file,
 /// with a per-host rate limiter and fetch settings in `fetch`.
 pub fn list_pipeline(list: &Path, out: &Path, fetch: &str) -> String {
@@ -268,14 +313,71 @@ dir = {out:?}
     )
 }
 
-/// A runtime for tests that serve tiles and run pipelines in one process.
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+/// The fetch -> decode -> write pipeline the coordinated (Redis) tests run
+/// over a list of tile URLs: fetch under a per-host rate limit `tiles`
+/// (global across workers when `global`), optionally also under 4
+/// `connections`, with `attempts` tries per tile.
+pub struct TilePipeline<'a> {
+    pub name: &'a str,
+    pub list: &'a Path,
+    pub out: &'a Path,
+    pub per_second: u32,
+    pub burst: u32,
+    pub global: bool,
+    pub connections: bool,
+    pub attempts: u32,
 }
+
+impl TilePipeline<'_> {
+    /// The pipeline's TOML.
+    pub fn toml(&self) -> String {
+        let (connections, limits) = if self.connections {
+            (
+                "[limits.connections]\npermits = 4\n",
+                r#"["connections", "tiles"]"#,
+            )
+        } else {
+            ("", r#"["tiles"]"#)
+        };
+        let scope = if self.global {
+            "scope = \"global\"\n"
+        } else {
+            ""
+        };
+        format!(
+            r#"
+[pipeline]
+name = "{name}"
+flow = ["fetch", "decode", "write"]
+[source]
+kind = "list"
+path = {list:?}
+{connections}[limits.tiles]
+per_second = {per_second}
+burst = {burst}
+per = "host"
+{scope}[stages.fetch]
+kind = "fetch"
+workers = 4
+limits = {limits}
+retry = {{ attempts = {attempts} }}
+[stages.decode]
+kind = "decode"
+[stages.write]
+kind = "write"
+dir = {out:?}
+"#,
+            name = self.name,
+            list = self.list.display().to_string(),
+            out = self.out.display().to_string(),
+            per_second = self.per_second,
+            burst = self.burst,
+            attempts = self.attempts,
+        )
+    }
+}
+
+pub use warpline_testkit::runtime;
 
 /// Sample tiles as (name, bytes).
 pub fn tiles(per_crs: usize, size: usize) -> Vec<(String, Vec<u8>)> {
@@ -284,6 +386,40 @@ pub fn tiles(per_crs: usize, size: usize) -> Vec<(String, Vec<u8>)> {
         .into_iter()
         .map(|t| (t.name, t.bytes))
         .collect()
+}
+
+/// A tile server of `per_crs` x 4 sample tiles misbehaving as `faults`,
+/// on a runtime of its own, with the list of their URLs written into a
+/// fresh folder.
+pub struct ServedTiles {
+    pub server: warpline_testkit::TileServer,
+    pub work: tempfile::TempDir,
+    /// `work/tiles.txt`: one URL a line.
+    pub list: PathBuf,
+    /// The server's runtime: it serves while this lives.
+    pub rt: tokio::runtime::Runtime,
+}
+
+impl ServedTiles {
+    pub fn new(per_crs: usize, faults: warpline_testkit::Faults) -> Self {
+        let rt = runtime();
+        let tiles = tiles(per_crs, 64);
+        let server = rt
+            .block_on(warpline_testkit::TileServer::start_with(
+                tiles.clone(),
+                faults,
+            ))
+            .unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let list = work.path().join("tiles.txt");
+        write_url_list(&server, tiles.iter().map(|(n, _)| n.as_str()), &list);
+        ServedTiles {
+            server,
+            work,
+            list,
+            rt,
+        }
+    }
 }
 
 /// Writes `list`, one URL a line: the server's URL of each name (a `list`
@@ -295,6 +431,47 @@ pub fn write_url_list<'a>(
 ) {
     let urls: Vec<String> = names.into_iter().map(|n| server.url(n)).collect();
     std::fs::write(list, urls.join("\n")).unwrap();
+}
+
+/// Stops a running `warpline` as Ctrl-C does (SIGINT) and waits for it:
+/// how it ended.
+pub fn interrupt(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    child.wait().unwrap()
+}
+
+/// Asserts that a finished `warpline` exited with `code`, showing its
+/// standard output when not.
+pub fn assert_exit(out: &std::process::Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The JSON file at `path` (a report, a list of failures), parsed.
+pub fn read_json(path: impl AsRef<Path>) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Writes at `path` a tiny GeoTIFF that declares 100000 x 100000 pixels
+/// (sparse: nothing written), to test that decoding refuses it.
+pub fn write_bomb(path: &Path) {
+    let gtiff = gdal::DriverManager::get_driver_by_name("GTiff").unwrap();
+    let opts = gdal::cpl::CslStringList::from_iter(["SPARSE_OK=TRUE", "BLOCKYSIZE=100000"]);
+    let mut ds = gtiff
+        .create_with_band_type_with_options::<u8, _>(path, 100_000, 100_000, 1, &opts)
+        .unwrap();
+    ds.set_geo_transform(&[0.0, 1.0, 0.0, 0.0, 0.0, -1.0])
+        .unwrap();
+    ds.set_spatial_ref(&gdal::spatial_ref::SpatialRef::from_epsg(3857).unwrap())
+        .unwrap();
 }
 
 /// Asserts a command succeeded, showing its standard error when not.

@@ -36,6 +36,16 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     p
 }
 
+/// [`SMALL`] with every 7th item failing (7 of 50), written as `f.toml`
+/// in `dir`.
+fn write_failing(dir: &Path) -> PathBuf {
+    write(
+        dir,
+        "f.toml",
+        &SMALL.replace("workers = 2", "fail_every = 7"),
+    )
+}
+
 const SMALL: &str = r#"
 [pipeline]
 flow = ["work"]

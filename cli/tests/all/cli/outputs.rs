@@ -2,9 +2,11 @@
 //! file and `--retry-failed`, the HTML report, JSON logs and Prometheus
 //! metrics.
 
+use crate::common;
+
 use std::process::{Command, Stdio};
 
-use super::{succeeded, warpline, write, SMALL};
+use super::{succeeded, warpline, write, write_failing};
 
 #[test]
 fn the_demo_runs_and_its_outputs_open_in_gdalinfo() {
@@ -41,11 +43,7 @@ fn the_demo_runs_and_its_outputs_open_in_gdalinfo() {
 #[test]
 fn failures_are_written_as_json_lines_and_retry_failed_reruns_only_them() {
     let dir = tempfile::tempdir().unwrap();
-    let failing = write(
-        dir.path(),
-        "f.toml",
-        &SMALL.replace("workers = 2", "fail_every = 7"),
-    );
+    let failing = write_failing(dir.path());
     let failures = dir.path().join("failures.jsonl");
     let out = warpline()
         .arg("run")
@@ -83,14 +81,8 @@ fn failures_are_written_as_json_lines_and_retry_failed_reruns_only_them() {
         .arg(&report)
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    common::assert_exit(&out, 3);
+    let json: serde_json::Value = common::read_json(&report);
     assert_eq!(
         json["items"]["total"], 7,
         "only the failed ids were admitted: {json}"

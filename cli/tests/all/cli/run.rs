@@ -1,10 +1,12 @@
 //! `warpline run`: the report, exit codes, usage errors, overrides, and an
 //! interrupt that drains.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use crate::common;
 
-use super::{succeeded, warpline, write, SMALL};
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use super::{succeeded, warpline, write, write_failing, SMALL};
 
 #[test]
 fn run_prints_the_report_writes_json_and_exits_0() {
@@ -23,8 +25,7 @@ fn run_prints_the_report_writes_json_and_exits_0() {
         .unwrap();
     let stdout = succeeded(&out);
     assert!(stdout.contains("300 done"), "{stdout}");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let json: serde_json::Value = common::read_json(&report);
     assert_eq!(json["items"]["total"], 300);
     assert_eq!(json["items"]["done"], 300);
     assert_eq!(json["outcome"], "completed");
@@ -71,11 +72,7 @@ fn environment_overrides_reach_the_binary() {
 #[test]
 fn failed_items_exit_3_and_abort_on_error_exits_4() {
     let dir = tempfile::tempdir().unwrap();
-    let failing = write(
-        dir.path(),
-        "f.toml",
-        &SMALL.replace("workers = 2", "fail_every = 7"),
-    );
+    let failing = write_failing(dir.path());
     let out = warpline().arg("run").arg(&failing).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{stdout}");
@@ -87,12 +84,7 @@ fn failed_items_exit_3_and_abort_on_error_exits_4() {
         .args(["--set", "pipeline.on_error=abort"])
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(4),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    common::assert_exit(&out, 4);
 }
 
 #[test]
@@ -151,12 +143,7 @@ fn set_values_are_read_as_in_the_file_quoted_or_not() {
         "limits.cpu.permits=cores",
         "stages.reproject.crs=EPSG:4326",
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    common::assert_exit(&out, 0);
     let out = validate(&["stages.reproject.crs=\"EPSG:999999\""]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(2), "{stdout}");
@@ -229,15 +216,8 @@ fn an_interrupt_drains_the_run_and_exits_130() {
         line.clear();
         assert!(stderr.read_line(&mut line).unwrap() > 0, "no start line");
     }
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(common::interrupt(&mut child).code(), Some(130));
+    let json: serde_json::Value = common::read_json(&report);
     assert_eq!(json["outcome"], "stopped");
     let i = &json["items"];
     assert_eq!(i["failed"], 0, "a drained stop fails nothing: {json}");

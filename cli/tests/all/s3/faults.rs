@@ -50,8 +50,7 @@ retry = {{ attempts = 3, base_delay = "10ms", max_delay = "20ms" }}
         .unwrap();
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(3), "{text}");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    let json: serde_json::Value = common::read_json(report);
     let f = &json["failures"][0];
     assert_eq!(f["kind"], "transient", "{f}");
     assert_eq!(f["attempts"], 3, "{f}");
@@ -72,58 +71,11 @@ fn stalling_proxy(
     upstream: &str,
     needle: &'static [u8],
 ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let upstream = upstream.trim_start_matches("http://");
-    let (upstream, path) = upstream.split_once('/').unwrap_or((upstream, ""));
-    let upstream = upstream.to_owned();
-    let held = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&held);
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let endpoint = format!("http://{}/{path}", listener.local_addr().unwrap());
-    let endpoint = endpoint.trim_end_matches('/').to_owned();
-    rt.spawn(async move {
-        while let Ok((down, _)) = listener.accept().await {
-            let (upstream, counted) = (upstream.clone(), Arc::clone(&counted));
-            tokio::spawn(async move {
-                let Ok(up) = tokio::net::TcpStream::connect(&upstream).await else {
-                    return;
-                };
-                let (mut down_r, mut down_w) = down.into_split();
-                let (mut up_r, mut up_w) = up.into_split();
-                let requests = async move {
-                    let mut buf = vec![0u8; 64 << 10];
-                    loop {
-                        let n = match down_r.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        if buf[..n].windows(needle.len()).any(|w| w == needle) {
-                            counted.fetch_add(1, Ordering::SeqCst);
-                            // Held: read on, forward nothing more.
-                            while let Ok(n) = down_r.read(&mut buf).await {
-                                if n == 0 {
-                                    break;
-                                }
-                            }
-                            return;
-                        }
-                        if up_w.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                    let _ = up_w.shutdown().await;
-                };
-                let answers = async move {
-                    let _ = tokio::io::copy(&mut up_r, &mut down_w).await;
-                };
-                tokio::join!(requests, answers);
-            });
-        }
-    });
-    (endpoint, held)
+    rt.block_on(warpline_testkit::watching_proxy(
+        upstream,
+        needle,
+        warpline_testkit::OnNeedle::Hold,
+    ))
 }
 
 /// A run killed (SIGKILL) while it uploads leaves no object under the final

@@ -208,7 +208,7 @@ pub fn run_with(
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(out.status.code(), Some(code), "{text}\n{toml}");
-    let json = serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap();
+    let json = common::read_json(report);
     (json, text)
 }
 

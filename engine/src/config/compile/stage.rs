@@ -82,27 +82,14 @@ fn stage_kind<'r>(
     registry: &'r Registry,
     problems: &mut Vec<Problem>,
 ) -> Option<(String, &'r crate::registry::StageFactory)> {
-    let Some(kind) = kind else {
-        problems.push(Problem::graph(
-            join(path, "kind"),
-            format!(
-                "missing; known stage kinds: {}",
-                known(registry.stage_kinds().iter())
-            ),
-        ));
-        return None;
-    };
-    let Some(factory) = registry.stage(&kind) else {
-        problems.push(Problem::graph(
-            join(path, "kind"),
-            format!(
-                "unknown stage kind {kind:?}; known stage kinds: {}",
-                known(registry.stage_kinds().iter())
-            ),
-        ));
-        return None;
-    };
-    Some((kind, factory))
+    resolve_kind(
+        join(path, "kind"),
+        "stage",
+        kind,
+        |k| registry.stage(k),
+        || registry.stage_kinds(),
+        problems,
+    )
 }
 
 /// A stage can carry only what it holds, and never a rate's token.

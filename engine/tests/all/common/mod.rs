@@ -251,3 +251,40 @@ pub fn registry(produced: &Produced, gate: &Gate, inside: &Inside, alone_over: u
     });
     r
 }
+
+/// A pipeline's TOML with the given `flow` and a `generate` source of
+/// `count` inputs, followed by `rest` (more source keys, then limits and
+/// stages): the head every generated-input test writes.
+pub fn generated(flow: &[&str], count: u64, rest: &str) -> String {
+    let flow: Vec<String> = flow.iter().map(|s| format!("{s:?}")).collect();
+    format!(
+        "[pipeline]\nflow = [{}]\n[source]\nkind = \"generate\"\ncount = {count}\n{rest}",
+        flow.join(", ")
+    )
+}
+
+/// The three test kinds, fresh (a produced count, a closed gate and an
+/// empty concurrency measure), and the [`registry`] that uses them.
+pub fn kinds(alone_over: u64) -> (Produced, Gate, Inside, Registry) {
+    let (p, g, i) = (Produced::default(), Gate::default(), Inside::default());
+    let r = registry(&p, &g, &i, alone_over);
+    (p, g, i, r)
+}
+
+pub use warpline_testkit::runtime;
+
+/// Starts `pipeline` in a task of its own under a fresh control: the
+/// control (to stop or abort it) and the task (its report).
+pub fn spawn_run(
+    pipeline: &Arc<warpline_engine::Pipeline>,
+) -> (
+    warpline_engine::RunControl,
+    tokio::task::JoinHandle<Result<warpline_engine::RunReport, warpline_engine::RunError>>,
+) {
+    let control = warpline_engine::RunControl::new();
+    let run = {
+        let (pipeline, control) = (Arc::clone(pipeline), control.clone());
+        tokio::spawn(async move { pipeline.run_with(&control).await })
+    };
+    (control, run)
+}
