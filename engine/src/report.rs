@@ -485,30 +485,7 @@ impl RunReport {
                 requeued: ledger.requeued.load(Ordering::Acquire),
                 not_admitted,
             },
-            stages: pipeline
-                .stages
-                .iter()
-                .zip(stats)
-                .map(|(plan, s)| StageReport {
-                    name: plan.name.clone(),
-                    kind: plan.kind.clone(),
-                    workers: plan.workers,
-                    mailbox: plan.mailbox,
-                    processed: s.processed.load(Ordering::Acquire),
-                    busy_s: Duration::from_nanos(s.busy_ns.load(Ordering::Acquire)).as_secs_f64(),
-                    starved_s: Duration::from_nanos(s.starved_ns.load(Ordering::Acquire))
-                        .as_secs_f64(),
-                    blocked_s: Duration::from_nanos(s.blocked_ns.load(Ordering::Acquire))
-                        .as_secs_f64(),
-                    utilisation: Duration::from_nanos(s.busy_ns.load(Ordering::Acquire))
-                        .as_secs_f64()
-                        / (f64::from(plan.workers) * secs),
-                    cpu_s: plan.handler.is_blocking().then(|| {
-                        Duration::from_nanos(s.cpu_ns.load(Ordering::Acquire)).as_secs_f64()
-                    }),
-                    paths: s.paths(),
-                })
-                .collect(),
+            stages: stage_reports(pipeline, stats, secs),
             limiters: limiter_reports(pipeline, windows, secs),
             hosts,
             failures_not_listed: failed.saturating_sub(failures.len() as u64),
@@ -530,4 +507,30 @@ impl RunReport {
     pub fn limiter(&self, name: &str) -> Option<&LimiterReport> {
         self.limiters.iter().find(|l| l.name == name)
     }
+}
+
+/// Each stage's figures, from its counters, over `secs` of run.
+fn stage_reports(pipeline: &Pipeline, stats: &[StageStats], secs: f64) -> Vec<StageReport> {
+    pipeline
+        .stages
+        .iter()
+        .zip(stats)
+        .map(|(plan, s)| StageReport {
+            name: plan.name.clone(),
+            kind: plan.kind.clone(),
+            workers: plan.workers,
+            mailbox: plan.mailbox,
+            processed: s.processed.load(Ordering::Acquire),
+            busy_s: Duration::from_nanos(s.busy_ns.load(Ordering::Acquire)).as_secs_f64(),
+            starved_s: Duration::from_nanos(s.starved_ns.load(Ordering::Acquire)).as_secs_f64(),
+            blocked_s: Duration::from_nanos(s.blocked_ns.load(Ordering::Acquire)).as_secs_f64(),
+            utilisation: Duration::from_nanos(s.busy_ns.load(Ordering::Acquire)).as_secs_f64()
+                / (f64::from(plan.workers) * secs),
+            cpu_s: plan
+                .handler
+                .is_blocking()
+                .then(|| Duration::from_nanos(s.cpu_ns.load(Ordering::Acquire)).as_secs_f64()),
+            paths: s.paths(),
+        })
+        .collect()
 }

@@ -402,20 +402,8 @@ impl BlockingStage for Write {
         let said_full = watch.said_full();
         written.map_err(|m| fail(format!("cannot write {}: {m}", path.display()), said_full))?;
         if let Some(remote) = &self.remote {
-            // The side files first, the output last (its object appears
-            // last, as a final name does on disk). The guard removes the
-            // local files once they are sent (or not).
-            let name = self.file_name(&id);
-            // The raster is gone: the upload's parts stay within the byte
-            // budget the item still holds.
-            let share = byte_share(item);
-            for (side, to) in sidecars::beside_name(&tmp, Path::new(&name)) {
-                item.bytes_out += remote.upload(&side, &to.to_string_lossy(), share)?;
-            }
-            item.bytes_out += remote.upload(&tmp, &name, share)?;
-            let url = remote.shown(&self.file_name(&id));
-            item.set_payload(Written { path: url.into() });
-            return Ok(Outcome::Continue);
+            // The guard removes the local files once they are sent (or not).
+            return self.upload(remote, item, &tmp);
         }
         let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
         sync(&tmp)
@@ -440,6 +428,23 @@ impl BlockingStage for Write {
 }
 
 impl Write {
+    /// Uploads the finished file at `tmp` (and its side files) as the
+    /// item's output in the store: the side files first, the output last
+    /// (its object appears last, as a final name does on disk).
+    fn upload(&self, remote: &Output, item: &mut Item, tmp: &Path) -> Result<Outcome, StageError> {
+        let name = self.file_name(&item.id);
+        // The raster is gone: the upload's parts stay within the byte
+        // budget the item still holds.
+        let share = byte_share(item);
+        for (side, to) in sidecars::beside_name(tmp, Path::new(&name)) {
+            item.bytes_out += remote.upload(&side, &to.to_string_lossy(), share)?;
+        }
+        item.bytes_out += remote.upload(tmp, &name, share)?;
+        let url = remote.shown(&name);
+        item.set_payload(Written { path: url.into() });
+        Ok(Outcome::Continue)
+    }
+
     /// GeoTIFF (and so COG) holds one nodata value for all bands: bands
     /// with different ones are refused, not collapsed to one (gdalwarp
     /// warns and keeps the last band's for all).

@@ -156,30 +156,49 @@ impl Inner {
                     message: e.to_string(),
                 })?;
         }
-        let (client, url) = match &self.source {
-            Source::Http { client, url } => (client, url),
-            Source::S3 { store, path } => {
-                use object_store::ObjectStoreExt;
-                let range = offset..offset + buf.len() as u64;
-                let bytes = store.get_range(path, range).await.map_err(|e| {
-                    let e = crate::store::stage_error(&self.shown, &e);
-                    Failed {
-                        transient: e.kind == warpline_engine::ErrorKind::Transient,
-                        wait: e.retry_after,
-                        message: e.message,
-                    }
-                })?;
-                if bytes.len() != buf.len() {
-                    return Err(Failed {
-                        transient: true,
-                        wait: None,
-                        message: format!("{} bytes of the {} asked for", bytes.len(), buf.len()),
-                    });
-                }
-                buf.copy_from_slice(&bytes);
-                return Ok(buf.len());
+        match &self.source {
+            Source::Http { client, url } => self.get_http(client, url, offset, buf).await,
+            Source::S3 { store, path } => self.get_object(store, path, offset, buf).await,
+        }
+    }
+
+    /// One ranged GET of an object in a store.
+    async fn get_object(
+        &self,
+        store: &Arc<dyn crate::store::Client>,
+        path: &object_store::path::Path,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, Failed> {
+        use object_store::ObjectStoreExt;
+        let range = offset..offset + buf.len() as u64;
+        let bytes = store.get_range(path, range).await.map_err(|e| {
+            let e = crate::store::stage_error(&self.shown, &e);
+            Failed {
+                transient: e.kind == warpline_engine::ErrorKind::Transient,
+                wait: e.retry_after,
+                message: e.message,
             }
-        };
+        })?;
+        if bytes.len() != buf.len() {
+            return Err(Failed {
+                transient: true,
+                wait: None,
+                message: format!("{} bytes of the {} asked for", bytes.len(), buf.len()),
+            });
+        }
+        buf.copy_from_slice(&bytes);
+        Ok(buf.len())
+    }
+
+    /// One HTTP range request.
+    async fn get_http(
+        &self,
+        client: &reqwest::Client,
+        url: &str,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, Failed> {
         let last = offset + buf.len() as u64 - 1;
         let transient = |message: String| Failed {
             transient: true,
