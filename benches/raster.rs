@@ -240,74 +240,76 @@ fn scenario(name: &str) {
             let dir = std::env::var_os("WARPLINE_BENCH_MIXED").expect("tiles from the parent");
             floor::mixed_floor_lines(Path::new(&dir), work.path());
         }
-        _ => {
-            let (n, skew) = shape(name);
-            let skewed = matches!(skew, Skew::Light | Skew::Heavy);
-            // The server lives in the parent: this child only runs warpline.
-            let list = std::env::var("WARPLINE_BENCH_LIST").expect("list from the parent");
-            let out = work.path().join("out");
-            if let Some(budget) = matrix::budget_mib(name) {
-                let toml =
-                    pipeline_with_budget(Path::new(&list), &out, "", "\"connections\"", budget);
-                return matrix::child(&toml);
-            }
-            // The floor again, in this process, just before and just after
-            // the run: the machine's speed drifts (this shared machine's
-            // floor moved 20-27 ms between runs of one afternoon), so the
-            // ratio uses the mean of the two, taken around the run. Dirty
-            // pages are flushed before each, so neither pays for the
-            // other's writes.
-            // The floor is the reference of the CPU-bound scenarios only.
-            let skipfloor = !(name.starts_with("cpu-") || name == "mixed");
-            let floor_before = if skipfloor {
-                0.0
-            } else {
-                scenario_floor(name, work.path(), "before")
-            };
-            let toml = scenario_toml(name, Path::new(&list), &out);
-            let pipeline = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            // Peak RSS is the run's own: the floor's tiles are given back
-            // to the system and do not count (Linux resets VmHWM when "5"
-            // is written to clear_refs).
-            // SAFETY: malloc_trim only returns free heap pages to the system.
-            unsafe { libc::malloc_trim(0) };
-            let _ = std::fs::write("/proc/self/clear_refs", "5");
-            let cpu0 = process_cpu();
-            let stat0 = machine_jiffies();
-            let t0 = Instant::now();
-            let report = rt.block_on(pipeline.run()).unwrap();
-            let wall = t0.elapsed().as_secs_f64();
-            let cpu = (process_cpu() - cpu0).as_secs_f64();
-            let stat1 = machine_jiffies();
-            let peak_rss = peak_rss_mib();
-            let busy = (stat1.0 - stat0.0) as f64;
-            let idle = (stat1.1 - stat0.1) as f64;
-            eprintln!("machine during the run: idle {:.1}% ({:.2} ms/tile of core time), busy {:.2} ms/tile, this process {:.2} ms/tile", 100.0 * idle / (busy + idle), idle * 10.0 / n as f64, busy * 10.0 / n as f64, cpu * 1000.0 / n as f64);
-            let floor_after = if skipfloor {
-                0.0
-            } else {
-                scenario_floor(name, work.path(), "after")
-            };
-            let floor_ms = (floor_before + floor_after) / 2.0;
-            assert_eq!(report.items.done, n as u64, "{report}");
-            let h = report.hosts.first();
-            print_stage_cpu(&report);
-            println!(
-                "tiles={n} skewed={skewed} floor_ms={floor_ms:.2} floor_before_ms={floor_before:.2} floor_after_ms={floor_after:.2} wall_s={wall:.2} tiles_per_s={:.1} cpu_ms_per_tile={:.2} peak_rss_mib={:.0} requests={} throttled_429={} achieved_per_s={:.2} cores={cores} diagnosis={:?}",
-                n as f64 / wall,
-                cpu * 1000.0 / n as f64,
-                peak_rss,
-                h.map(|h| h.requests).unwrap_or(0),
-                h.map(|h| h.throttled_429).unwrap_or(0),
-                h.map(|h| h.achieved_per_s).unwrap_or(0.0),
-                report.diagnosis
-            );
-        }
+        _ => whole_pipeline(name, work.path(), cores),
     }
+}
+
+/// A scenario that runs the whole pipeline over the parent's tile server.
+fn whole_pipeline(name: &str, work: &Path, cores: f64) {
+    let (n, skew) = shape(name);
+    let skewed = matches!(skew, Skew::Light | Skew::Heavy);
+    // The server lives in the parent: this child only runs warpline.
+    let list = std::env::var("WARPLINE_BENCH_LIST").expect("list from the parent");
+    let out = work.join("out");
+    if let Some(budget) = matrix::budget_mib(name) {
+        let toml = pipeline_with_budget(Path::new(&list), &out, "", "\"connections\"", budget);
+        return matrix::child(&toml);
+    }
+    // The floor again, in this process, just before and just after
+    // the run: the machine's speed drifts (this shared machine's
+    // floor moved 20-27 ms between runs of one afternoon), so the
+    // ratio uses the mean of the two, taken around the run. Dirty
+    // pages are flushed before each, so neither pays for the
+    // other's writes.
+    // The floor is the reference of the CPU-bound scenarios only.
+    let skipfloor = !(name.starts_with("cpu-") || name == "mixed");
+    let floor_before = if skipfloor {
+        0.0
+    } else {
+        scenario_floor(name, work, "before")
+    };
+    let toml = scenario_toml(name, Path::new(&list), &out);
+    let pipeline = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Peak RSS is the run's own: the floor's tiles are given back
+    // to the system and do not count (Linux resets VmHWM when "5"
+    // is written to clear_refs).
+    // SAFETY: malloc_trim only returns free heap pages to the system.
+    unsafe { libc::malloc_trim(0) };
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let cpu0 = process_cpu();
+    let stat0 = machine_jiffies();
+    let t0 = Instant::now();
+    let report = rt.block_on(pipeline.run()).unwrap();
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = (process_cpu() - cpu0).as_secs_f64();
+    let stat1 = machine_jiffies();
+    let peak_rss = peak_rss_mib();
+    let busy = (stat1.0 - stat0.0) as f64;
+    let idle = (stat1.1 - stat0.1) as f64;
+    eprintln!("machine during the run: idle {:.1}% ({:.2} ms/tile of core time), busy {:.2} ms/tile, this process {:.2} ms/tile", 100.0 * idle / (busy + idle), idle * 10.0 / n as f64, busy * 10.0 / n as f64, cpu * 1000.0 / n as f64);
+    let floor_after = if skipfloor {
+        0.0
+    } else {
+        scenario_floor(name, work, "after")
+    };
+    let floor_ms = (floor_before + floor_after) / 2.0;
+    assert_eq!(report.items.done, n as u64, "{report}");
+    let h = report.hosts.first();
+    print_stage_cpu(&report);
+    println!(
+        "tiles={n} skewed={skewed} floor_ms={floor_ms:.2} floor_before_ms={floor_before:.2} floor_after_ms={floor_after:.2} wall_s={wall:.2} tiles_per_s={:.1} cpu_ms_per_tile={:.2} peak_rss_mib={:.0} requests={} throttled_429={} achieved_per_s={:.2} cores={cores} diagnosis={:?}",
+        n as f64 / wall,
+        cpu * 1000.0 / n as f64,
+        peak_rss,
+        h.map(|h| h.requests).unwrap_or(0),
+        h.map(|h| h.throttled_429).unwrap_or(0),
+        h.map(|h| h.achieved_per_s).unwrap_or(0.0),
+        report.diagnosis
+    );
 }
 
 fn field(line: &str, key: &str) -> Option<f64> {

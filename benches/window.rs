@@ -32,23 +32,7 @@ const SECRET: &str = "warpline-bench-secret";
 
 fn main() {
     if let Ok(path) = std::env::var(CHILD) {
-        let toml = std::fs::read_to_string(path).unwrap();
-        let pipeline = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
-        let report = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(pipeline.run())
-            .unwrap();
-        assert_eq!(report.items.done, 1, "{report}");
-        let busy: Vec<String> = report
-            .stages
-            .iter()
-            .map(|s| format!("{} {:.2} s", s.name, s.busy_s))
-            .collect();
-        eprintln!("cog-1g warpline: busy {}", busy.join(", "));
-        return;
+        return child_run(&path);
     }
     if !std::env::args().any(|a| a == "cog-1g") {
         eprintln!("window: only when named: cargo bench --bench window -- cog-1g");
@@ -59,25 +43,7 @@ fn main() {
     let root = work.path().join("s3");
     std::fs::create_dir_all(root.join("bench")).unwrap();
     let cog = root.join("bench/big.tif");
-    let made = Instant::now();
-    run(Command::new("gdal_translate")
-        .args([
-            "-q",
-            "-of",
-            "COG",
-            "-co",
-            "COMPRESS=NONE",
-            "-co",
-            "BLOCKSIZE=512",
-        ])
-        .args(["-outsize", "2100%", "2100%"])
-        .arg(Path::new(&data).join("RGB.byte.tif"))
-        .arg(&cog));
-    let size = std::fs::metadata(&cog).unwrap().len();
-    eprintln!(
-        "cog-1g: made {size} bytes in {:.1} s",
-        made.elapsed().as_secs_f64()
-    );
+    let size = make_cog(Path::new(&data), &cog);
     let port: u16 = std::env::var("WARPLINE_BENCH_S3_PORT")
         .ok()
         .and_then(|p| p.parse().ok())
@@ -133,6 +99,52 @@ fn main() {
         rss >> 20
     );
     server.stop();
+}
+
+/// In the child process: runs the pipeline file at `path`, says where its
+/// time went.
+fn child_run(path: &str) {
+    let toml = std::fs::read_to_string(path).unwrap();
+    let pipeline = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
+    let report = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(pipeline.run())
+        .unwrap();
+    assert_eq!(report.items.done, 1, "{report}");
+    let busy: Vec<String> = report
+        .stages
+        .iter()
+        .map(|s| format!("{} {:.2} s", s.name, s.busy_s))
+        .collect();
+    eprintln!("cog-1g warpline: busy {}", busy.join(", "));
+}
+
+/// RGB.byte.tif in `data` made 21 times larger as an uncompressed COG at
+/// `cog`; its size in bytes.
+fn make_cog(data: &Path, cog: &Path) -> u64 {
+    let made = Instant::now();
+    run(Command::new("gdal_translate")
+        .args([
+            "-q",
+            "-of",
+            "COG",
+            "-co",
+            "COMPRESS=NONE",
+            "-co",
+            "BLOCKSIZE=512",
+        ])
+        .args(["-outsize", "2100%", "2100%"])
+        .arg(data.join("RGB.byte.tif"))
+        .arg(cog));
+    let size = std::fs::metadata(cog).unwrap().len();
+    eprintln!(
+        "cog-1g: made {size} bytes in {:.1} s",
+        made.elapsed().as_secs_f64()
+    );
+    size
 }
 
 /// The pipeline: the object read by windows, warped as gdalwarp above.

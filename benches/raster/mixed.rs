@@ -125,96 +125,107 @@ fn source(kind: &str, data: &Path, dir: &Path) -> (PathBuf, usize) {
     let real = |name: &str| data.join(name);
     // Whole derived rasters go in their own folder, apart from the tiles.
     let made = |name: &str| dir.join("full").join(name);
-    let s = |p: &Path| p.to_str().unwrap().to_owned();
     match kind {
         "rgb-utm" => (real("RGB.byte.tif"), SIZE),
-        "dem-4326" => {
-            let scaled = made("dem-scaled.tif");
-            let (src, tmp) = (s(&real("RGB.byte.tif")), s(&scaled));
-            let args = ["-b", "2", "-ot", "Int16", "-scale", "0", "255", "0", "2550"];
-            gdal("gdal_translate", &[&args[..], &[&src, &tmp]].concat());
-            let out = made("dem-4326.tif");
-            gdal(
-                "gdalwarp",
-                &[
-                    "-t_srs",
-                    "EPSG:4326",
-                    "-srcnodata",
-                    "0",
-                    "-dstnodata",
-                    "-32768",
-                    "-r",
-                    "bilinear",
-                    &tmp,
-                    &s(&out),
-                ],
-            );
-            (out, SIZE)
-        }
-        "f32-utm" => {
-            let band = made("f32-band1.vrt");
-            gdal(
-                "gdal_translate",
-                &[
-                    "-of",
-                    "VRT",
-                    "-b",
-                    "1",
-                    &s(&real("RGB.byte.tif")),
-                    &s(&band),
-                ],
-            );
-            let out = made("f32-utm.tif");
-            gdal(
-                "gdalwarp",
-                &[
-                    "-ot",
-                    "Float32",
-                    "-srcnodata",
-                    "0",
-                    "-dstnodata",
-                    "nan",
-                    &s(&band),
-                    &s(&out),
-                ],
-            );
-            (out, SIZE)
-        }
-        "geos" => {
-            // The full disk as GOES-East sees it (7 km pixels), space as
-            // nodata: the tiles hold the limb, where points fall off the
-            // earth.
-            let out = made("geos.tif");
-            let r = "5434894.885";
-            let m = format!("-{r}");
-            let args = [
-                "-t_srs",
-                GEOS,
-                "-te",
-                &m,
-                &m,
-                r,
-                r,
-                "-ts",
-                "1536",
-                "1536",
-                "-dstnodata",
-                "0",
-                "-r",
-                "bilinear",
-            ];
-            gdal(
-                "gdalwarp",
-                &[&args[..], &[&s(&real("world.rgb.tif")), &s(&out)]].concat(),
-            );
-            (out, SIZE)
-        }
+        "dem-4326" => (dem_4326(&real, &made), SIZE),
+        "f32-utm" => (f32_utm(&real, &made), SIZE),
+        "geos" => (geos(&real, &made), SIZE),
         "aerial-3857" => (real("rgb1_fake_nir_epsg3857.tif"), SIZE),
         "shade-3857" => (real("shade.tif"), SIZE),
         "rgba-u16" => (real("RGBA.uint16.tif"), 400),
         "masked" => (real("RGB2.byte.tif"), SIZE),
         other => panic!("unknown kind {other}"),
     }
+}
+
+/// Int16 heights-like in EPSG:4326 (Landsat band 2 x 10), nodata -32768.
+fn dem_4326(real: &dyn Fn(&str) -> PathBuf, made: &dyn Fn(&str) -> PathBuf) -> PathBuf {
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    let scaled = made("dem-scaled.tif");
+    let (src, tmp) = (s(&real("RGB.byte.tif")), s(&scaled));
+    let args = ["-b", "2", "-ot", "Int16", "-scale", "0", "255", "0", "2550"];
+    gdal("gdal_translate", &[&args[..], &[&src, &tmp]].concat());
+    let out = made("dem-4326.tif");
+    gdal(
+        "gdalwarp",
+        &[
+            "-t_srs",
+            "EPSG:4326",
+            "-srcnodata",
+            "0",
+            "-dstnodata",
+            "-32768",
+            "-r",
+            "bilinear",
+            &tmp,
+            &s(&out),
+        ],
+    );
+    out
+}
+
+/// Float32 in UTM with NaN as nodata.
+fn f32_utm(real: &dyn Fn(&str) -> PathBuf, made: &dyn Fn(&str) -> PathBuf) -> PathBuf {
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    let band = made("f32-band1.vrt");
+    gdal(
+        "gdal_translate",
+        &[
+            "-of",
+            "VRT",
+            "-b",
+            "1",
+            &s(&real("RGB.byte.tif")),
+            &s(&band),
+        ],
+    );
+    let out = made("f32-utm.tif");
+    gdal(
+        "gdalwarp",
+        &[
+            "-ot",
+            "Float32",
+            "-srcnodata",
+            "0",
+            "-dstnodata",
+            "nan",
+            &s(&band),
+            &s(&out),
+        ],
+    );
+    out
+}
+
+/// The full disk as GOES-East sees it.
+fn geos(real: &dyn Fn(&str) -> PathBuf, made: &dyn Fn(&str) -> PathBuf) -> PathBuf {
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    // The full disk as GOES-East sees it (7 km pixels), space as
+    // nodata: the tiles hold the limb, where points fall off the
+    // earth.
+    let out = made("geos.tif");
+    let r = "5434894.885";
+    let m = format!("-{r}");
+    let args = [
+        "-t_srs",
+        GEOS,
+        "-te",
+        &m,
+        &m,
+        r,
+        r,
+        "-ts",
+        "1536",
+        "1536",
+        "-dstnodata",
+        "0",
+        "-r",
+        "bilinear",
+    ];
+    gdal(
+        "gdalwarp",
+        &[&args[..], &[&s(&real("world.rgb.tif")), &s(&out)]].concat(),
+    );
+    out
 }
 
 /// Makes every kind's tiles in `dir`: by kind, its tiles' paths.
