@@ -3,7 +3,7 @@
 //! Amazon S3 or an S3-compatible server, `az://CONTAINER/BLOB` on Azure
 //! Blob Storage or Azurite. Every path below is the same for both but the
 //! client's making (`build_s3`, `build_azure`) and the words of messages
-//! ([`Scheme`]).
+//! (`Scheme`).
 //!
 //! - `ObjectUrl`: an object's address;
 //! - `Stores`: one client per bucket (container), made from the
