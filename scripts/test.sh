@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 WARPLINE_SETUP_S3=1 WARPLINE_SETUP_AZURE=1 bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked --quiet
 
 # A throwaway Redis on its own port, for cli/tests/all/redis.rs.
 REDIS_PORT=${WARPLINE_TEST_REDIS_PORT:-6399}
