@@ -23,6 +23,12 @@ pub(crate) fn data() -> Option<PathBuf> {
     common::real_rasters().map(|files| files[0].parent().unwrap().to_owned())
 }
 
+/// The shared real rasters' folder and a fresh work folder, or `None`
+/// (the tests say they skip): what every fidelity test starts from.
+pub(crate) fn data_and_work() -> Option<(PathBuf, tempfile::TempDir)> {
+    Some((data()?, tempfile::tempdir().unwrap()))
+}
+
 /// Runs a GDAL command line tool; panics with its stderr on failure.
 pub(crate) fn gdal(program: &str, args: &[&str]) {
     let out = Command::new(program)

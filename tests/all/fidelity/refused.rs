@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{data, gdal, s, zip_stored};
+use super::{data, data_and_work, gdal, s, zip_stored};
 use crate::common::{raster_pipeline, run};
 
 /// Runs one input through the raster pipeline; returns (done, messages).
@@ -44,8 +44,9 @@ fn member_is_refused(work: &Path, entries: &[(&str, Vec<u8>)], expected: &str) {
 
 #[test]
 fn metadata_naming_an_overview_file_is_refused() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let secret = work.path().join("secret.tif");
     std::fs::copy(data.join("red.tif"), &secret).unwrap();
     let input = work.path().join("x.tif");
@@ -65,8 +66,9 @@ fn metadata_naming_an_overview_file_is_refused() {
 
 #[test]
 fn an_overview_in_an_archive_that_is_not_a_tiff_is_refused() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     // A VRT "overview" beside the member, naming a local file.
     let vrt = work.path().join("a.tif.ovr");
     gdal(
@@ -86,8 +88,9 @@ fn an_overview_in_an_archive_that_is_not_a_tiff_is_refused() {
 
 #[test]
 fn a_zip_is_known_by_its_bytes_whatever_its_name() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let bin = work.path().join("download.bin");
     let entries = [("rgb.tif", std::fs::read(data.join("RGB.byte.tif")).unwrap())];
     std::fs::write(&bin, zip_stored(&entries)).unwrap();
@@ -114,8 +117,9 @@ fn an_overview_in_an_archive_whose_metadata_names_another_file_is_refused() {
 
 #[test]
 fn a_zip_of_one_raster_and_its_metadata_opens_the_raster() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let zip = work.path().join("scene.zip");
     let pam = "<PAMDataset><Metadata><MDI key=\"SENSOR\">ETM+</MDI></Metadata></PAMDataset>";
     let entries = [
