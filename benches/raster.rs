@@ -472,12 +472,7 @@ impl Parent {
         };
         let parent_cpu = process_cpu();
         let mut child = cmd.spawn().expect("bench child");
-        let line = BufReader::new(child.stdout.take().unwrap())
-            .lines()
-            .map_while(Result::ok)
-            .last()
-            .unwrap_or_default();
-        assert!(child.wait().unwrap().success(), "scenario {name} failed");
+        let line = child_line(&mut child, name);
         // This process only served tiles while the child ran.
         let server_cpu = (process_cpu() - parent_cpu).as_secs_f64();
         drop(served);
@@ -490,6 +485,18 @@ impl Parent {
         }
         (line, extra)
     }
+}
+
+/// The last line a scenario's child printed, once it has exited; panics
+/// when it failed (a bench with a failed scenario has no figure to give).
+fn child_line(child: &mut std::process::Child, name: &str) -> String {
+    let line = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .last()
+        .unwrap_or_default();
+    assert!(child.wait().unwrap().success(), "scenario {name} failed");
+    line
 }
 
 /// With several rounds: each scenario's spread of the ratio and the cost.
