@@ -135,19 +135,7 @@ kind = "fetch"
 workers = 8
 limits = [{fetch_limits}]
 memory = "memory"
-[stages.decode]
-kind = "decode"
-workers = "cores"
-limits = ["memory", "cpu"]
-release = ["memory"]
-carry = ["memory"]
-[stages.reproject]
-kind = "reproject"
-workers = "cores"
-limits = ["memory", "cpu"]
-release = ["memory"]
-carry = ["memory"]
-crs = "EPSG:3857"
+{decode}{reproject}crs = "EPSG:3857"
 resampling = "bilinear"
 [stages.write]
 kind = "write"
@@ -156,7 +144,24 @@ dir = {out:?}
 exists = "overwrite"
 "#,
         list = list.display().to_string(),
-        out = out.display().to_string()
+        out = out.display().to_string(),
+        decode = cpu_stage("decode"),
+        reproject = cpu_stage("reproject"),
+    )
+}
+
+/// A `[stages.KIND]` table for decode or reproject: a worker a core under
+/// the `memory` and `cpu` limits, releasing the memory the item held and
+/// carrying the memory it holds now (keys of its own may follow).
+fn cpu_stage(kind: &str) -> String {
+    format!(
+        r#"[stages.{kind}]
+kind = "{kind}"
+workers = "cores"
+limits = ["memory", "cpu"]
+release = ["memory"]
+carry = ["memory"]
+"#
     )
 }
 
