@@ -13,7 +13,6 @@ mod pixels;
 mod refused;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::{assert_same_raster, gdalwarp, raster_pipeline, run};
 use gdal::{Dataset, Metadata};
@@ -31,16 +30,7 @@ pub(crate) fn data_and_work() -> Option<(PathBuf, tempfile::TempDir)> {
 
 /// Runs a GDAL command line tool; panics with its stderr on failure.
 pub(crate) fn gdal(program: &str, args: &[&str]) {
-    let out = Command::new(program)
-        .args(args)
-        .env("GDAL_PAM_ENABLED", "NO")
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e} (install gdal-bin)"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    warpline_testkit::gdal_tool(program, args, &[("GDAL_PAM_ENABLED", "NO")]);
 }
 
 /// Warps `input` with warpline (reproject settings `reproject`, decode
