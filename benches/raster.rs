@@ -135,19 +135,7 @@ kind = "fetch"
 workers = 8
 limits = [{fetch_limits}]
 memory = "memory"
-[stages.decode]
-kind = "decode"
-workers = "cores"
-limits = ["memory", "cpu"]
-release = ["memory"]
-carry = ["memory"]
-[stages.reproject]
-kind = "reproject"
-workers = "cores"
-limits = ["memory", "cpu"]
-release = ["memory"]
-carry = ["memory"]
-crs = "EPSG:3857"
+{decode}{reproject}crs = "EPSG:3857"
 resampling = "bilinear"
 [stages.write]
 kind = "write"
@@ -156,7 +144,24 @@ dir = {out:?}
 exists = "overwrite"
 "#,
         list = list.display().to_string(),
-        out = out.display().to_string()
+        out = out.display().to_string(),
+        decode = cpu_stage("decode"),
+        reproject = cpu_stage("reproject"),
+    )
+}
+
+/// A `[stages.KIND]` table for decode or reproject: a worker a core under
+/// the `memory` and `cpu` limits, releasing the memory the item held and
+/// carrying the memory it holds now (keys of its own may follow).
+fn cpu_stage(kind: &str) -> String {
+    format!(
+        r#"[stages.{kind}]
+kind = "{kind}"
+workers = "cores"
+limits = ["memory", "cpu"]
+release = ["memory"]
+carry = ["memory"]
+"#
     )
 }
 
@@ -472,12 +477,7 @@ impl Parent {
         };
         let parent_cpu = process_cpu();
         let mut child = cmd.spawn().expect("bench child");
-        let line = BufReader::new(child.stdout.take().unwrap())
-            .lines()
-            .map_while(Result::ok)
-            .last()
-            .unwrap_or_default();
-        assert!(child.wait().unwrap().success(), "scenario {name} failed");
+        let line = child_line(&mut child, name);
         // This process only served tiles while the child ran.
         let server_cpu = (process_cpu() - parent_cpu).as_secs_f64();
         drop(served);
@@ -490,6 +490,18 @@ impl Parent {
         }
         (line, extra)
     }
+}
+
+/// The last line a scenario's child printed, once it has exited; panics
+/// when it failed (a bench with a failed scenario has no figure to give).
+fn child_line(child: &mut std::process::Child, name: &str) -> String {
+    let line = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .last()
+        .unwrap_or_default();
+    assert!(child.wait().unwrap().success(), "scenario {name} failed");
+    line
 }
 
 /// With several rounds: each scenario's spread of the ratio and the cost.

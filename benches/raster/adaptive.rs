@@ -20,14 +20,13 @@
 //!   outage the first tile was served (`adapt-outage-off`: the same with
 //!   `adaptive = false`).
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use warpline_testkit::{Faults, TileServer};
 
 use super::corpus::{corpus, serve, Skew};
-use super::{field, Parent};
+use super::{child_line, field, Parent};
 
 /// Fixed concurrencies of the knee's sweep.
 const SWEEP: [u32; 6] = [4, 6, 8, 10, 12, 16];
@@ -133,12 +132,7 @@ fn run_one(parent: &mut Parent, name: &str) -> (String, Vec<(Duration, u16)>) {
         .stdout(Stdio::piped())
         .spawn()
         .expect("bench child");
-    let line = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map_while(Result::ok)
-        .last()
-        .unwrap_or_default();
-    assert!(child.wait().unwrap().success(), "scenario {name} failed");
+    let line = child_line(&mut child, name);
     (line, answers(&served.server))
 }
 

@@ -20,7 +20,6 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// The kinds of tile, in the order they are served.
 pub const KINDS: [&str; 8] = [
@@ -61,17 +60,14 @@ pub fn data_dir() -> PathBuf {
 
 /// Runs a GDAL command line tool, panicking with its stderr on failure.
 fn gdal(program: &str, args: &[&str]) {
-    let out = Command::new(program)
-        .args(["-q"])
-        .args(args)
-        .env("GDAL_PAM_ENABLED", "NO")
-        .env("GDAL_TIFF_INTERNAL_MASK", "YES")
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e} (install gdal-bin)"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let quiet: Vec<&str> = std::iter::once("-q").chain(args.iter().copied()).collect();
+    warpline_testkit::gdal_tool(
+        program,
+        &quiet,
+        &[
+            ("GDAL_PAM_ENABLED", "NO"),
+            ("GDAL_TIFF_INTERNAL_MASK", "YES"),
+        ],
     );
 }
 

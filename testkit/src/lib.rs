@@ -5,7 +5,8 @@
 //! can misbehave on purpose, used by `warpline demo`, the integration tests
 //! and the benchmarks; and [`proxy`], a loopback proxy that counts (or
 //! holds) the requests holding a needle, for the S3 tests; and
-//! [`runtime`], the tests' two-worker tokio runtime.
+//! [`runtime`], the tests' two-worker tokio runtime; and [`gdal_tool`], a
+//! GDAL command line tool run for the tests' and benchmarks' rasters.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
@@ -26,4 +27,23 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("a tokio runtime")
+}
+
+/// Runs the GDAL command line tool `program` with `args` and the
+/// environment `envs`.
+///
+/// # Panics
+/// When the tool cannot start or fails (test support: the test or bench
+/// fails), with its stderr.
+pub fn gdal_tool(program: &str, args: &[&str], envs: &[(&str, &str)]) {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} (install gdal-bin)"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -209,28 +209,48 @@ fn a_window_of_a_large_cog_reads_a_few_of_its_bytes_and_equals_gdalwarp() {
     }
 }
 
-#[test]
-fn a_server_that_stalls_mid_warp_fails_the_item_without_a_hang() {
-    let Some(data) = real_rasters() else { return };
+/// The large COG in a fresh work folder, served by a server that serves
+/// the header's block and hangs on every later range request: the work
+/// folder, the URL, the server and its runtime; `None` without the real
+/// rasters (the tests say they skip).
+fn stalling_large_cog() -> Option<(
+    tempfile::TempDir,
+    String,
+    Arc<Server>,
+    tokio::runtime::Runtime,
+)> {
+    let data = real_rasters()?;
     let work = tempfile::tempdir().unwrap();
     let cog = large_cog(&data[0], work.path());
-    // The header's block is served; every later range request hangs.
-    let (url, server, _runtime) = serve(&cog, 1);
-    let out = work.path().join("out");
-    let toml = pipeline(&url, "crs = \"EPSG:3857\"", &out, "timeout = \"1s\"");
-    let report = common::run(&toml);
+    let (url, server, runtime) = serve(&cog, 1);
+    Some((work, url, server, runtime))
+}
+
+/// Checks that `report`'s one item failed at `stage` after its three
+/// tries, with a message naming `url`, and that nothing was left in `out`.
+fn failed_after_tries(report: &warpline::RunReport, stage: &str, url: &str, out: &Path) {
     assert_eq!(report.items.failed, 1, "{report}");
     let failure = &report.failures[0];
-    assert_eq!(failure.stage, "reproject", "{}", failure.message);
+    assert_eq!(failure.stage, stage, "{}", failure.message);
     assert!(
-        failure.message.contains(&url) && failure.message.contains("after 3 tries"),
+        failure.message.contains(url) && failure.message.contains("after 3 tries"),
         "{}",
         failure.message
     );
+    assert_eq!(std::fs::read_dir(out).map_or(0, |d| d.count()), 0);
+}
+
+#[test]
+fn a_server_that_stalls_mid_warp_fails_the_item_without_a_hang() {
+    let Some((work, url, server, _runtime)) = stalling_large_cog() else {
+        return;
+    };
+    let out = work.path().join("out");
+    let toml = pipeline(&url, "crs = \"EPSG:3857\"", &out, "timeout = \"1s\"");
+    failed_after_tries(&common::run(&toml), "reproject", &url, &out);
     // One header request, then three tries of the first block it needed:
     // the reads after that failure fail at once.
     assert_eq!(server.ranges.load(Ordering::Relaxed), 4);
-    assert_eq!(std::fs::read_dir(&out).map_or(0, |d| d.count()), 0);
 }
 
 /// Without reproject, write reads the pixels by ranges as it copies them:
@@ -238,10 +258,9 @@ fn a_server_that_stalls_mid_warp_fails_the_item_without_a_hang() {
 /// the failed read, not with GDAL's words about a short read.
 #[test]
 fn a_server_that_stalls_while_write_copies_fails_the_item_naming_the_read() {
-    let Some(data) = real_rasters() else { return };
-    let work = tempfile::tempdir().unwrap();
-    let cog = large_cog(&data[0], work.path());
-    let (url, _server, _runtime) = serve(&cog, 1);
+    let Some((work, url, _server, _runtime)) = stalling_large_cog() else {
+        return;
+    };
     let out = work.path().join("out");
     // The same pipeline with its reproject stage taken out.
     let toml = pipeline(&url, "", &out, "timeout = \"1s\"");
@@ -251,16 +270,7 @@ fn a_server_that_stalls_while_write_copies_fails_the_item_naming_the_read() {
         "flow = [\"fetch\", \"decode\", \"reproject\", \"write\"]",
         "flow = [\"fetch\", \"decode\", \"write\"]",
     );
-    let report = common::run(&toml);
-    assert_eq!(report.items.failed, 1, "{report}");
-    let failure = &report.failures[0];
-    assert_eq!(failure.stage, "write", "{}", failure.message);
-    assert!(
-        failure.message.contains(&url) && failure.message.contains("after 3 tries"),
-        "{}",
-        failure.message
-    );
-    assert_eq!(std::fs::read_dir(&out).map_or(0, |d| d.count()), 0);
+    failed_after_tries(&common::run(&toml), "write", &url, &out);
 }
 
 /// A URL that refuses HEAD (S3's presigned GET URLs do) is sized by a

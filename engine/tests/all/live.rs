@@ -7,7 +7,7 @@ use crate::common;
 use std::time::Duration;
 
 use warpline_engine::live::{LimiterSnapshot, StageSnapshot};
-use warpline_engine::{LimiterKind, Loader, Pipeline, Registry, RunControl, RunOptions};
+use warpline_engine::{LimiterKind, Pipeline, Registry, RunControl, RunOptions};
 
 /// The first snapshot in which `held`'s mailbox holds 2 and one worker
 /// waits for a `slots` permit: waited for by counts, not by time.
@@ -37,9 +37,7 @@ async fn full_mailbox_and_a_waiter(
 
 #[tokio::test]
 async fn a_snapshot_shows_each_stages_mailbox_workers_and_limiters() {
-    let (_, gate, _, registry) = common::kinds(u64::MAX);
-    let pipeline = Loader::from_toml_str(&common::generated(
-        &["held", "sink"],
+    let (gate, handle) = common::spawn_held_then_sink(
         20,
         r#"
         [limits.slots]
@@ -52,10 +50,7 @@ async fn a_snapshot_shows_each_stages_mailbox_workers_and_limiters() {
         [stages.sink]
         kind = "discard"
         "#,
-    ))
-    .load(&registry)
-    .unwrap();
-    let handle = pipeline.spawn(RunOptions::default());
+    );
     let watch = handle.watch();
     // Two items inside the gate (the limiter's two slots), a third worker
     // waiting for a slot, and the mailbox full behind them: waited for by

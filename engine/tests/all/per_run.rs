@@ -156,9 +156,7 @@ async fn a_run_that_admits_every_input_has_none_left() {
 
 #[tokio::test]
 async fn a_watch_shows_each_stages_items_in_workers_and_the_rate() {
-    let (_, gate, _, registry) = common::kinds(u64::MAX);
-    let pipeline = Loader::from_toml_str(&common::generated(
-        &["held", "sink"],
+    let (gate, handle) = common::spawn_held_then_sink(
         10,
         r#"
         [stages.held]
@@ -167,10 +165,7 @@ async fn a_watch_shows_each_stages_items_in_workers_and_the_rate() {
         [stages.sink]
         kind = "discard"
         "#,
-    ))
-    .load(&registry)
-    .unwrap();
-    let handle = pipeline.spawn(RunOptions::default());
+    );
     let watch = handle.watch();
     assert_eq!(watch.rate_per_s(), 0.0);
     // Three workers inside the gate: three items in `held`'s workers.

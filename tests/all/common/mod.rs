@@ -80,25 +80,30 @@ kind = "fetch"
 workers = 4
 limits = ["connections"]
 memory = "memory"
-[stages.decode]
-kind = "decode"
-workers = {workers}
-limits = ["memory", "cpu"]
-release = ["memory"]
-carry = ["memory"]
-[stages.reproject]
-kind = "reproject"
-workers = {workers}
-limits = ["memory", "cpu"]
-release = ["memory"]
-carry = ["memory"]
-{reproject}
+{decode}{reproject_stage}{reproject}
 [stages.write]
 kind = "write"
 workers = {workers}
 {write}
 "#,
-        inputs = toml_list(inputs)
+        inputs = toml_list(inputs),
+        decode = cpu_stage("decode", workers),
+        reproject_stage = cpu_stage("reproject", workers),
+    )
+}
+
+/// A `[stages.KIND]` table for decode or reproject: `workers` workers under
+/// the `memory` and `cpu` limits, releasing the memory the item held and
+/// carrying the memory it holds now (keys of its own may follow).
+fn cpu_stage(kind: &str, workers: u32) -> String {
+    format!(
+        r#"[stages.{kind}]
+kind = "{kind}"
+workers = {workers}
+limits = ["memory", "cpu"]
+release = ["memory"]
+carry = ["memory"]
+"#
     )
 }
 
@@ -289,19 +294,7 @@ workers = 6
 limits = ["connections", "per_host"]
 memory = "memory"
 {fetch}
-[stages.decode]
-kind = "decode"
-workers = 2
-limits = ["memory", "cpu"]
-release = ["memory"]
-carry = ["memory"]
-[stages.reproject]
-kind = "reproject"
-workers = 2
-limits = ["memory", "cpu"]
-release = ["memory"]
-carry = ["memory"]
-crs = "EPSG:3857"
+{decode}{reproject}crs = "EPSG:3857"
 resampling = "bilinear"
 [stages.write]
 kind = "write"
@@ -309,7 +302,9 @@ workers = 2
 dir = {out:?}
 "#,
         list = list.display().to_string(),
-        out = out.display().to_string()
+        out = out.display().to_string(),
+        decode = cpu_stage("decode", 2),
+        reproject = cpu_stage("reproject", 2),
     )
 }
 

@@ -4,13 +4,14 @@
 use std::path::Path;
 use std::process::Command;
 
-use super::{data, gdal, s, same_as_gdalwarp};
+use super::{data_and_work, gdal, s, same_as_gdalwarp};
 use crate::common::{assert_same_raster, gdalwarp, raster_pipeline, run};
 
 #[test]
 fn a_world_file_places_the_raster_as_gdalwarp_does() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let rgb = s(&data.join("RGB.byte.tif"));
     // Georeferenced only by a world file (and its CRS in .aux.xml).
     let wf = work.path().join("wf.tif");
@@ -40,8 +41,9 @@ fn a_world_file_places_the_raster_as_gdalwarp_does() {
 
 #[test]
 fn gcps_place_the_raster_as_gdalwarp_does() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let rgb = s(&data.join("RGB.byte.tif"));
     // Georeferenced by GCPs only.
     let gcp = work.path().join("gcp.tif");
@@ -116,8 +118,9 @@ fn gcps_place_the_raster_as_gdalwarp_does() {
 
 #[test]
 fn a_source_crs_override_places_the_raster_as_gdalwarp_s_srs_does() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let rgb = s(&data.join("RGB.byte.tif"));
     same_as_gdalwarp(
         work.path(),
@@ -131,8 +134,9 @@ fn a_source_crs_override_places_the_raster_as_gdalwarp_s_srs_does() {
 
 #[test]
 fn an_srtm_tile_in_a_zip_is_read_by_its_name() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let zip = work.path().join("N45E006.hgt.zip");
     srtm_tile(
         &data.join("shade.tif"),
@@ -152,8 +156,9 @@ fn an_srtm_tile_in_a_zip_is_read_by_its_name() {
 
 #[test]
 fn a_named_member_of_a_zip_is_read_and_a_zip_of_two_rasters_says_how_to_name_one() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let srtm = "drivers = [\"SRTMHGT\"]";
     // Two rasters in one zip: the member is named.
     let two = work.path().join("two.zip");
@@ -190,8 +195,9 @@ fn a_named_member_of_a_zip_is_read_and_a_zip_of_two_rasters_says_how_to_name_one
 
 #[test]
 fn a_gzipped_geotiff_is_read_as_gdal_reads_it() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     // A gzipped GeoTIFF.
     let gz = work.path().join("RGB.byte.tif.gz");
     let status = Command::new("gzip")
@@ -254,8 +260,9 @@ fn the_only_output_equals_gdalwarp_of(out_dir: &Path, source: &str, what: &str) 
 /// `-s_srs`), a rotated geotransform and a south-up Float32 with NaN nodata.
 #[test]
 fn odd_crss_and_geotransforms_are_warped_as_gdalwarp_warps_them() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let cases: [(&str, &str, &str, &str); 5] = [
         ("world.rgb.tif", "", "EPSG:3857", "bilinear"),
         ("test_esri_wkt.tif", "", "EPSG:4326", "near"),

@@ -13,7 +13,6 @@ mod pixels;
 mod refused;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::{assert_same_raster, gdalwarp, raster_pipeline, run};
 use gdal::{Dataset, Metadata};
@@ -23,18 +22,15 @@ pub(crate) fn data() -> Option<PathBuf> {
     common::real_rasters().map(|files| files[0].parent().unwrap().to_owned())
 }
 
+/// The shared real rasters' folder and a fresh work folder, or `None`
+/// (the tests say they skip): what every fidelity test starts from.
+pub(crate) fn data_and_work() -> Option<(PathBuf, tempfile::TempDir)> {
+    Some((data()?, tempfile::tempdir().unwrap()))
+}
+
 /// Runs a GDAL command line tool; panics with its stderr on failure.
 pub(crate) fn gdal(program: &str, args: &[&str]) {
-    let out = Command::new(program)
-        .args(args)
-        .env("GDAL_PAM_ENABLED", "NO")
-        .output()
-        .unwrap_or_else(|e| panic!("{program}: {e} (install gdal-bin)"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    warpline_testkit::gdal_tool(program, args, &[("GDAL_PAM_ENABLED", "NO")]);
 }
 
 /// Warps `input` with warpline (reproject settings `reproject`, decode

@@ -2,13 +2,14 @@
 
 use gdal::Dataset;
 
-use super::{data, s, same_as_gdalwarp};
+use super::{data_and_work, s, same_as_gdalwarp};
 use crate::common::{raster_pipeline, run};
 
 #[test]
 fn per_band_nodata_is_taken_as_gdalwarp_takes_it_and_never_collapsed() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let rgb = s(&data.join("RGB.byte.tif"));
     same_as_gdalwarp(
         work.path(),
@@ -40,8 +41,9 @@ fn per_band_nodata_is_taken_as_gdalwarp_takes_it_and_never_collapsed() {
 
 #[test]
 fn side_files_gdal_writes_are_renamed_with_the_output_and_nothing_else_is_left() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let out_dir = work.path().join("out");
     // A plain GeoTIFF profile has no tag for nodata: GDAL puts it in a
     // .aux.xml beside the file.
@@ -74,8 +76,9 @@ fn side_files_gdal_writes_are_renamed_with_the_output_and_nothing_else_is_left()
 
 #[test]
 fn a_cog_equals_gdalwarp_to_gtiff_then_gdal_translate_to_cog() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let out_dir = work.path().join("cog");
     let toml = raster_pipeline(
         &[s(&data.join("RGB.byte.tif"))],
@@ -130,8 +133,9 @@ fn a_cog_equals_gdalwarp_to_gtiff_then_gdal_translate_to_cog() {
 
 #[test]
 fn a_cutline_bounds_and_crops_the_output_as_gdalwarp_does() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let cut = work.path().join("cut.geojson");
     std::fs::write(
         &cut,
@@ -155,8 +159,9 @@ fn a_cutline_bounds_and_crops_the_output_as_gdalwarp_does() {
 
 #[test]
 fn three_inputs_warp_into_one_output_as_gdalwarp_makes_a_mosaic() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let rgb = s(&data.join("RGB.byte.tif"));
     // Three overlapping pieces: where they overlap, the later one wins.
     let mut pieces = Vec::new();

@@ -4,13 +4,14 @@ use std::process::Command;
 
 use gdal::{Dataset, Metadata};
 
-use super::{data, gdal, pixels_differ, s, same_as_gdalwarp};
+use super::{data_and_work, gdal, pixels_differ, s, same_as_gdalwarp};
 use crate::common::gdalwarp;
 
 #[test]
 fn an_internal_mask_is_read_as_gdalwarp_reads_it() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let masked = work.path().join("masked.tif");
     let out = Command::new("gdal_translate")
         .args([
@@ -62,8 +63,9 @@ fn an_internal_mask_is_read_as_gdalwarp_reads_it() {
 
 #[test]
 fn an_external_mask_and_alpha_bands_are_read_as_gdalwarp_reads_them() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     for (tag, file) in [
         ("msk", "RGB2.byte.tif"),
         ("alpha", "alpha.tif"),
@@ -90,8 +92,9 @@ fn an_external_mask_and_alpha_bands_are_read_as_gdalwarp_reads_them() {
 
 #[test]
 fn overviews_are_used_as_gdalwarp_uses_them() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let copy = work.path().join("ovr.tif");
     std::fs::copy(data.join("RGB.byte.tif"), &copy).unwrap();
     gdal(
@@ -139,8 +142,9 @@ fn overviews_are_used_as_gdalwarp_uses_them() {
 
 #[test]
 fn dataset_and_band_metadata_are_kept_as_gdalwarp_keeps_them() {
-    let Some(data) = data() else { return };
-    let work = tempfile::tempdir().unwrap();
+    let Some((data, work)) = data_and_work() else {
+        return;
+    };
     let meta = work.path().join("meta.tif");
     gdal(
         "gdal_translate",

@@ -228,25 +228,30 @@ kind = "fetch"
 workers = 4
 memory = "memory"
 endpoint = "{endpoint}"
-[stages.decode]
-kind = "decode"
-workers = 2
-limits = ["memory"]
-release = ["memory"]
-carry = ["memory"]
-[stages.reproject]
-kind = "reproject"
-workers = 2
-limits = ["memory"]
-release = ["memory"]
-carry = ["memory"]
-crs = "EPSG:3857"
+{decode}{reproject}crs = "EPSG:3857"
 resampling = "bilinear"
 [stages.write]
 kind = "write"
 workers = 2
 creation_options = {{ COMPRESS = "DEFLATE" }}
 {write}
+"#,
+        decode = memory_stage("decode"),
+        reproject = memory_stage("reproject"),
+    )
+}
+
+/// A `[stages.KIND]` table for decode or reproject: two workers under the
+/// `memory` limit, releasing the memory the item held and carrying the
+/// memory it holds now (keys of its own may follow).
+fn memory_stage(kind: &str) -> String {
+    format!(
+        r#"[stages.{kind}]
+kind = "{kind}"
+workers = 2
+limits = ["memory"]
+release = ["memory"]
+carry = ["memory"]
 "#
     )
 }

@@ -271,6 +271,18 @@ pub fn kinds(alone_over: u64) -> (Produced, Gate, Inside, Registry) {
     (p, g, i, r)
 }
 
+/// `count` generated items through a `held` (the gate kind) -> `sink` flow
+/// whose stage and limiter tables are `stages`, spawned with the default
+/// options: the closed gate and the run's handle.
+pub fn spawn_held_then_sink(count: u64, stages: &str) -> (Gate, warpline_engine::RunHandle) {
+    let (_, gate, _, registry) = kinds(u64::MAX);
+    let pipeline =
+        warpline_engine::Loader::from_toml_str(&generated(&["held", "sink"], count, stages))
+            .load(&registry)
+            .unwrap();
+    (gate, pipeline.spawn(warpline_engine::RunOptions::default()))
+}
+
 pub use warpline_testkit::runtime;
 
 /// Starts `pipeline` in a task of its own under a fresh control: the
