@@ -164,10 +164,25 @@ pub fn gdalwarp_of(tiles: &[Vec<u8>], rounds: usize) -> f64 {
     argv.push(std::ptr::null_mut());
     let cpu = warpline::engine::report::thread_cpu;
     let mut spent = 0.0;
-    let path = "/vsimem/bench-gdalwarp.tif";
+    let path = c"/vsimem/bench-gdalwarp.tif";
     let mut warp = |bytes: &[u8]| {
-        gdal::vsi::create_mem_file(path, bytes.to_vec()).unwrap();
-        let src = gdal::Dataset::open(path).unwrap();
+        // Over a buffer this closure owns, as the decode stage does
+        // (GDAL-NOTES.md: not gdal's create_mem_file).
+        let mut buffer = bytes.to_vec();
+        // SAFETY: `buffer` outlives the file: GDAL never frees it
+        // (bTakeOwnership 0) and the name is unlinked below, before it is
+        // dropped; the handle returned is closed at once.
+        unsafe {
+            let fp = sys::VSIFileFromMemBuffer(
+                path.as_ptr(),
+                buffer.as_mut_ptr(),
+                buffer.len() as u64,
+                0,
+            );
+            assert!(!fp.is_null(), "GDAL refused the tile's bytes");
+            sys::VSIFCloseL(fp);
+        }
+        let src = gdal::Dataset::open(path.to_str().unwrap()).unwrap();
         let t = cpu();
         // SAFETY: `argv` is a NULL-terminated list of C strings alive for
         // the call; GDAL copies what it needs.
@@ -200,7 +215,9 @@ pub fn gdalwarp_of(tiles: &[Vec<u8>], rounds: usize) -> f64 {
         }
         let ms = (cpu() - t).as_secs_f64() * 1000.0;
         drop(src);
-        gdal::vsi::unlink_mem_file(path).unwrap();
+        // SAFETY: unlinks the name registered above; `buffer` is freed after.
+        unsafe { sys::VSIUnlink(path.as_ptr()) };
+        drop(buffer);
         ms
     };
     warp(&tiles[0]);

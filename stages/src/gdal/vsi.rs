@@ -383,10 +383,11 @@ fn install() {
     static INSTALL: Once = Once::new();
     INSTALL.call_once(|| {
         super::init();
-        // SAFETY: GDAL allocates a zeroed struct (every callback NULL, so
+        // GDAL allocates a zeroed struct (every callback NULL, so
         // unsupported operations fail); we fill ours and hand it to
         // VSIInstallPluginHandler, which keeps its own copy. Ours is never
         // freed (once per process), so it outlives GDAL's use either way.
+        // SAFETY: `cb` is checked non-null before it is written through.
         unsafe {
             let cb = sys::VSIAllocFilesystemPluginCallbacksStruct();
             if cb.is_null() {
@@ -479,8 +480,8 @@ mod tests {
         let (w, h) = ds.raster_size();
         let ours = band.read_as::<u8>((0, 0), (w, h), (w, h), None).unwrap();
         assert!(file.reads.load(Ordering::Relaxed) > 0);
-        let mem = MemoryFile::new(bytes);
-        let same = open(&mem.0).unwrap();
+        let mut mem = super::super::files::MemDir::new();
+        let same = open(&mem.add("tile.tif", bytes).unwrap()).unwrap();
         let theirs = same.rasterband(1).unwrap();
         let theirs = theirs.read_as::<u8>((0, 0), (w, h), (w, h), None).unwrap();
         assert_eq!(ours.data(), theirs.data());
@@ -534,22 +535,5 @@ mod tests {
         assert_eq!((a[9], b[0], b[9]), (9, 90, 99));
         // SAFETY: the handle opened above, closed once.
         unsafe { sys::VSIFCloseL(fp) };
-    }
-
-    /// The same bytes in GDAL's own `/vsimem/`, for comparison.
-    struct MemoryFile(String);
-
-    impl MemoryFile {
-        fn new(bytes: Vec<u8>) -> Self {
-            let path = format!("/vsimem/vsi-test-{}.tif", fastrand::u64(..));
-            gdal::vsi::create_mem_file(&path, bytes).unwrap();
-            MemoryFile(path)
-        }
-    }
-
-    impl Drop for MemoryFile {
-        fn drop(&mut self) {
-            let _ = gdal::vsi::unlink_mem_file(&self.0);
-        }
     }
 }
