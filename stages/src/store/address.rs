@@ -39,14 +39,6 @@ impl Scheme {
         }
     }
 
-    /// The environment variable of the server's address.
-    pub(crate) fn endpoint_var(self) -> &'static str {
-        match self {
-            Scheme::S3 => "AWS_ENDPOINT_URL",
-            Scheme::Az => "AZURE_STORAGE_ENDPOINT",
-        }
-    }
-
     /// Where credentials come from, for messages.
     pub(super) fn credentials(self) -> &'static str {
         match self {

@@ -162,11 +162,7 @@ impl Config {
 }
 
 fn build_s3(config: &Config, bucket: &str) -> Result<impl Client, String> {
-    let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
-    b = with_profile(b)?;
-    if let Some(endpoint) = &config.endpoint {
-        b = b.with_endpoint(endpoint);
-    }
+    let mut b = s3_builder(config, bucket)?;
     if b.get_config_value(&AmazonS3ConfigKey::Endpoint)
         .is_some_and(|e| loopback_http(&e))
     {
@@ -183,10 +179,7 @@ fn build_s3(config: &Config, bucket: &str) -> Result<impl Client, String> {
 /// the `endpoint` setting (the account's URL, e.g.
 /// `http://127.0.0.1:10000/devstoreaccount1` for Azurite).
 fn build_azure(config: &Config, container: &str) -> Result<impl Client, String> {
-    let mut b = MicrosoftAzureBuilder::from_env().with_container_name(container);
-    if let Some(endpoint) = &config.endpoint {
-        b = b.with_endpoint(endpoint.clone());
-    }
+    let mut b = azure_builder(config, container);
     if b.get_config_value(&AzureConfigKey::Endpoint)
         .is_some_and(|e| loopback_http(&e))
     {
@@ -197,6 +190,41 @@ fn build_azure(config: &Config, container: &str) -> Result<impl Client, String> 
     }
     b = b.with_retry(config.retry());
     b.build().map_err(|e| redact_text(&e.to_string()))
+}
+
+/// An S3 client's settings for `bucket`, in the order they win: the
+/// `endpoint` setting, the environment, the AWS profile.
+fn s3_builder(config: &Config, bucket: &str) -> Result<AmazonS3Builder, String> {
+    let b = with_profile(AmazonS3Builder::from_env().with_bucket_name(bucket))?;
+    Ok(match &config.endpoint {
+        Some(endpoint) => b.with_endpoint(endpoint),
+        None => b,
+    })
+}
+
+/// An Azure client's settings for `container`: the `endpoint` setting,
+/// then the environment.
+fn azure_builder(config: &Config, container: &str) -> MicrosoftAzureBuilder {
+    let b = MicrosoftAzureBuilder::from_env().with_container_name(container);
+    match &config.endpoint {
+        Some(endpoint) => b.with_endpoint(endpoint.clone()),
+        None => b,
+    }
+}
+
+/// The server a client for `url`'s bucket talks to, as its builder
+/// resolves it (`None`: the cloud's own, or settings that cannot be read,
+/// which fail when the client is made).
+pub(crate) fn endpoint_of(config: &Config, url: &ObjectUrl) -> Option<String> {
+    match url.scheme {
+        Scheme::S3 => s3_builder(config, &url.bucket)
+            .ok()?
+            .get_config_value(&AmazonS3ConfigKey::Endpoint),
+        Scheme::Az => {
+            azure_builder(config, &url.bucket).get_config_value(&AzureConfigKey::Endpoint)
+        }
+    }
+    .filter(|e| !e.is_empty())
 }
 
 /// What the AWS shared files' profile sets and the environment does not.

@@ -29,7 +29,7 @@ use tokio::io::AsyncReadExt;
 use warpline_engine::StageError;
 
 use super::journal::{self, Record};
-use super::{block_on, stage_error, Client, Config, ObjectUrl, Scheme, Stores};
+use super::{block_on, stage_error, Client, Config, ObjectUrl, Stores};
 
 /// The size of each uploaded part, for a file of at most
 /// `PART * MAX_PARTS` bytes (78 GiB).
@@ -94,33 +94,22 @@ impl Output {
     ) -> Result<Self, String> {
         let url = ObjectUrl::parse(dir)?;
         let prefix = url.key.trim_matches('/').to_owned();
-        // The server the client will talk to, as it will choose it: the
-        // setting, the environment, then the AWS profile's `endpoint_url`
-        // (a profile that cannot be read fails when the client is made).
-        let effective = endpoint
-            .clone()
-            .or_else(|| std::env::var(url.scheme.endpoint_var()).ok())
-            .filter(|e| !e.is_empty())
-            .or_else(|| match url.scheme {
-                Scheme::S3 => super::profile::load(|k| std::env::var(k).ok())
-                    .ok()
-                    .flatten()
-                    .and_then(|p| p.endpoint_url),
-                Scheme::Az => None,
-            });
+        let config = Config {
+            endpoint,
+            // A part, a HEAD are asked again a few times: the stage
+            // itself is not tried again by default.
+            retries: 3,
+            // For a part of 8 MiB: 28 KiB/s at least.
+            timeout: Some(std::time::Duration::from_secs(300)),
+            ..Config::default()
+        };
+        // The server the client will talk to, as its builder resolves it.
+        let effective = super::endpoint_of(&config, &url);
         Ok(Output {
             bucket: url.with_key(prefix),
             endpoint: effective,
             elsewhere: Default::default(),
-            stores: Arc::new(Stores::new(Config {
-                endpoint,
-                // A part, a HEAD are asked again a few times: the stage
-                // itself is not tried again by default.
-                retries: 3,
-                // For a part of 8 MiB: 28 KiB/s at least.
-                timeout: Some(std::time::Duration::from_secs(300)),
-                ..Config::default()
-            })),
+            stores: Arc::new(Stores::new(config)),
             journal: journal::dir(staging),
             swept: Once::new(),
         })
