@@ -253,6 +253,55 @@ fn a_server_that_stalls_mid_warp_fails_the_item_without_a_hang() {
     assert_eq!(server.ranges.load(Ordering::Relaxed), 4);
 }
 
+/// A compressed COG with an internal mask and mask overviews (RGB2.byte.tif
+/// and its `.msk`, 6x larger, DEFLATE): read by window, the mask and its
+/// overviews come through the same ranged reads, with gdalwarp's pixels.
+#[test]
+fn a_window_of_a_masked_deflate_cog_equals_gdalwarp() {
+    let Some(data) = real_rasters() else { return };
+    let rgb2 = data[0].with_file_name("RGB2.byte.tif");
+    let work = tempfile::tempdir().unwrap();
+    let big = work.path().join("big.tif");
+    let cog = work.path().join("masked-cog.tif");
+    let tool = |args: &[&str]| {
+        let status = Command::new("gdal_translate").args(args).status().unwrap();
+        assert!(status.success(), "gdal_translate {args:?}");
+    };
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    tool(&["-q", "-outsize", "600%", "600%", &s(&rgb2), &s(&big)]);
+    let cog_args = [
+        "-q",
+        "-of",
+        "COG",
+        "-co",
+        "COMPRESS=DEFLATE",
+        "-co",
+        "BLOCKSIZE=256",
+    ];
+    tool(&[&cog_args[..], &[&s(&big), &s(&cog)]].concat());
+    let size = std::fs::metadata(&cog).unwrap().len();
+    let cases = [
+        ("window", WINDOW_REPROJECT, WINDOW_GDALWARP.to_vec()),
+        (
+            "downsampled",
+            "crs = \"EPSG:3857\"\nresolution = 800",
+            vec!["-t_srs", "EPSG:3857", "-tr", "800", "800"],
+        ),
+    ];
+    for (what, reproject, args) in cases {
+        let (url, server, _runtime) = serve(&cog, u64::MAX);
+        let out = work.path().join(what);
+        let report = common::run(&pipeline(&url, reproject, &out, ""));
+        assert_eq!(report.items.done, 1, "{what}: {report}");
+        let sent = server.sent.load(Ordering::Relaxed);
+        assert!(sent * 3 < size, "{what}: read {sent} of {size} bytes");
+        let theirs = work.path().join(format!("{what}-gdalwarp.tif"));
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        gdalwarp(&args, &cog, &theirs);
+        assert_same_raster(&out.join("masked-cog.tif"), &theirs, what);
+    }
+}
+
 /// Without reproject, write reads the pixels by ranges as it copies them:
 /// a server that stalls then fails the item at write, naming the input and
 /// the failed read, not with GDAL's words about a short read.
