@@ -194,3 +194,52 @@ fn a_full_disk_while_writing_fails_the_item_and_leaves_no_file() {
         "a partial or temporary file is left: {left:?}"
     );
 }
+
+/// Reproject's disk path (`warp_to = "disk"`) into a scratch directory
+/// that fills: the item fails at reproject saying the scratch device is
+/// full, the run stops as for a full output device, and no scratch file
+/// is left.
+#[test]
+fn a_full_scratch_disk_fails_the_disk_warp_and_leaves_no_file() {
+    let work = tempfile::tempdir().unwrap();
+    let scratch = work.path().join("scratch");
+    let Some(_disk) = small_disk(&scratch, "256k") else {
+        return;
+    };
+    let files = common::sample_files(&work.path().join("in"), 1, 512);
+    let out = work.path().join("out");
+    let pipeline = work.path().join("p.toml");
+    let reproject = format!(
+        "crs = \"EPSG:3857\"\nwarp_to = \"disk\"\nscratch = {:?}",
+        scratch.display().to_string()
+    );
+    std::fs::write(
+        &pipeline,
+        common::raster_pipeline(
+            &[files[0].display().to_string()],
+            &reproject,
+            &format!("dir = {:?}", out.display().to_string()),
+            1,
+        ),
+    )
+    .unwrap();
+    let report = work.path().join("report.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_warpline"))
+        .arg("run")
+        .arg(&pipeline)
+        .arg("--report")
+        .arg(&report)
+        .env_remove("WARPLINE_LOG")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&run.stderr).into_owned();
+    let json: serde_json::Value = common::read_json(&report);
+    assert_eq!(json["items"]["failed"], 1, "{said}");
+    let f = &json["failures"][0];
+    assert_eq!(f["stage"], "reproject", "{f}");
+    let full = format!("no space left on device ({})", scratch.display());
+    assert!(f["message"].as_str().unwrap().contains(&full), "{f}");
+    assert_eq!(run.status.code(), Some(4), "{said}");
+    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().collect();
+    assert!(left.is_empty(), "a scratch file is left: {left:?}");
+}
