@@ -20,6 +20,11 @@
 //!   latency, warped to EPSG:3857 bilinear: the same figures as `cpu-*`,
 //!   and on stderr each kind's floor split per stage (decode, reproject,
 //!   write), before and after the run;
+//! - `mixed-python` (only when named): the same job, tiles and server as
+//!   `mixed`, done by `benches/python/mixed.py` (asyncio + aiohttp +
+//!   rasterio, one warp thread a core): its tiles/s, CPU ms per tile and
+//!   peak RSS, for issue 23's comparison. Runs `WARPLINE_BENCH_PYTHON`
+//!   (default `python3`), which needs `benches/python/requirements.txt`;
 //! - `mixed-floor` (only when named): each kind's floor, with `GDALWarp`
 //!   alone (in-process, the stage's options, from memory to MEM) beside its
 //!   reproject stage: what warpline adds to GDAL's warp, kind by kind
@@ -441,16 +446,21 @@ impl Parent {
     /// Runs one scenario in a child process: its line, and the server's
     /// CPU per tile.
     fn run(&mut self, name: &str) -> (String, String) {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.env("WARPLINE_BENCH_SCENARIO", name)
-            .stdout(Stdio::piped());
+        let mut cmd = if name == "mixed-python" {
+            python_child()
+        } else {
+            let mut cmd = Command::new(std::env::current_exe().unwrap());
+            cmd.env("WARPLINE_BENCH_SCENARIO", name);
+            cmd
+        };
+        cmd.stdout(Stdio::piped());
         let mut tiles = 0;
         let served = match name {
             "floor" => None,
             _ => {
                 let (n, skew) = shape(name);
                 let faults = match name {
-                    "mixed" => Faults {
+                    "mixed" | "mixed-python" => Faults {
                         latency: Some(Duration::from_millis(50)),
                         ..Faults::default()
                     },
@@ -472,6 +482,9 @@ impl Parent {
                 }
                 let s = self.rt.block_on(serve(n, skew, corpus, faults, work));
                 cmd.env("WARPLINE_BENCH_LIST", &s.list);
+                if name == "mixed-python" {
+                    cmd.arg(&s.list).arg(self.work.join("python-out"));
+                }
                 Some(s)
             }
         };
@@ -490,6 +503,15 @@ impl Parent {
         }
         (line, extra)
     }
+}
+
+/// The `mixed-python` child: `benches/python/mixed.py` (its arguments,
+/// the list of URLs and the output folder, follow).
+fn python_child() -> Command {
+    let python = std::env::var("WARPLINE_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    let mut cmd = Command::new(python);
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/python/mixed.py"));
+    cmd
 }
 
 /// The last line a scenario's child printed, once it has exited; panics
