@@ -484,6 +484,7 @@ impl Parent {
                 cmd.env("WARPLINE_BENCH_LIST", &s.list);
                 if name == "mixed-python" {
                     cmd.arg(&s.list).arg(self.work.join("python-out"));
+                    cmd.env("WARPLINE_BENCH_MIXED_KINDS", mixed::KINDS.join(","));
                 }
                 Some(s)
             }

@@ -31,8 +31,10 @@ DST_CRS = "EPSG:3857"
 CONNECTIONS = 8
 
 
-def warp(body: bytes, out: str) -> None:
-    """Decode, warp and write one tile (GDAL releases the GIL throughout)."""
+def warp(body: bytes, out: str) -> float:
+    """Decode, warp and write one tile (GDAL releases the GIL throughout):
+    the CPU seconds this thread spent on it."""
+    start = time.thread_time()
     with MemoryFile(body) as mem, mem.open() as src:
         transform, width, height = calculate_default_transform(
             src.crs, DST_CRS, src.width, src.height, *src.bounds
@@ -58,9 +60,10 @@ def warp(body: bytes, out: str) -> None:
         }
         with rasterio.open(out, "w", **profile) as sink:
             sink.write(dst)
+    return time.thread_time() - start
 
 
-async def run(urls: list, out_dir: str) -> None:
+async def run(urls: list, out_dir: str) -> list:
     os.makedirs(out_dir, exist_ok=True)
     cores = os.cpu_count() or 1
     loop = asyncio.get_running_loop()
@@ -71,21 +74,35 @@ async def run(urls: list, out_dir: str) -> None:
     connector = aiohttp.TCPConnector(limit=CONNECTIONS)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def one(i: int, url: str) -> None:
+        async def one(i: int, url: str) -> float:
             async with room:
                 async with session.get(url) as response:
                     response.raise_for_status()
                     body = await response.read()
                 out = os.path.join(out_dir, f"{i:05}.tif")
-                await loop.run_in_executor(pool, warp, body, out)
+                return await loop.run_in_executor(pool, warp, body, out)
 
-        await asyncio.gather(*(one(i, u) for i, u in enumerate(urls)))
+        cpu = await asyncio.gather(*(one(i, u) for i, u in enumerate(urls)))
     pool.shutdown()
+    return cpu
 
 
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def print_kinds(per_tile: list) -> None:
+    """On stderr, the mean CPU ms of a tile's decode + warp + write by kind,
+    when the bench names the kinds (tile i is of kind i % kinds)."""
+    kinds = [k for k in os.environ.get("WARPLINE_BENCH_MIXED_KINDS", "").split(",") if k]
+    if not kinds:
+        return
+    cells = []
+    for k, kind in enumerate(kinds):
+        mine = per_tile[k :: len(kinds)]
+        cells.append(f"{kind}:{1000 * sum(mine) / max(1, len(mine)):.1f}")
+    print("python per kind, decode+warp+write (mean CPU ms):", " ".join(cells), file=sys.stderr)
 
 
 def main() -> None:
@@ -95,8 +112,9 @@ def main() -> None:
     # One tile first, untimed: GDAL and PROJ open their drivers and database.
     asyncio.run(run(urls[:1], os.path.join(out_dir, "warm-up")))
     cpu0, t0 = cpu_seconds(), time.monotonic()
-    asyncio.run(run(urls, out_dir))
+    per_tile = asyncio.run(run(urls, out_dir))
     wall, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
+    print_kinds(per_tile)
     n = len(urls)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
