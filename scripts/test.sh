@@ -87,8 +87,24 @@ export WARPLINE_TEST_AZURE="http://127.0.0.1:$AZ_PORT"
 
 status=0
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?
+# The cloud demo (scripts/demo-cloud.sh: STAC items of COGs in an S3 bucket
+# warped into another bucket, on loopback) with the binary the tests built:
+# it must complete, every item done.
+demo="cloud demo: not run (a test failed)"
+if [ "$status" = 0 ]; then
+  if WARPLINE_BIN="${CARGO_TARGET_DIR:-target}/debug/warpline" \
+    WARPLINE_DEMO_S3_PORT=${WARPLINE_TEST_DEMO_S3_PORT:-8416} \
+    bash scripts/demo-cloud.sh --progress off >"$log.demo" 2>&1; then
+    demo="cloud demo: completed"
+  else
+    status=1
+    demo="cloud demo: FAILED"
+    cat "$log.demo" >&2
+  fi
+  rm -f "$log.demo"
+fi
 passed=$(grep -oE 'test result: .* ([0-9]+) passed' "$log" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -E 'test result:' "$log" | grep -oE '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
 echo
-echo "tests: $passed passed, $failed failed"
+echo "tests: $passed passed, $failed failed; $demo"
 exit "$status"
