@@ -5,6 +5,7 @@
 //! (`scripts/test.sh` starts one). Without the variable these tests say
 //! they are skipped; with it, an unreachable server fails them.
 
+use crate::binary;
 use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
@@ -102,8 +103,8 @@ fn worker_pipeline(list: &Path, out: &Path, rate: u32) -> String {
 }
 
 fn warpline(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
-    c.args(args).env_remove("WARPLINE_LOG");
+    let mut c = binary::warpline();
+    c.args(args);
     c
 }
 

@@ -2,8 +2,9 @@
 //! at once (schema, graph and this machine), and none that follows only from
 //! another.
 
+use crate::binary::{said, warpline};
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Four independent mistakes: a bad value in fetch, a wait against the
 /// declaration order in decode (it holds the `memory` fetch charges while
@@ -40,19 +41,13 @@ fn file(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 fn validate(path: &Path) -> (Option<i32>, serde_json::Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_warpline"))
+    let out = warpline()
         .args(["validate", "--format", "json"])
         .arg(path)
-        .env_remove("WARPLINE_LOG")
         .output()
         .unwrap();
-    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let json =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", said(&out)));
     (out.status.code(), json)
 }
 

@@ -11,10 +11,10 @@ mod run;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The binary, run from the workspace's root.
 fn warpline() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
+    let mut c = crate::binary::warpline();
     c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    c.env_remove("WARPLINE_LOG");
     c
 }
 
