@@ -263,6 +263,24 @@ pub fn generated(flow: &[&str], count: u64, rest: &str) -> String {
     )
 }
 
+/// The errors the built-in kinds find in `toml` (panics when it is valid).
+pub fn errors(toml: &str) -> warpline_engine::ConfigErrors {
+    match warpline_engine::Pipeline::from_toml_str(toml, &Registry::with_builtins()) {
+        Ok(_) => panic!("expected errors for:\n{toml}"),
+        Err(e) => e,
+    }
+}
+
+/// Asserts one problem is at `path` and its message contains `words`.
+pub fn assert_problem(e: &warpline_engine::ConfigErrors, path: &str, words: &str) {
+    assert!(
+        e.problems
+            .iter()
+            .any(|p| p.path == path && p.message.contains(words)),
+        "no problem at `{path}` containing {words:?} in:\n{e}"
+    );
+}
+
 /// The three test kinds, fresh (a produced count, a closed gate and an
 /// empty concurrency measure), and the [`registry`] that uses them.
 pub fn kinds(alone_over: u64) -> (Produced, Gate, Inside, Registry) {
