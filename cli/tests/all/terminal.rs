@@ -10,24 +10,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use crate::binary::warpline;
+use warpline_testkit::pipelines::generated;
 
 /// Fails every 2nd of 16 items, each held 40 ms: the bar is drawn between
 /// the warnings.
-const FAILING: &str = r#"
-[pipeline]
-flow = ["work"]
-[source]
-kind = "generate"
-count = 16
-[stages.work]
-kind = "hold"
-duration = "40ms"
-fail_every = 2
-"#;
+fn failing() -> String {
+    generated(
+        &["work"],
+        16,
+        "[stages.work]\nkind = \"hold\"\nduration = \"40ms\"\nfail_every = 2\n",
+    )
+}
 
 fn pipeline(dir: &Path) -> PathBuf {
     let p = dir.join("failing.toml");
-    std::fs::write(&p, FAILING).unwrap();
+    std::fs::write(&p, failing()).unwrap();
     p
 }
 

@@ -11,6 +11,8 @@ mod run;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use warpline_testkit::pipelines::generated;
+
 /// The binary, run from the workspace's root.
 fn warpline() -> Command {
     let mut c = crate::binary::warpline();
@@ -36,23 +38,21 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     p
 }
 
-/// [`SMALL`] with every 7th item failing (7 of 50), written as `f.toml`
+/// [`small`] with every 7th item failing (7 of 50), written as `f.toml`
 /// in `dir`.
 fn write_failing(dir: &Path) -> PathBuf {
     write(
         dir,
         "f.toml",
-        &SMALL.replace("workers = 2", "fail_every = 7"),
+        &small().replace("workers = 2", "fail_every = 7"),
     )
 }
 
-const SMALL: &str = r#"
-[pipeline]
-flow = ["work"]
-[source]
-kind = "generate"
-count = 50
-[stages.work]
-kind = "hold"
-workers = 2
-"#;
+/// 50 generated items held by one stage of two workers.
+fn small() -> String {
+    generated(
+        &["work"],
+        50,
+        "[stages.work]\nkind = \"hold\"\nworkers = 2\n",
+    )
+}

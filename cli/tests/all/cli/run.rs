@@ -6,7 +6,7 @@ use crate::common;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use super::{succeeded, warpline, write, write_failing, SMALL};
+use super::{small, succeeded, warpline, write, write_failing};
 
 #[test]
 fn run_prints_the_report_writes_json_and_exits_0() {
@@ -156,7 +156,7 @@ fn set_values_are_read_as_in_the_file_quoted_or_not() {
 #[test]
 fn a_report_path_that_cannot_be_written_is_refused_before_the_run() {
     let dir = tempfile::tempdir().unwrap();
-    let pipeline = write(dir.path(), "p.toml", SMALL);
+    let pipeline = write(dir.path(), "p.toml", &small());
     for flag in ["--report", "--report-html"] {
         let out = warpline()
             .arg("run")
@@ -194,7 +194,7 @@ fn an_interrupt_drains_the_run_and_exits_130() {
     let slow = write(
         dir.path(),
         "slow.toml",
-        &SMALL
+        &small()
             .replace("count = 50", "count = 100000")
             .replace("workers = 2", "workers = 2\nduration = \"50ms\""),
     );
