@@ -4,10 +4,10 @@
 //! that stalls ends the item as a clear failure, not a hang.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::child;
 use crate::common;
 use crate::common::{assert_same_raster, gdalwarp, raster_pipeline, real_rasters};
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -136,10 +136,7 @@ const WINDOW_GDALWARP: [&str; 12] = [
 fn large_cog(src: &Path, dir: &Path, name: &str, compress: &str) -> PathBuf {
     let big = dir.join("big.tif");
     let cog = dir.join(name);
-    let run = |args: &[&str]| {
-        let status = Command::new("gdal_translate").args(args).status().unwrap();
-        assert!(status.success(), "gdal_translate {args:?}");
-    };
+    let run = |args: &[&str]| warpline_testkit::gdal_tool("gdal_translate", args, &[]);
     let s = |p: &Path| p.to_string_lossy().into_owned();
     run(&["-q", "-outsize", "600%", "600%", &s(src), &s(&big)]);
     let compress = format!("COMPRESS={compress}");
@@ -319,22 +316,6 @@ fn a_range_answered_short_fails_the_item_naming_the_input() {
     );
 }
 
-/// Names the pipeline file a child process runs ([`child_run`]).
-const CHILD: &str = "WARPLINE_WINDOW_CHILD";
-
-/// In a child process started by the S3 test (with the server's
-/// credentials in its environment): runs the pipeline in
-/// `$WARPLINE_WINDOW_CHILD`. Started on its own it does nothing.
-#[test]
-#[ignore = "run by its parent test, in a process of its own"]
-fn child_run() {
-    let Some(path) = std::env::var_os(CHILD) else {
-        return;
-    };
-    let report = common::run(&std::fs::read_to_string(path).unwrap());
-    assert_eq!(report.items.done, 1, "{report}");
-}
-
 #[test]
 fn a_window_of_a_large_cog_in_s3_equals_gdalwarp() {
     let Some(data) = real_rasters() else { return };
@@ -359,27 +340,19 @@ fn a_window_of_a_large_cog_in_s3_equals_gdalwarp() {
     let out = work.path().join("out");
     let url = format!("s3://{bucket}/{prefix}/large-cog.tif");
     let endpoint = format!("endpoint = {endpoint:?}");
-    let toml = work.path().join("pipeline.toml");
-    std::fs::write(&toml, pipeline(&url, WINDOW_REPROJECT, &out, &endpoint)).unwrap();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "window::child_run",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(CHILD, &toml)
-        .env("AWS_ACCESS_KEY_ID", key)
-        .env("AWS_SECRET_ACCESS_KEY", secret)
-        .env("AWS_REGION", "us-east-1")
-        .output()
-        .unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    assert!(
-        child.status.success(),
-        "{}",
-        String::from_utf8_lossy(&child.stdout)
+    // In a process of its own, with the server's credentials in its
+    // environment.
+    let report = child::run_alone(
+        &pipeline(&url, WINDOW_REPROJECT, &out, &endpoint),
+        work.path(),
+        &[
+            ("AWS_ACCESS_KEY_ID", key.as_str()),
+            ("AWS_SECRET_ACCESS_KEY", secret.as_str()),
+            ("AWS_REGION", "us-east-1"),
+        ],
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(report["items"]["done"], 1, "{report:#}");
     let theirs = work.path().join("gdalwarp.tif");
     gdalwarp(&WINDOW_GDALWARP.map(String::from), &cog, &theirs);
     assert_same_raster(&out.join("large-cog.tif"), &theirs, "s3 window");

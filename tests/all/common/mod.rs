@@ -400,6 +400,16 @@ pub fn read_json(path: impl AsRef<Path>) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// The entry of the JSON array `list` (a report's stages, a plan's
+/// limiters) whose `key` is `value`; panics when there is none.
+pub fn entry<'a>(list: &'a serde_json::Value, key: &str, value: &str) -> &'a serde_json::Value {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .find(|e| e[key] == value)
+        .unwrap_or_else(|| panic!("no {key} = {value:?} in {list}"))
+}
+
 /// Writes at `path` a tiny GeoTIFF that declares 100000 x 100000 pixels
 /// (sparse: nothing written), to test that decoding refuses it.
 pub fn write_bomb(path: &Path) {

@@ -143,12 +143,7 @@ fn plan_shows_resolved_numbers_and_the_admission_bound() {
     )
     .unwrap();
     assert_eq!(plan["admission_bound"], pipeline.admission_bound());
-    let cpu = plan["limiters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == "cpu")
-        .unwrap();
+    let cpu = crate::common::entry(&plan["limiters"], "name", "cpu");
     assert_eq!(
         cpu["capacity"],
         u64::from(warpline::engine::units::cores()),
