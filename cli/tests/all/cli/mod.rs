@@ -8,8 +8,9 @@ mod help;
 mod outputs;
 mod run;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use warpline_testkit::pipelines::generated;
 
@@ -18,6 +19,16 @@ fn warpline() -> Command {
     let mut c = crate::binary::warpline();
     c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     c
+}
+
+/// `warpline run PIPELINE ARGS`, from the workspace's root, finished.
+fn run(pipeline: &Path, args: &[&OsStr]) -> Output {
+    warpline()
+        .arg("run")
+        .arg(pipeline)
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// The standard output of a run that must have succeeded (else both
