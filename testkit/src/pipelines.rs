@@ -110,12 +110,23 @@ impl Default for Raster<'_> {
 impl Raster<'_> {
     /// The pipeline's TOML.
     pub fn toml(&self) -> String {
-        let r = self;
-        let head = head(
-            &["fetch", "decode", "reproject", "write"],
-            r.pipeline,
-            r.source,
-        );
+        let Raster {
+            pipeline,
+            source,
+            connections,
+            limits,
+            fetch_limits,
+            fetch,
+            budget,
+            cpu,
+            workers,
+            decode,
+            reproject,
+            write,
+        } = *self;
+        let head = head(&["fetch", "decode", "reproject", "write"], pipeline, source);
+        let decode_stage = cpu_stage("decode", workers);
+        let reproject_stage = cpu_stage("reproject", workers);
         format!(
             r#"{head}[limits.connections]
 permits = {connections}
@@ -136,19 +147,7 @@ memory = "memory"
 kind = "write"
 workers = {workers}
 {write}
-"#,
-            connections = r.connections,
-            limits = r.limits,
-            budget = r.budget,
-            cpu = r.cpu,
-            fetch_limits = r.fetch_limits,
-            fetch = r.fetch,
-            decode_stage = cpu_stage("decode", r.workers),
-            decode = r.decode,
-            reproject_stage = cpu_stage("reproject", r.workers),
-            reproject = r.reproject,
-            workers = r.workers,
-            write = r.write,
+"#
         )
     }
 }
