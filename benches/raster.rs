@@ -60,6 +60,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use warpline_testkit::pipelines::{self, Raster};
 use warpline_testkit::Faults;
 
 #[path = "raster/adaptive.rs"]
@@ -120,74 +121,38 @@ fn pipeline_with_budget(
     fetch_limits: &str,
     budget_mib: u64,
 ) -> String {
-    format!(
-        r#"
-[pipeline]
-flow = ["fetch", "decode", "reproject", "write"]
-stall_warning = "60s"
-[source]
-kind = "list"
-path = {list:?}
-[limits.connections]
-permits = 8
-{extra_limits}
-[limits.memory]
-budget = "{budget_mib}MiB"
-[limits.cpu]
-permits = "cores+1"
-[stages.fetch]
-kind = "fetch"
-workers = 8
-limits = [{fetch_limits}]
-memory = "memory"
-{decode}{reproject}crs = "EPSG:3857"
-resampling = "bilinear"
-[stages.write]
-kind = "write"
-workers = "cores"
-dir = {out:?}
-exists = "overwrite"
-"#,
-        list = list.display().to_string(),
-        out = out.display().to_string(),
-        decode = cpu_stage("decode"),
-        reproject = cpu_stage("reproject"),
-    )
-}
-
-/// A `[stages.KIND]` table for decode or reproject: a worker a core under
-/// the `memory` and `cpu` limits, releasing the memory the item held and
-/// carrying the memory it holds now (keys of its own may follow).
-fn cpu_stage(kind: &str) -> String {
-    format!(
-        r#"[stages.{kind}]
-kind = "{kind}"
-workers = "cores"
-limits = ["memory", "cpu"]
-release = ["memory"]
-carry = ["memory"]
-"#
-    )
+    Raster {
+        pipeline: "stall_warning = \"60s\"",
+        source: &format!("kind = \"list\"\npath = {:?}", list.display().to_string()),
+        connections: 8,
+        limits: extra_limits,
+        fetch_limits: &format!("[{fetch_limits}]"),
+        budget: &format!("\"{budget_mib}MiB\""),
+        cpu: "\"cores+1\"",
+        workers: "\"cores\"",
+        reproject: "crs = \"EPSG:3857\"\nresampling = \"bilinear\"",
+        write: &format!(
+            "dir = {:?}\nexists = \"overwrite\"",
+            out.display().to_string()
+        ),
+        ..Raster::default()
+    }
+    .toml()
 }
 
 /// Only the fetch stage of [`pipeline_toml`]: what HTTP over loopback costs
 /// per tile, on both ends.
 fn fetch_only_toml(list: &Path) -> String {
-    format!(
-        r#"
-[pipeline]
-flow = ["fetch"]
-[source]
-kind = "list"
-path = {list:?}
-[limits.connections]
+    pipelines::pipeline(
+        &["fetch"],
+        &format!("kind = \"list\"\npath = {:?}", list.display().to_string()),
+        r#"[limits.connections]
 permits = 8
 [stages.fetch]
 kind = "fetch"
 workers = 8
 limits = ["connections"]
 "#,
-        list = list.display().to_string()
     )
 }
 

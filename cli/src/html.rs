@@ -318,69 +318,111 @@ fn limiter_size(kind: LimiterKind, n: u64, per_second: Option<f64>) -> String {
     }
 }
 
+/// The stages table's columns.
+const STAGE_COLUMNS: [&str; 9] = [
+    "stage",
+    "kind",
+    "workers",
+    "mailbox",
+    "processed",
+    "busy s",
+    "busy %",
+    "starved s",
+    "blocked s",
+];
+
+/// The limiters table's columns.
+const LIMITER_COLUMNS: [&str; 7] = [
+    "limiter",
+    "kind",
+    "capacity",
+    "peak in use",
+    "at capacity %",
+    "waited s",
+    "p95 wait s",
+];
+
 /// The report's tables: stages, limiters, hosts, failures.
 fn tables(page: &mut String, report: &RunReport) {
-    page.push_str("<h2>Stages</h2><table><tr><th>stage</th><th>kind</th><th>workers</th><th>mailbox</th><th>processed</th><th>busy s</th><th>busy %</th><th>starved s</th><th>blocked s</th></tr>");
-    for s in &report.stages {
-        let _ = write!(
-            *page,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.0}</td><td>{:.2}</td><td>{:.2}</td></tr>",
+    let stages = report.stages.iter().map(|s| {
+        vec![
             esc(&s.name),
             esc(&s.kind),
-            s.workers,
-            s.mailbox,
-            s.processed,
-            s.busy_s,
-            s.utilisation * 100.0,
-            s.starved_s,
-            s.blocked_s
-        );
-    }
-    page.push_str("</table><h2>Limiters</h2><table><tr><th>limiter</th><th>kind</th><th>capacity</th><th>peak in use</th><th>at capacity %</th><th>waited s</th><th>p95 wait s</th></tr>");
-    for l in &report.limiters {
-        let _ = write!(
-            *page,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{:.2}</td><td>{:.3}</td></tr>",
+            s.workers.to_string(),
+            s.mailbox.to_string(),
+            s.processed.to_string(),
+            format!("{:.2}", s.busy_s),
+            format!("{:.0}", s.utilisation * 100.0),
+            format!("{:.2}", s.starved_s),
+            format!("{:.2}", s.blocked_s),
+        ]
+    });
+    table(page, "Stages", &STAGE_COLUMNS, stages);
+    let limiters = report.limiters.iter().map(|l| {
+        vec![
             esc(&l.name),
-            l.kind,
+            l.kind.to_string(),
             limiter_size(l.kind, l.capacity, l.per_second),
             l.peak_in_use
                 .map_or_else(|| "-".into(), |p| limiter_size(l.kind, p, None)),
-            l.share_at_capacity * 100.0,
-            l.wait_s,
-            l.p95_wait_s
-        );
-    }
-    page.push_str("</table>");
+            format!("{:.0}", l.share_at_capacity * 100.0),
+            format!("{:.2}", l.wait_s),
+            format!("{:.3}", l.p95_wait_s),
+        ]
+    });
+    table(page, "Limiters", &LIMITER_COLUMNS, limiters);
     if !report.hosts.is_empty() {
-        page.push_str("<h2>Hosts</h2><table><tr><th>host</th><th>requests</th><th>per s</th><th>429s</th><th>retries</th></tr>");
-        for h in &report.hosts {
-            let _ = write!(
-                *page,
-                "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
+        let hosts = report.hosts.iter().map(|h| {
+            vec![
                 esc(&h.host),
-                h.requests,
-                h.achieved_per_s,
-                h.throttled_429,
-                h.retries
-            );
-        }
-        page.push_str("</table>");
+                h.requests.to_string(),
+                format!("{:.1}", h.achieved_per_s),
+                h.throttled_429.to_string(),
+                h.retries.to_string(),
+            ]
+        });
+        let columns = ["host", "requests", "per s", "429s", "retries"];
+        table(page, "Hosts", &columns, hosts);
     }
     if !report.failures.is_empty() {
-        page.push_str("<h2>Failures</h2><table><tr><th>item</th><th>stage</th><th>kind</th><th>message</th></tr>");
-        for f in report.failures.iter().take(200) {
-            let _ = write!(
-                *page,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
+        let failures = report.failures.iter().take(200).map(|f| {
+            vec![
                 esc(&f.id),
                 esc(&f.stage),
-                f.kind,
-                esc(&f.message)
-            );
-        }
-        page.push_str("</table>");
+                f.kind.to_string(),
+                format!("<div style=\"text-align:left\">{}</div>", esc(&f.message)),
+            ]
+        });
+        table(
+            page,
+            "Failures",
+            &["item", "stage", "kind", "message"],
+            failures,
+        );
     }
+}
+
+/// A table under its heading: a header row of `columns`, then a row for
+/// each of `rows` (its cells' HTML, escaped already).
+fn table(
+    page: &mut String,
+    title: &str,
+    columns: &[&str],
+    rows: impl Iterator<Item = Vec<String>>,
+) {
+    let _ = write!(*page, "<h2>{title}</h2><table><tr>");
+    for c in columns {
+        let _ = write!(*page, "<th>{c}</th>");
+    }
+    page.push_str("</tr>");
+    for row in rows {
+        page.push_str("<tr>");
+        for cell in row {
+            let _ = write!(*page, "<td>{cell}</td>");
+        }
+        page.push_str("</tr>");
+    }
+    page.push_str("</table>");
 }
 
 #[cfg(test)]

@@ -144,18 +144,22 @@ fn safe_char(c: char) -> char {
 /// A file-name-safe form of `raw`: ASCII letters, digits, `-`, `_`, `.`;
 /// no leading dot; at most 120 characters.
 pub fn safe_id(raw: &str) -> String {
-    let mut id: String = raw.chars().map(safe_char).collect();
-    let trimmed = id.trim_start_matches('.');
-    if trimmed.len() != id.len() {
-        id = trimmed.to_owned();
+    tidy(raw.chars().map(safe_char).collect(), &['.'], 120)
+}
+
+/// `name` (already of safe characters) without the leading `lead`
+/// characters, cut to `max` bytes (every character is ASCII); `_` when
+/// nothing or only dots are left.
+fn tidy(mut name: String, lead: &[char], max: usize) -> String {
+    let trimmed = name.trim_start_matches(lead);
+    if trimmed.len() != name.len() {
+        name = trimmed.to_owned();
     }
-    if id.len() > 120 {
-        id.truncate(120);
-    }
-    if id.is_empty() || id.chars().all(|c| c == '.') {
+    name.truncate(max);
+    if name.is_empty() || name.chars().all(|c| c == '.') {
         "_".to_owned()
     } else {
-        id
+        name
     }
 }
 
@@ -191,22 +195,11 @@ impl Ids {
 /// is kept as it is and two of them never name one file. Ids from other
 /// sources are made safe the same way.
 pub fn file_name_id(id: &str) -> String {
-    let mut out: String = id
+    let safe = id
         .chars()
         .map(|c| if c == DEDUP_MARK { c } else { safe_char(c) })
         .collect();
-    let trimmed = out.trim_start_matches(['.', DEDUP_MARK]);
-    if trimmed.len() != out.len() {
-        out = trimmed.to_owned();
-    }
-    if out.len() > 160 {
-        out.truncate(160);
-    }
-    if out.is_empty() || out.chars().all(|c| c == '.') {
-        "_".to_owned()
-    } else {
-        out
-    }
+    tidy(safe, &['.', DEDUP_MARK], 160)
 }
 
 fn percent_decode(s: &str) -> String {

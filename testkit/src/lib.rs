@@ -6,10 +6,12 @@
 //! and the benchmarks; and [`proxy`], a loopback proxy that counts (or
 //! holds) the requests holding a needle, for the S3 tests; and
 //! [`runtime`], the tests' two-worker tokio runtime; and [`gdal_tool`], a
-//! GDAL command line tool run for the tests' and benchmarks' rasters.
+//! GDAL command line tool run for the tests' and benchmarks' rasters; and
+//! [`pipelines`], the pipeline files they share.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod pipelines;
 pub mod proxy;
 pub mod tileserver;
 

@@ -3,58 +3,17 @@
 //! bounded by the budget; and the charge of a mosaic warped in memory
 //! covers what its output really takes.
 //!
-//! The run whose memory is measured goes in a process of its own (this
-//! test binary again, running only `child_run`), so its peak resident
-//! memory is its own, not that of every test of this binary.
+//! The run whose memory is measured goes in a process of its own
+//! ([`child::run_alone`]), so its peak resident memory is its own, not
+//! that of every test of this binary.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
+use crate::child;
 use crate::common;
 use crate::common::{gdalwarp_many, raster_pipeline, real_rasters, toml_list};
 use gdal::Dataset;
-
-/// Names the pipeline file a child process runs.
-const CHILD: &str = "WARPLINE_LARGE_CHILD";
-
-/// In a child process started by [`run_alone`]: runs the pipeline in
-/// `$WARPLINE_LARGE_CHILD` and writes its report beside it as JSON.
-/// Started on its own (`--ignored` without the variable) it does nothing.
-#[test]
-#[ignore = "run by its parent test, in a process of its own"]
-fn child_run() {
-    let Some(path) = std::env::var_os(CHILD) else {
-        return;
-    };
-    let toml = std::fs::read_to_string(&path).unwrap();
-    let report = common::run(&toml);
-    let json = serde_json::to_string(&report).unwrap();
-    std::fs::write(PathBuf::from(path).with_extension("json"), json).unwrap();
-}
-
-/// Runs `toml` in a process of its own; its report.
-fn run_alone(toml: &str, dir: &Path) -> serde_json::Value {
-    let path = dir.join("pipeline.toml");
-    std::fs::write(&path, toml).unwrap();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "large::child_run",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(CHILD, &path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the child run failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = std::fs::read_to_string(path.with_extension("json")).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
 
 /// Three overlapping pieces of RGB.byte.tif (the mosaic oracle's).
 fn pieces(rgb: &Path, dir: &Path) -> Vec<String> {
@@ -156,15 +115,10 @@ fn a_mosaic_larger_than_the_budget_is_warped_to_disk_with_gdalwarps_pixels() {
         scratch.to_string_lossy()
     );
     let toml = mosaic(&inputs, "32MiB", &reproject, &out);
-    let report = run_alone(&toml, work.path());
+    let report = child::run_alone(&toml, work.path(), &[]);
     assert_eq!(report["items"]["done"], 1, "{report:#}");
     // The report says which way the item went.
-    let reproject = report["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["kind"] == "reproject")
-        .unwrap();
+    let reproject = common::entry(&report["stages"], "kind", "reproject");
     assert_eq!(
         reproject["paths"],
         serde_json::json!({ "disk": 1 }),

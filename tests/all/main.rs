@@ -7,6 +7,7 @@ mod common;
 
 mod bad_input;
 mod body;
+mod child;
 mod custom_stage;
 mod docs;
 mod embed;

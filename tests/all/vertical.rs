@@ -3,32 +3,30 @@
 //! with NAVD88 height in US feet: a vertical change PROJ makes without a
 //! grid (a unit conversion), so the pixel values change with the shift.
 
-use std::process::Command;
-
 use crate::common;
-use crate::common::{assert_same_raster, gdalwarp, raster_pipeline, real_rasters};
+use crate::common::{assert_same_raster, gdalwarp, one_raster_pipeline, real_rasters};
+use warpline_testkit::gdal_tool;
 
 #[test]
 fn the_vertical_shift_is_gdalwarps_on_off_and_by_default() {
     let Some(data) = real_rasters() else { return };
     let work = tempfile::tempdir().unwrap();
     let heights = work.path().join("heights.tif");
-    let status = Command::new("gdal_translate")
-        .args([
-            "-q",
-            "-b",
-            "1",
-            "-ot",
-            "Float32",
-            "-a_srs",
-            "EPSG:32618+5703",
-        ])
-        .arg(&data[0])
-        .arg(&heights)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let input = heights.to_string_lossy().into_owned();
+    let s = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let args = [
+        "-q",
+        "-b",
+        "1",
+        "-ot",
+        "Float32",
+        "-a_srs",
+        "EPSG:32618+5703",
+    ];
+    gdal_tool(
+        "gdal_translate",
+        &[&args[..], &[&s(&data[0]), &s(&heights)]].concat(),
+        &[],
+    );
     let mut outputs = Vec::new();
     for (key, flag) in [
         ("vertical_shift = true", Some("-vshift")),
@@ -37,13 +35,7 @@ fn the_vertical_shift_is_gdalwarps_on_off_and_by_default() {
     ] {
         let out = work.path().join(format!("out-{}", outputs.len()));
         let reproject = format!("crs = \"EPSG:32618+6360\"\n{key}");
-        let write = format!("dir = {:?}", out.to_string_lossy());
-        let report = common::run(&raster_pipeline(
-            std::slice::from_ref(&input),
-            &reproject,
-            &write,
-            1,
-        ));
+        let report = common::run(&one_raster_pipeline(&heights, &reproject, &out, ""));
         assert_eq!(report.items.done, 1, "{key}: {report}");
         let theirs = work.path().join(format!("theirs-{}.tif", outputs.len()));
         let mut args = vec!["-t_srs".to_owned(), "EPSG:32618+6360".to_owned()];

@@ -4,10 +4,10 @@
 //! that stalls ends the item as a clear failure, not a hang.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::child;
 use crate::common;
 use crate::common::{assert_same_raster, gdalwarp, raster_pipeline, real_rasters};
 use axum::http::{header, HeaderMap, Method, StatusCode};
@@ -129,34 +129,55 @@ const WINDOW_GDALWARP: [&str; 12] = [
     "60",
 ];
 
-/// A COG of RGB.byte.tif made 6 times larger (4,746 x 4,308, 3 bands,
-/// uncompressed, 256 px tiles, with overviews): about 80 MB.
-fn large_cog(rgb: &Path, dir: &Path) -> PathBuf {
+/// A COG of `src` made 6 times larger, named `name` in `dir`: 256 px
+/// tiles, `compress`ed, with overviews (and mask overviews, when `src` has
+/// a mask). From RGB.byte.tif uncompressed: 4,746 x 4,308, 3 bands, about
+/// 80 MB.
+fn large_cog(src: &Path, dir: &Path, name: &str, compress: &str) -> PathBuf {
     let big = dir.join("big.tif");
-    let cog = dir.join("large-cog.tif");
-    let run = |args: &[&str]| {
-        let status = Command::new("gdal_translate").args(args).status().unwrap();
-        assert!(status.success(), "gdal_translate {args:?}");
-    };
-    let (rgb, big_s, cog_s) = (
-        rgb.to_string_lossy(),
-        big.to_string_lossy(),
-        cog.to_string_lossy(),
-    );
-    run(&["-q", "-outsize", "600%", "600%", &rgb, &big_s]);
-    run(&[
-        "-q",
-        "-of",
-        "COG",
-        "-co",
-        "COMPRESS=NONE",
-        "-co",
-        "BLOCKSIZE=256",
-        &big_s,
-        &cog_s,
-    ]);
+    let cog = dir.join(name);
+    let run = |args: &[&str]| warpline_testkit::gdal_tool("gdal_translate", args, &[]);
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    run(&["-q", "-outsize", "600%", "600%", &s(src), &s(&big)]);
+    let compress = format!("COMPRESS={compress}");
+    let cog_args = ["-q", "-of", "COG", "-co", &compress, "-co", "BLOCKSIZE=256"];
+    run(&[&cog_args[..], &[&s(&big), &s(&cog)]].concat());
     std::fs::remove_file(&big).unwrap();
     cog
+}
+
+/// Serves `cog` and reads it by window twice, equal to gdalwarp each time
+/// and reading less than `1 / share` of its bytes: a 50 x 50 km window at
+/// about the source's resolution, and the whole scene downsampled 16 times
+/// (from an overview).
+fn windows_equal_gdalwarp(cog: &Path, work: &Path, share: u64) {
+    let size = std::fs::metadata(cog).unwrap().len();
+    let name = cog.file_name().unwrap();
+    let cases = [
+        ("window", WINDOW_REPROJECT, WINDOW_GDALWARP.to_vec()),
+        (
+            "downsampled",
+            "crs = \"EPSG:3857\"\nresolution = 800",
+            vec!["-t_srs", "EPSG:3857", "-tr", "800", "800"],
+        ),
+    ];
+    for (what, reproject, args) in cases {
+        let (url, server, _runtime) = serve(cog, u64::MAX);
+        let out = work.join(what);
+        let report = common::run(&pipeline(&url, reproject, &out, ""));
+        assert_eq!(report.items.done, 1, "{what}: {report}");
+        let sent = server.sent.load(Ordering::Relaxed);
+        eprintln!(
+            "{what}: {sent} of {size} bytes ({:.1}%) in {} range requests",
+            100.0 * sent as f64 / size as f64,
+            server.ranges.load(Ordering::Relaxed)
+        );
+        assert!(sent * share < size, "{what}: read {sent} of {size} bytes");
+        let theirs = work.join(format!("{what}-gdalwarp.tif"));
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        gdalwarp(&args, cog, &theirs);
+        assert_same_raster(&out.join(name), &theirs, what);
+    }
 }
 
 /// One window-read run of `url` with `reproject`, into `out`.
@@ -177,36 +198,10 @@ fn pipeline(url: &str, reproject: &str, out: &Path, fetch: &str) -> String {
 fn a_window_of_a_large_cog_reads_a_few_of_its_bytes_and_equals_gdalwarp() {
     let Some(data) = real_rasters() else { return };
     let work = tempfile::tempdir().unwrap();
-    let cog = large_cog(&data[0], work.path());
+    let cog = large_cog(&data[0], work.path(), "large-cog.tif", "NONE");
     let size = std::fs::metadata(&cog).unwrap().len();
     assert!(size > 60 << 20, "the COG is {size} bytes");
-    // A 50 x 50 km window at about the source's resolution, and the whole
-    // scene downsampled 16 times (from an overview).
-    let cases = [
-        ("window", WINDOW_REPROJECT, WINDOW_GDALWARP.to_vec()),
-        (
-            "downsampled",
-            "crs = \"EPSG:3857\"\nresolution = 800",
-            vec!["-t_srs", "EPSG:3857", "-tr", "800", "800"],
-        ),
-    ];
-    for (what, reproject, args) in cases {
-        let (url, server, _runtime) = serve(&cog, u64::MAX);
-        let out = work.path().join(what);
-        let report = common::run(&pipeline(&url, reproject, &out, ""));
-        assert_eq!(report.items.done, 1, "{what}: {report}");
-        let sent = server.sent.load(Ordering::Relaxed);
-        eprintln!(
-            "{what}: {sent} of {size} bytes ({:.1}%) in {} range requests",
-            100.0 * sent as f64 / size as f64,
-            server.ranges.load(Ordering::Relaxed)
-        );
-        assert!(sent * 10 < size, "{what}: read {sent} of {size} bytes");
-        let theirs = work.path().join(format!("{what}-gdalwarp.tif"));
-        let args: Vec<String> = args.into_iter().map(String::from).collect();
-        gdalwarp(&args, &cog, &theirs);
-        assert_same_raster(&out.join("large-cog.tif"), &theirs, what);
-    }
+    windows_equal_gdalwarp(&cog, work.path(), 10);
 }
 
 /// The large COG in a fresh work folder, served by a server that serves
@@ -221,7 +216,7 @@ fn stalling_large_cog() -> Option<(
 )> {
     let data = real_rasters()?;
     let work = tempfile::tempdir().unwrap();
-    let cog = large_cog(&data[0], work.path());
+    let cog = large_cog(&data[0], work.path(), "large-cog.tif", "NONE");
     let (url, server, runtime) = serve(&cog, 1);
     Some((work, url, server, runtime))
 }
@@ -261,45 +256,8 @@ fn a_window_of_a_masked_deflate_cog_equals_gdalwarp() {
     let Some(data) = real_rasters() else { return };
     let rgb2 = data[0].with_file_name("RGB2.byte.tif");
     let work = tempfile::tempdir().unwrap();
-    let big = work.path().join("big.tif");
-    let cog = work.path().join("masked-cog.tif");
-    let tool = |args: &[&str]| {
-        let status = Command::new("gdal_translate").args(args).status().unwrap();
-        assert!(status.success(), "gdal_translate {args:?}");
-    };
-    let s = |p: &Path| p.to_string_lossy().into_owned();
-    tool(&["-q", "-outsize", "600%", "600%", &s(&rgb2), &s(&big)]);
-    let cog_args = [
-        "-q",
-        "-of",
-        "COG",
-        "-co",
-        "COMPRESS=DEFLATE",
-        "-co",
-        "BLOCKSIZE=256",
-    ];
-    tool(&[&cog_args[..], &[&s(&big), &s(&cog)]].concat());
-    let size = std::fs::metadata(&cog).unwrap().len();
-    let cases = [
-        ("window", WINDOW_REPROJECT, WINDOW_GDALWARP.to_vec()),
-        (
-            "downsampled",
-            "crs = \"EPSG:3857\"\nresolution = 800",
-            vec!["-t_srs", "EPSG:3857", "-tr", "800", "800"],
-        ),
-    ];
-    for (what, reproject, args) in cases {
-        let (url, server, _runtime) = serve(&cog, u64::MAX);
-        let out = work.path().join(what);
-        let report = common::run(&pipeline(&url, reproject, &out, ""));
-        assert_eq!(report.items.done, 1, "{what}: {report}");
-        let sent = server.sent.load(Ordering::Relaxed);
-        assert!(sent * 3 < size, "{what}: read {sent} of {size} bytes");
-        let theirs = work.path().join(format!("{what}-gdalwarp.tif"));
-        let args: Vec<String> = args.into_iter().map(String::from).collect();
-        gdalwarp(&args, &cog, &theirs);
-        assert_same_raster(&out.join("masked-cog.tif"), &theirs, what);
-    }
+    let cog = large_cog(&rgb2, work.path(), "masked-cog.tif", "DEFLATE");
+    windows_equal_gdalwarp(&cog, work.path(), 3);
 }
 
 /// Without reproject, write reads the pixels by ranges as it copies them:
@@ -358,22 +316,6 @@ fn a_range_answered_short_fails_the_item_naming_the_input() {
     );
 }
 
-/// Names the pipeline file a child process runs ([`child_run`]).
-const CHILD: &str = "WARPLINE_WINDOW_CHILD";
-
-/// In a child process started by the S3 test (with the server's
-/// credentials in its environment): runs the pipeline in
-/// `$WARPLINE_WINDOW_CHILD`. Started on its own it does nothing.
-#[test]
-#[ignore = "run by its parent test, in a process of its own"]
-fn child_run() {
-    let Some(path) = std::env::var_os(CHILD) else {
-        return;
-    };
-    let report = common::run(&std::fs::read_to_string(path).unwrap());
-    assert_eq!(report.items.done, 1, "{report}");
-}
-
 #[test]
 fn a_window_of_a_large_cog_in_s3_equals_gdalwarp() {
     let Some(data) = real_rasters() else { return };
@@ -388,7 +330,7 @@ fn a_window_of_a_large_cog_in_s3_equals_gdalwarp() {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let cog = large_cog(&data[0], work.path());
+    let cog = large_cog(&data[0], work.path(), "large-cog.tif", "NONE");
     // Put where the server keeps the bucket's objects, under a prefix of
     // this test's own.
     let prefix = format!("window-{}", std::process::id());
@@ -398,27 +340,19 @@ fn a_window_of_a_large_cog_in_s3_equals_gdalwarp() {
     let out = work.path().join("out");
     let url = format!("s3://{bucket}/{prefix}/large-cog.tif");
     let endpoint = format!("endpoint = {endpoint:?}");
-    let toml = work.path().join("pipeline.toml");
-    std::fs::write(&toml, pipeline(&url, WINDOW_REPROJECT, &out, &endpoint)).unwrap();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "window::child_run",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(CHILD, &toml)
-        .env("AWS_ACCESS_KEY_ID", key)
-        .env("AWS_SECRET_ACCESS_KEY", secret)
-        .env("AWS_REGION", "us-east-1")
-        .output()
-        .unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    assert!(
-        child.status.success(),
-        "{}",
-        String::from_utf8_lossy(&child.stdout)
+    // In a process of its own, with the server's credentials in its
+    // environment.
+    let report = child::run_alone(
+        &pipeline(&url, WINDOW_REPROJECT, &out, &endpoint),
+        work.path(),
+        &[
+            ("AWS_ACCESS_KEY_ID", key.as_str()),
+            ("AWS_SECRET_ACCESS_KEY", secret.as_str()),
+            ("AWS_REGION", "us-east-1"),
+        ],
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(report["items"]["done"], 1, "{report:#}");
     let theirs = work.path().join("gdalwarp.tif");
     gdalwarp(&WINDOW_GDALWARP.map(String::from), &cog, &theirs);
     assert_same_raster(&out.join("large-cog.tif"), &theirs, "s3 window");

@@ -55,11 +55,11 @@ impl Coordinator {
     pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, super::CoordinatorError> {
         let dead = self.key("dead");
         let reply: Value = self
-            .run("read the dead letters", |mut conn| {
-                let mut cmd = redis::cmd("XRANGE");
-                cmd.arg(&dead).arg("-").arg("+");
-                async move { cmd.query_async(&mut conn).await }
-            })
+            .cmd
+            .query(
+                "read the dead letters",
+                redis::cmd("XRANGE").arg(&dead).arg("-").arg("+"),
+            )
             .await
             .map_err(err)?;
         Ok(entries(&reply)
@@ -76,11 +76,11 @@ impl Coordinator {
         };
         let stream = self.key("stream");
         let reply: Value = self
-            .run("read a queued input", |mut conn| {
-                let mut cmd = redis::cmd("XRANGE");
-                cmd.arg(&stream).arg(msg).arg(msg);
-                async move { cmd.query_async(&mut conn).await }
-            })
+            .cmd
+            .query(
+                "read a queued input",
+                redis::cmd("XRANGE").arg(&stream).arg(msg).arg(msg),
+            )
             .await
             .map_err(err)?;
         Ok(entries(&reply)

@@ -164,6 +164,19 @@ impl Link {
         result
     }
 
+    /// [`run`](Self::run) of one command, `cmd`: its answer.
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &self,
+        what: &str,
+        cmd: &redis::Cmd,
+    ) -> Result<T, RedisError> {
+        self.run(
+            what,
+            |mut conn| async move { cmd.query_async(&mut conn).await },
+        )
+        .await
+    }
+
     /// `f` (which must be safe to repeat: its reply may have been lost
     /// after Redis applied it), tried again while Redis is out of reach, up
     /// to the outage's limit. `what` names it in the log.

@@ -307,11 +307,11 @@ impl Coordinator {
     async fn done(&self) -> Result<u64, String> {
         let counts = self.key("counts");
         let (tracked, done): (Option<u64>, Option<u64>) = self
-            .run("read the run's counts", |mut conn| {
-                let mut cmd = redis::cmd("HMGET");
-                cmd.arg(&counts).arg("tracked").arg("done");
-                async move { cmd.query_async(&mut conn).await }
-            })
+            .cmd
+            .query(
+                "read the run's counts",
+                redis::cmd("HMGET").arg(&counts).arg("tracked").arg("done"),
+            )
             .await
             .map_err(err)?;
         if tracked.is_some() {
@@ -358,20 +358,21 @@ impl Coordinator {
 
     /// The run's progress across workers.
     pub async fn status(&self) -> Result<Status, CoordinatorError> {
-        let (enqueued_key, dead_key) = (self.key("enqueued"), self.key("dead"));
         let enqueued: u64 = self
-            .run("count the enqueued inputs", |mut conn| {
-                let k = enqueued_key.clone();
-                async move { conn.scard(k).await }
-            })
+            .cmd
+            .query(
+                "count the enqueued inputs",
+                redis::cmd("SCARD").arg(self.key("enqueued")),
+            )
             .await
             .map_err(err)?;
         let done = self.done().await?;
         let dead: u64 = self
-            .run("count the dead letters", |mut conn| {
-                let k = dead_key.clone();
-                async move { conn.xlen(k).await }
-            })
+            .cmd
+            .query(
+                "count the dead letters",
+                redis::cmd("XLEN").arg(self.key("dead")),
+            )
             .await
             .map_err(err)?;
         let pending = self.pending().await?;
@@ -389,11 +390,11 @@ impl Coordinator {
     async fn pending(&self) -> Result<u64, String> {
         let stream = self.key("stream");
         let summary: Value = self
-            .run("count the pending items", |mut conn| {
-                let mut cmd = redis::cmd("XPENDING");
-                cmd.arg(&stream).arg(GROUP);
-                async move { cmd.query_async(&mut conn).await }
-            })
+            .cmd
+            .query(
+                "count the pending items",
+                redis::cmd("XPENDING").arg(&stream).arg(GROUP),
+            )
             .await
             .map_err(err)?;
         Ok(match &summary {

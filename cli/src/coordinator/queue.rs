@@ -62,17 +62,17 @@ impl StreamSource {
         let reply: Value = self
             .c
             .read
-            .run("reclaim idle items", |mut conn| {
-                let mut cmd = redis::cmd("XAUTOCLAIM");
-                cmd.arg(&stream)
+            .query(
+                "reclaim idle items",
+                redis::cmd("XAUTOCLAIM")
+                    .arg(&stream)
                     .arg(GROUP)
                     .arg(&s.consumer)
                     .arg(idle_ms)
                     .arg("0-0")
                     .arg("COUNT")
-                    .arg(16);
-                async move { cmd.query_async(&mut conn).await }
-            })
+                    .arg(16),
+            )
             .await
             .map_err(err)?;
         if let Value::Array(parts) = &reply {
@@ -135,19 +135,17 @@ impl StreamSource {
         let stream = self.c.key("stream");
         let consumer = &self.c.settings.consumer;
         let count = if block.is_some() { 1 } else { 100 };
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP").arg(GROUP).arg(consumer);
+        cmd.arg("COUNT").arg(count);
+        if let Some(b) = block {
+            cmd.arg("BLOCK").arg(b.as_millis() as u64);
+        }
+        cmd.arg("STREAMS").arg(&stream).arg(after);
         let reply: Value = self
             .c
             .read
-            .run("read the work stream", |mut conn| {
-                let mut cmd = redis::cmd("XREADGROUP");
-                cmd.arg("GROUP").arg(GROUP).arg(consumer);
-                cmd.arg("COUNT").arg(count);
-                if let Some(b) = block {
-                    cmd.arg("BLOCK").arg(b.as_millis() as u64);
-                }
-                cmd.arg("STREAMS").arg(&stream).arg(after);
-                async move { cmd.query_async(&mut conn).await }
-            })
+            .query("read the work stream", &cmd)
             .await
             .map_err(err)?;
         Ok(read_reply(&reply))

@@ -57,11 +57,10 @@ impl RateBackend for GlobalRate {
         let ms = delay.as_millis().max(1) as u64;
         let pause = self.key("pause", key);
         self.link
-            .run("pause a global rate", |mut conn| {
-                let mut cmd = redis::cmd("SET");
-                cmd.arg(&pause).arg(1).arg("PX").arg(ms);
-                async move { cmd.query_async::<()>(&mut conn).await }
-            })
+            .query::<()>(
+                "pause a global rate",
+                redis::cmd("SET").arg(&pause).arg(1).arg("PX").arg(ms),
+            )
             .await
             .map_err(|e| RateBackendError(e.to_string()))
     }

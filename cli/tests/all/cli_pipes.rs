@@ -4,7 +4,9 @@
 //! pipeline with a global rate (its coordinator is needed only to run);
 //! the `--events` file of a killed run ends with a whole line.
 
-use std::process::{Command, Stdio};
+use crate::binary::{said, warpline};
+
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Many failing items: one warning logged per failure.
@@ -19,12 +21,6 @@ count = 3000
 kind = "hold"
 fail_every = 3
 "#;
-
-fn warpline() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
-    c.env_remove("WARPLINE_LOG");
-    c
-}
 
 /// Runs `FAILING` with stdout and/or stderr a pipe closed at once; the
 /// exit code, or a failure when it runs past a generous deadline.
@@ -89,12 +85,7 @@ scope = \"global\"
             .args([command, p.to_str().unwrap()])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{command}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{command}: {}", said(&out));
     }
 }
 

@@ -2,10 +2,11 @@
 //! finishes exactly the rest, every final file complete and identical to a
 //! clean run's.
 
+use crate::binary::warpline;
 use crate::common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{hashes, list_pipeline, runtime, tiles, write_url_list};
@@ -73,12 +74,11 @@ fn setup(server: &TileServer, tiles: &[(String, Vec<u8>)]) -> Setup {
 }
 
 fn spawn(s: &Setup, report: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_warpline"))
+    warpline()
         .arg("run")
         .arg(&s.pipeline)
         .arg("--report")
         .arg(s.work.path().join(report))
-        .env_remove("WARPLINE_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

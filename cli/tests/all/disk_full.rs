@@ -7,6 +7,7 @@
 //! Mounting needs root (CAP_SYS_ADMIN), as the tests have in CI; where the
 //! mount is refused, each test says it is skipped and why.
 
+use crate::binary::{run_reporting, said};
 use crate::common;
 
 use std::path::{Path, PathBuf};
@@ -74,19 +75,8 @@ fn fill_the_disk(write: &str) {
     let file = work.path().join("p.toml");
     std::fs::write(&file, &toml).unwrap();
     let report_file = work.path().join("report.json");
-    let run = Command::new(env!("CARGO_BIN_EXE_warpline"))
-        .arg("run")
-        .arg(&file)
-        .arg("--report")
-        .arg(&report_file)
-        .env_remove("WARPLINE_LOG")
-        .output()
-        .unwrap();
-    let said = format!(
-        "{write}\n{}{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let run = run_reporting(&file, &report_file);
+    let said = format!("{write}\n{}", said(&run));
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&report_file).unwrap()).unwrap();
     let count = |k: &str| report["items"][k].as_u64().unwrap();
@@ -159,12 +149,7 @@ fn a_full_disk_while_writing_fails_the_item_and_leaves_no_file() {
     let pipeline = work.path().join("p.toml");
     std::fs::write(
         &pipeline,
-        common::raster_pipeline(
-            &[files[0].display().to_string()],
-            "crs = \"EPSG:3857\"",
-            &format!("dir = {:?}", out.display().to_string()),
-            1,
-        ),
+        common::one_raster_pipeline(&files[0], "crs = \"EPSG:3857\"", &out, ""),
     )
     .unwrap();
     let report = work.path().join("report.json");
@@ -215,23 +200,11 @@ fn a_full_scratch_disk_fails_the_disk_warp_and_leaves_no_file() {
     );
     std::fs::write(
         &pipeline,
-        common::raster_pipeline(
-            &[files[0].display().to_string()],
-            &reproject,
-            &format!("dir = {:?}", out.display().to_string()),
-            1,
-        ),
+        common::one_raster_pipeline(&files[0], &reproject, &out, ""),
     )
     .unwrap();
     let report = work.path().join("report.json");
-    let run = Command::new(env!("CARGO_BIN_EXE_warpline"))
-        .arg("run")
-        .arg(&pipeline)
-        .arg("--report")
-        .arg(&report)
-        .env_remove("WARPLINE_LOG")
-        .output()
-        .unwrap();
+    let run = run_reporting(&pipeline, &report);
     let said = String::from_utf8_lossy(&run.stderr).into_owned();
     let json: serde_json::Value = common::read_json(&report);
     assert_eq!(json["items"]["failed"], 1, "{said}");

@@ -5,10 +5,11 @@
 //! The README's figure: `cargo test -p warpline-cli --test all global_rate
 //! -- --ignored --nocapture` (3 workers, 300 tiles, bucket 20/s, bursts 1 and 2).
 
+use crate::binary::warpline;
 use crate::common;
 use crate::own_redis;
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use own_redis::OwnRedis;
@@ -113,11 +114,6 @@ fn run(redis: &OwnRedis, workers: usize, tiles_per_crs: usize, burst: u32) -> Ra
     let url = redis.url();
     let run = format!("rate-{workers}-{burst}-{tiles_per_crs}");
     let co = ["--coordinator", url.as_str(), "--run", run.as_str()];
-    let warpline = || {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
-        c.env_remove("WARPLINE_LOG");
-        c
-    };
     assert!(warpline()
         .args(["enqueue", p])
         .args(co)

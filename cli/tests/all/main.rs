@@ -1,7 +1,8 @@
 //! The `warpline` binary's integration tests: one binary, a module per
-//! concern, sharing the library tests' helpers (`common`) and a Redis of
-//! their own (`own_redis`).
+//! concern, sharing the library tests' helpers (`common`), the binary's
+//! (`binary`) and a Redis of their own (`own_redis`).
 
+mod binary;
 #[path = "../../../tests/all/common/mod.rs"]
 mod common;
 mod own_redis;

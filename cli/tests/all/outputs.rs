@@ -3,10 +3,10 @@
 //! of another input of the same run fails loudly instead of being skipped
 //! as "exists" or overwriting it.
 
+use crate::binary::warpline;
 use crate::common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use common::{hashes, sample_files};
@@ -67,12 +67,7 @@ fn inputs_with_the_same_name_each_get_their_own_output() {
     let toml = work.path().join("p.toml");
     let source = format!("kind = \"list\"\npath = {:?}", list.display().to_string());
     std::fs::write(&toml, pipeline(&source, &out, "skip")).unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_warpline"))
-        .arg("run")
-        .arg(&toml)
-        .env_remove("WARPLINE_LOG")
-        .output()
-        .unwrap();
+    let run = warpline().arg("run").arg(&toml).output().unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert_eq!(
         run.status.code(),

@@ -5,18 +5,19 @@
 //! (`scripts/test.sh` starts one). Without the variable these tests say
 //! they are skipped; with it, an unreachable server fails them.
 
+use crate::binary;
 use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{hashes, runtime, tiles, write_url_list};
+use common::{hashes, runtime};
 use warpline::engine::shard::Shard;
 use warpline::{Event, EventKind, RunOptions};
-use warpline_testkit::{Faults, TileServer};
+use warpline_testkit::Faults;
 
 fn redis_url() -> Option<String> {
     match std::env::var("WARPLINE_TEST_REDIS") {
@@ -102,8 +103,8 @@ fn worker_pipeline(list: &Path, out: &Path, rate: u32) -> String {
 }
 
 fn warpline(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
-    c.args(args).env_remove("WARPLINE_LOG");
+    let mut c = binary::warpline();
+    c.args(args);
     c
 }
 
@@ -170,15 +171,7 @@ fn a_worker_of_a_run_nothing_was_enqueued_for_says_so_and_fails() {
 fn dead_letters_are_listed_with_their_errors_and_requeued_with_counts_kept_true() {
     let Some(url) = redis_url() else { return };
     let run = format!("d{}-{}", std::process::id(), fastrand_id());
-    let rt = runtime();
-    let tiles = tiles(1, 64);
-    let server = rt.block_on(TileServer::start(tiles.clone())).unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let list = work.path().join("tiles.txt");
-    list_with_poison(&server, &tiles, &list);
-    let out = work.path().join("out");
-    let pipeline = work.path().join("p.toml");
-    std::fs::write(&pipeline, worker_pipeline(&list, &out, 1000)).unwrap();
+    let (served, pipeline) = with_poison();
     let p = pipeline.to_str().unwrap();
     let co = ["--coordinator", url.as_str(), "--run", run.as_str()];
     let work_once = || {
@@ -230,7 +223,7 @@ fn dead_letters_are_listed_with_their_errors_and_requeued_with_counts_kept_true(
         "{s}"
     );
     assert_eq!(
-        server.requests(),
+        served.server.requests(),
         4 + 2,
         "the requeued item was fetched once more"
     );
@@ -320,24 +313,16 @@ fn three_workers_one_killed_every_item_once_within_the_global_rate() {
 fn a_permanent_failure_is_dead_lettered_at_once_a_transient_one_after_the_maximum_deliveries() {
     let Some(url) = redis_url() else { return };
     let run = format!("p{}-{}", std::process::id(), fastrand_id());
-    let rt = runtime();
-    let tiles = tiles(1, 64);
-    let server = rt.block_on(TileServer::start(tiles.clone())).unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let list = work.path().join("tiles.txt");
     // poison.tif: 404 every time (permanent). A port nothing listens on:
     // connection refused every time (transient).
+    let (served, pipeline) = with_poison();
     let refused = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
-    list_with_poison(&server, &tiles, &list);
-    let mut text = std::fs::read_to_string(&list).unwrap();
+    let mut text = std::fs::read_to_string(&served.list).unwrap();
     text.push_str(&format!("\nhttp://{refused}/refused.tif\n"));
-    std::fs::write(&list, text).unwrap();
-    let out = work.path().join("out");
-    let pipeline = work.path().join("p.toml");
-    std::fs::write(&pipeline, worker_pipeline(&list, &out, 1000)).unwrap();
+    std::fs::write(&served.list, text).unwrap();
     let p = pipeline.to_str().unwrap();
     let co = ["--coordinator", url.as_str(), "--run", run.as_str()];
     enqueue(p, &co);
@@ -386,20 +371,24 @@ fn a_permanent_failure_is_dead_lettered_at_once_a_transient_one_after_the_maximu
     let refused = entry("/refused.tif");
     assert_eq!(refused["deliveries"], "3", "{refused:?}");
     assert_eq!(
-        server.requests(),
+        served.server.requests(),
         4 + 1,
         "the 404 was asked for once, not once per delivery"
     );
 }
 
-/// A list of the tiles' URLs and of `poison.tif`, which the server does
-/// not have (404).
-fn list_with_poison(server: &TileServer, tiles: &[(String, Vec<u8>)], list: &Path) {
-    write_url_list(
-        server,
-        tiles.iter().map(|(n, _)| n.as_str()).chain(["poison.tif"]),
-        list,
-    );
+/// Four tiles served, and a worker pipeline (`p.toml` in their folder)
+/// over their list and `poison.tif`, which the server does not have (404):
+/// the tiles, and the pipeline's path.
+fn with_poison() -> (common::ServedTiles, PathBuf) {
+    let served = common::ServedTiles::new(1, Faults::default());
+    let mut text = std::fs::read_to_string(&served.list).unwrap();
+    text.push_str(&format!("\n{}", served.server.url("poison.tif")));
+    std::fs::write(&served.list, text).unwrap();
+    let pipeline = served.work.path().join("p.toml");
+    let out = served.work.path().join("out");
+    std::fs::write(&pipeline, worker_pipeline(&served.list, &out, 1000)).unwrap();
+    (served, pipeline)
 }
 
 /// `warpline requeue ID`, which must succeed.

@@ -3,6 +3,7 @@
 //! exactly once, with outputs identical to a single-process run, and none
 //! waits for reclaim.
 
+use crate::binary;
 use crate::common;
 use crate::own_redis;
 
@@ -86,8 +87,8 @@ impl Setup {
 }
 
 fn warpline(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
-    c.args(args).env_remove("WARPLINE_LOG");
+    let mut c = binary::warpline();
+    c.args(args);
     c
 }
 

@@ -2,29 +2,13 @@
 //! schemes are fetched, credentials never leak, GDAL opens nothing of its
 //! own, and a decompression bomb fails before allocating.
 
+use crate::binary::{run_reporting, warpline};
 use crate::common;
-
-use std::path::Path;
-use std::process::Command;
+// Every file under a folder, recursively: the object-store tests' helper.
+use crate::s3::server::files;
 
 use common::{list_pipeline, runtime, tiles};
 use warpline_testkit::{Faults, TileServer};
-
-/// Every file under `dir`, recursively.
-fn all_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                out.extend(all_files(&p));
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
-}
 
 #[test]
 fn no_input_can_place_an_output_outside_the_output_directory() {
@@ -56,7 +40,7 @@ fn no_input_can_place_an_output_outside_the_output_directory() {
         common::run_async(&toml).await
     });
     assert_eq!(report.items.done, 6, "{report}");
-    let written = all_files(work.path().join("jail").as_path());
+    let written = files(work.path().join("jail").as_path());
     assert_eq!(written.len(), 6, "{written:?}");
     for p in &written {
         assert_eq!(
@@ -69,7 +53,7 @@ fn no_input_can_place_an_output_outside_the_output_directory() {
         assert!(p.file_name().unwrap().len() <= 130, "{}", p.display());
     }
     // Nothing appeared anywhere else in the work tree.
-    let elsewhere: Vec<_> = all_files(work.path())
+    let elsewhere: Vec<_> = files(work.path())
         .into_iter()
         .filter(|p| {
             !p.starts_with(work.path().join("jail")) && !p.starts_with(work.path().join("abs"))
@@ -132,7 +116,7 @@ fn only_the_configured_schemes_are_fetched_and_redirects_cannot_switch_scheme() 
             .count(),
         2
     );
-    assert!(all_files(&work.path().join("out")).is_empty());
+    assert!(files(&work.path().join("out")).is_empty());
 }
 
 #[test]
@@ -161,7 +145,7 @@ fn credentials_never_appear_in_logs_reports_or_failure_records() {
         work.path().join("report.json"),
         work.path().join("failures.jsonl"),
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_warpline"))
+    let out = warpline()
         .arg("run")
         .arg(&pipeline)
         .arg("--report")
@@ -264,14 +248,7 @@ fn a_tiny_tiff_declaring_a_huge_raster_fails_before_allocating() {
     let pipeline = work.path().join("p.toml");
     std::fs::write(&pipeline, toml).unwrap();
     let report = work.path().join("r.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_warpline"))
-        .arg("run")
-        .arg(&pipeline)
-        .arg("--report")
-        .arg(&report)
-        .env_remove("WARPLINE_LOG")
-        .output()
-        .unwrap();
+    let out = run_reporting(&pipeline, &report);
     common::assert_exit(&out, 3);
     let json: serde_json::Value = common::read_json(&report);
     let f = &json["failures"][0];
@@ -293,7 +270,7 @@ fn run_writing_everything(
     pipeline: &std::path::Path,
     files: &[std::path::PathBuf; 4],
 ) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_warpline"))
+    warpline()
         .arg("run")
         .arg(pipeline)
         .arg("--report")

@@ -7,25 +7,24 @@
 //! it is skipped.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
+
+use crate::binary::warpline;
+use warpline_testkit::pipelines::generated;
 
 /// Fails every 2nd of 16 items, each held 40 ms: the bar is drawn between
 /// the warnings.
-const FAILING: &str = r#"
-[pipeline]
-flow = ["work"]
-[source]
-kind = "generate"
-count = 16
-[stages.work]
-kind = "hold"
-duration = "40ms"
-fail_every = 2
-"#;
+fn failing() -> String {
+    generated(
+        &["work"],
+        16,
+        "[stages.work]\nkind = \"hold\"\nduration = \"40ms\"\nfail_every = 2\n",
+    )
+}
 
 fn pipeline(dir: &Path) -> PathBuf {
     let p = dir.join("failing.toml");
-    std::fs::write(&p, FAILING).unwrap();
+    std::fs::write(&p, failing()).unwrap();
     p
 }
 
@@ -51,6 +50,17 @@ fn plain(text: &str) -> String {
     out
 }
 
+/// Runs `command` as under a terminal that shows colour (`TERM` says so,
+/// `NO_COLOR` unset), with nothing on its standard input.
+fn colour_term(command: &mut Command) -> Output {
+    command
+        .env_remove("NO_COLOR")
+        .env("TERM", "xterm-256color")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
 fn has_script() -> bool {
     Command::new("script")
         .arg("--version")
@@ -69,15 +79,12 @@ fn log_lines_print_above_the_progress_bar_not_glued_to_it() {
     let command = format!("{} run {}", env!("CARGO_BIN_EXE_warpline"), file.display());
     // `script` runs the command on a new pseudo-terminal (its stdin,
     // stdout and stderr) and copies what it writes to our stdout.
-    let out = Command::new("script")
-        .args(["-q", "-e", "-c", &command, "/dev/null"])
-        .env_remove("WARPLINE_LOG")
-        .env_remove("NO_COLOR")
-        .env("TERM", "xterm-256color")
-        .env("COLUMNS", "120")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = colour_term(
+        Command::new("script")
+            .args(["-q", "-e", "-c", &command, "/dev/null"])
+            .env_remove("WARPLINE_LOG")
+            .env("COLUMNS", "120"),
+    );
     let raw = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{raw}");
     // The bar was drawn (a frame with its count), and the log lines on the
@@ -110,15 +117,7 @@ fn log_lines_print_above_the_progress_bar_not_glued_to_it() {
 fn log_lines_in_a_file_have_no_colour_and_name_the_item_once() {
     let dir = tempfile::tempdir().unwrap();
     let file = pipeline(dir.path());
-    let out = Command::new(env!("CARGO_BIN_EXE_warpline"))
-        .arg("run")
-        .arg(&file)
-        .env_remove("WARPLINE_LOG")
-        .env_remove("NO_COLOR")
-        .env("TERM", "xterm-256color")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = colour_term(warpline().arg("run").arg(&file));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(

@@ -2,20 +2,21 @@
 //! at once (schema, graph and this machine), and none that follows only from
 //! another.
 
+use crate::binary::{said, warpline};
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
+use warpline_testkit::pipelines::generated;
 
 /// Four independent mistakes: a bad value in fetch, a wait against the
 /// declaration order in decode (it holds the `memory` fetch charges while
 /// waiting for `cpu`, declared before it), no workers in write, and an
 /// output directory that cannot be made. Write's `release` is right.
-const FOUR: &str = r#"
-[pipeline]
-flow = ["fetch", "decode", "write"]
-[source]
-kind = "generate"
-count = 3
-[limits.cpu]
+fn four() -> String {
+    generated(
+        &["fetch", "decode", "write"],
+        3,
+        r#"[limits.cpu]
 permits = 2
 [limits.memory]
 budget = "64MiB"
@@ -31,7 +32,9 @@ kind = "write"
 release = ["memory"]
 dir = "/proc/warpline-no-such-dir/out"
 workers = 0
-"#;
+"#,
+    )
+}
 
 fn file(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
@@ -40,19 +43,13 @@ fn file(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 fn validate(path: &Path) -> (Option<i32>, serde_json::Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_warpline"))
+    let out = warpline()
         .args(["validate", "--format", "json"])
         .arg(path)
-        .env_remove("WARPLINE_LOG")
         .output()
         .unwrap();
-    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let json =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", said(&out)));
     (out.status.code(), json)
 }
 
@@ -73,7 +70,7 @@ fn paths(json: &serde_json::Value) -> Vec<(String, String)> {
 #[test]
 fn every_independent_problem_is_reported_in_one_pass() {
     let dir = tempfile::tempdir().unwrap();
-    let (code, json) = validate(&file(dir.path(), "four.toml", FOUR));
+    let (code, json) = validate(&file(dir.path(), "four.toml", &four()));
     assert_eq!(code, Some(2), "{json:#}");
     let found = paths(&json);
     let at: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
@@ -103,7 +100,7 @@ fn a_stage_that_cannot_be_read_hides_no_problem_and_makes_up_none() {
     // fetch's table cannot be read (a misspelt key): what it charges is not
     // known, so write's `release = ["memory"]` is not called wrong, and the
     // report says what was not checked.
-    let text = FOUR.replace("timeout = \"soon\"", "timout = \"30s\"");
+    let text = four().replace("timeout = \"soon\"", "timout = \"30s\"");
     let (code, json) = validate(&file(dir.path(), "misspelt.toml", &text));
     assert_eq!(code, Some(2), "{json:#}");
     let found = paths(&json);

@@ -3,6 +3,13 @@
 use super::*;
 use crate::{Pipeline, Registry};
 
+/// The pipeline of `flow` over `count` generated inputs with the limiter
+/// and stage tables in `rest`, on the built-in kinds.
+fn pipeline(flow: &[&str], count: u64, rest: &str) -> Pipeline {
+    let toml = warpline_testkit::pipelines::generated(flow, count, rest);
+    Pipeline::from_toml_str(&toml, &Registry::with_builtins()).unwrap()
+}
+
 fn report(stages: Vec<StageReport>) -> RunReport {
     RunReport {
         pipeline: "p".into(),
@@ -50,24 +57,12 @@ fn stage(name: &str, workers: u32, busy_s: f64, cpu_s: f64) -> StageReport {
 #[test]
 fn busy_stages_on_saturated_cores_are_a_cpu_bound_run_not_a_call_for_workers() {
     let cores = crate::units::cores();
-    let toml = format!(
-        r#"
-[pipeline]
-flow = ["a", "b"]
-[source]
-kind = "generate"
-count = 10
-[stages.a]
-kind = "hold"
-mode = "spin"
-workers = {cores}
-[stages.b]
-kind = "hold"
-mode = "spin"
-workers = {cores}
-"#
+    let spin = format!("kind = \"hold\"\nmode = \"spin\"\nworkers = {cores}\n");
+    let p = pipeline(
+        &["a", "b"],
+        10,
+        &format!("[stages.a]\n{spin}[stages.b]\n{spin}"),
     );
-    let p = Pipeline::from_toml_str(&toml, &Registry::with_builtins()).unwrap();
     let c = f64::from(cores);
     // `b` busy 85% of its workers' time; both stages together used
     // every core 90% of the run.
@@ -91,11 +86,7 @@ workers = {cores}
 
 #[test]
 fn a_run_with_no_input_says_whether_the_source_gave_none_or_it_was_stopped() {
-    let p = Pipeline::from_toml_str(
-            "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 0\n[stages.a]\nkind = \"discard\"\n",
-            &Registry::with_builtins(),
-        )
-        .unwrap();
+    let p = pipeline(&["a"], 0, "[stages.a]\nkind = \"discard\"\n");
     let mut r = report(Vec::new());
     r.items = ItemCounts::default();
     assert!(diagnose(&p, &r).starts_with("the source gave no input"));
@@ -105,12 +96,11 @@ fn a_run_with_no_input_says_whether_the_source_gave_none_or_it_was_stopped() {
 
 #[test]
 fn a_bucket_paused_by_429s_is_not_credited_with_the_pace() {
-    let p = Pipeline::from_toml_str(
-        "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 1\n\
-             [limits.api]\nper_second = 20\n[stages.a]\nkind = \"hold\"\nlimits = [\"api\"]\n",
-        &Registry::with_builtins(),
-    )
-    .unwrap();
+    let p = pipeline(
+        &["a"],
+        1,
+        "[limits.api]\nper_second = 20\n[stages.a]\nkind = \"hold\"\nlimits = [\"api\"]\n",
+    );
     let mut r = report(vec![stage("a", 1, 1.0, 0.0)]);
     r.limiters.push(LimiterReport {
         name: "api".into(),
@@ -139,12 +129,7 @@ fn a_bucket_paused_by_429s_is_not_credited_with_the_pace() {
 
 #[test]
 fn a_busy_stage_with_one_worker_is_said_in_the_singular() {
-    let p = Pipeline::from_toml_str(
-        "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 1\n\
-         [stages.a]\nkind = \"hold\"\n",
-        &Registry::with_builtins(),
-    )
-    .unwrap();
+    let p = pipeline(&["a"], 1, "[stages.a]\nkind = \"hold\"\n");
     let r = report(vec![stage("a", 1, 9.0, 0.0)]);
     let d = diagnose(&p, &r);
     assert!(d.contains("its 1 worker was busy 90%"), "{d}");

@@ -170,25 +170,12 @@ async fn without_adaptive_a_refusal_uses_up_a_try() {
 
 #[test]
 fn adaptive_is_only_for_stages_that_make_requests() {
-    let e = Pipeline::from_toml_str(
-        &common::generated(
-            &["work"],
-            1,
-            r#"
-        [stages.work]
-        kind = "hold"
-        adaptive = true
-        "#,
-        ),
-        &Registry::with_builtins(),
-    )
-    .unwrap_err();
-    assert!(
-        e.problems
-            .iter()
-            .any(|p| p.path == "stages.work.adaptive" && p.message.contains("requests")),
-        "{e}"
-    );
+    let e = common::errors(&common::generated(
+        &["work"],
+        1,
+        "[stages.work]\nkind = \"hold\"\nadaptive = true\n",
+    ));
+    common::assert_problem(&e, "stages.work.adaptive", "requests");
 }
 
 /// A host that cannot be reached for five seconds, then answers: its items

@@ -2,6 +2,8 @@
 //! names the key; every error reported at once; overrides from the
 //! environment and `--set`.
 
+use crate::common::{assert_problem, errors};
+
 use warpline_engine::{ConfigErrors, Loader, Pipeline, Registry};
 
 const GOOD: &str = r#"
@@ -23,23 +25,6 @@ limits = ["cpu", "memory", "api"]
 [stages.sink]
 kind = "discard"
 "#;
-
-fn errors(toml: &str) -> ConfigErrors {
-    match Pipeline::from_toml_str(toml, &Registry::with_builtins()) {
-        Ok(_) => panic!("expected errors for:\n{toml}"),
-        Err(e) => e,
-    }
-}
-
-/// Asserts one problem is at `path` and its message contains `words`.
-fn assert_problem(e: &ConfigErrors, path: &str, words: &str) {
-    assert!(
-        e.problems
-            .iter()
-            .any(|p| p.path == path && p.message.contains(words)),
-        "no problem at `{path}` containing {words:?} in:\n{e}"
-    );
-}
 
 /// The errors for GOOD with `line` added to the `work` stage.
 fn work_errors(line: &str) -> ConfigErrors {

@@ -20,14 +20,12 @@ fn with_shared(toml: &str, shared: &Limits) -> warpline_engine::Pipeline {
         .unwrap()
 }
 
-fn job(count: u32, workers: u32) -> String {
-    format!(
-        r#"
-        [pipeline]
-        flow = ["fetch"]
-        [source]
-        kind = "generate"
-        count = {count}
+fn job(count: u64, workers: u32) -> String {
+    common::generated(
+        &["fetch"],
+        count,
+        &format!(
+            r#"
         [limits.connections]
         shared = true
         [stages.fetch]
@@ -36,7 +34,19 @@ fn job(count: u32, workers: u32) -> String {
         workers = {workers}
         limits = ["connections"]
         "#
+        ),
     )
+}
+
+/// `count` generated items through one `discard` stage, `a`.
+fn discarded(count: u64) -> warpline_engine::Pipeline {
+    Loader::from_toml_str(&common::generated(
+        &["a"],
+        count,
+        "[stages.a]\nkind = \"discard\"\n",
+    ))
+    .load(&Registry::with_builtins())
+    .unwrap()
 }
 
 #[tokio::test(start_paused = true)]
@@ -142,12 +152,7 @@ async fn inputs_a_stopped_run_never_admitted_are_counted() {
 
 #[tokio::test(start_paused = true)]
 async fn a_run_that_admits_every_input_has_none_left() {
-    let pipeline = Loader::from_toml_str(
-        "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 7\n\
-         [stages.a]\nkind = \"discard\"\n",
-    )
-    .load(&Registry::with_builtins())
-    .unwrap();
+    let pipeline = discarded(7);
     let report = pipeline.run().await.unwrap();
     assert_eq!(report.items.total, 7);
     assert_eq!(report.items.not_admitted, Some(0));
@@ -187,12 +192,7 @@ async fn a_watch_shows_each_stages_items_in_workers_and_the_rate() {
 
 #[tokio::test(start_paused = true)]
 async fn one_item_is_said_in_the_singular() {
-    let pipeline = Loader::from_toml_str(
-        "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 1\n\
-         [stages.a]\nkind = \"discard\"\n",
-    )
-    .load(&Registry::with_builtins())
-    .unwrap();
+    let pipeline = discarded(1);
     let text = pipeline.run().await.unwrap().to_string();
     assert!(
         text.contains(": 1 item, 1 done, 0 skipped, 0 failed"),

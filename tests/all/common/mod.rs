@@ -53,73 +53,39 @@ pub fn sample_files(dir: &Path, per_crs: usize, size: usize) -> Vec<PathBuf> {
         .collect()
 }
 
-/// A TOML array of strings.
-pub fn toml_list<S: AsRef<str>>(items: &[S]) -> String {
-    let quoted: Vec<String> = items.iter().map(|s| format!("{:?}", s.as_ref())).collect();
-    format!("[{}]", quoted.join(", "))
-}
+pub use warpline_testkit::pipelines::toml_list;
+use warpline_testkit::pipelines::Raster;
 
 /// A fetch -> decode -> reproject -> write pipeline over `inputs`, with the
-/// reproject settings in `reproject` and the write settings in `write`.
+/// reproject settings in `reproject` and the write settings in `write`:
+/// `workers` workers a stage and `cpu` permits, four connections.
 pub fn raster_pipeline(inputs: &[String], reproject: &str, write: &str, workers: u32) -> String {
-    format!(
-        r#"
-[pipeline]
-flow = ["fetch", "decode", "reproject", "write"]
-[source]
-kind = "inline"
-inputs = {inputs}
-[limits.connections]
-permits = 4
-[limits.memory]
-budget = "512MiB"
-[limits.cpu]
-permits = {workers}
-[stages.fetch]
-kind = "fetch"
-workers = 4
-limits = ["connections"]
-memory = "memory"
-{decode}{reproject_stage}{reproject}
-[stages.write]
-kind = "write"
-workers = {workers}
-{write}
-"#,
-        inputs = toml_list(inputs),
-        decode = cpu_stage("decode", workers),
-        reproject_stage = cpu_stage("reproject", workers),
-    )
-}
-
-/// A `[stages.KIND]` table for decode or reproject: `workers` workers under
-/// the `memory` and `cpu` limits, releasing the memory the item held and
-/// carrying the memory it holds now (keys of its own may follow).
-fn cpu_stage(kind: &str, workers: u32) -> String {
-    format!(
-        r#"[stages.{kind}]
-kind = "{kind}"
-workers = {workers}
-limits = ["memory", "cpu"]
-release = ["memory"]
-carry = ["memory"]
-"#
-    )
+    let workers = workers.to_string();
+    Raster {
+        source: &format!("kind = \"inline\"\ninputs = {}", toml_list(inputs)),
+        cpu: &workers,
+        workers: &workers,
+        reproject,
+        write,
+        ..Raster::default()
+    }
+    .toml()
 }
 
 /// [`raster_pipeline`] of one input and one worker each, writing into
 /// `out`, with `decode` added to the decode stage's settings.
 pub fn one_raster_pipeline(input: &Path, reproject: &str, out: &Path, decode: &str) -> String {
-    raster_pipeline(
-        &[input.display().to_string()],
+    Raster {
+        source: &format!(
+            "kind = \"inline\"\ninputs = {}",
+            toml_list(&[input.display().to_string()])
+        ),
+        decode,
         reproject,
-        &format!("dir = {:?}", out.display().to_string()),
-        1,
-    )
-    .replace(
-        "[stages.decode]\nkind = \"decode\"",
-        &format!("[stages.decode]\nkind = \"decode\"\n{decode}"),
-    )
+        write: &format!("dir = {:?}", out.display().to_string()),
+        ..Raster::default()
+    }
+    .toml()
 }
 
 /// Runs `toml` with the built-in kinds on the current runtime; panics on
@@ -269,43 +235,22 @@ dir = {out:?}
 }
 
 /// A fetch -> decode -> reproject -> write pipeline reading a list file,
-/// with a per-host rate limiter and fetch settings in `fetch`.
+/// with a per-host rate limiter and fetch settings in `fetch`: six
+/// connections, two workers a stage, to EPSG:3857 (bilinear).
 pub fn list_pipeline(list: &Path, out: &Path, fetch: &str) -> String {
-    format!(
-        r#"
-[pipeline]
-flow = ["fetch", "decode", "reproject", "write"]
-[source]
-kind = "list"
-path = {list:?}
-[limits.connections]
-permits = 6
-[limits.per_host]
-per_second = 1000
-burst = 100
-per = "host"
-[limits.memory]
-budget = "512MiB"
-[limits.cpu]
-permits = 2
-[stages.fetch]
-kind = "fetch"
-workers = 6
-limits = ["connections", "per_host"]
-memory = "memory"
-{fetch}
-{decode}{reproject}crs = "EPSG:3857"
-resampling = "bilinear"
-[stages.write]
-kind = "write"
-workers = 2
-dir = {out:?}
-"#,
-        list = list.display().to_string(),
-        out = out.display().to_string(),
-        decode = cpu_stage("decode", 2),
-        reproject = cpu_stage("reproject", 2),
-    )
+    Raster {
+        source: &format!("kind = \"list\"\npath = {:?}", list.display().to_string()),
+        connections: 6,
+        limits: "[limits.per_host]\nper_second = 1000\nburst = 100\nper = \"host\"",
+        fetch_limits: r#"["connections", "per_host"]"#,
+        fetch,
+        cpu: "2",
+        workers: "2",
+        reproject: "crs = \"EPSG:3857\"\nresampling = \"bilinear\"",
+        write: &format!("dir = {:?}", out.display().to_string()),
+        ..Raster::default()
+    }
+    .toml()
 }
 
 /// The fetch -> decode -> write pipeline the coordinated (Redis) tests run
@@ -453,6 +398,16 @@ pub fn assert_exit(out: &std::process::Output, code: i32) {
 /// The JSON file at `path` (a report, a list of failures), parsed.
 pub fn read_json(path: impl AsRef<Path>) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The entry of the JSON array `list` (a report's stages, a plan's
+/// limiters) whose `key` is `value`; panics when there is none.
+pub fn entry<'a>(list: &'a serde_json::Value, key: &str, value: &str) -> &'a serde_json::Value {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .find(|e| e[key] == value)
+        .unwrap_or_else(|| panic!("no {key} = {value:?} in {list}"))
 }
 
 /// Writes at `path` a tiny GeoTIFF that declares 100000 x 100000 pixels

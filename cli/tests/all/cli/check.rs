@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{succeeded, warpline, write, SMALL};
+use super::{small, succeeded, warpline, write};
 
 #[test]
 fn validate_accepts_every_shipped_pipeline() {
@@ -22,11 +22,11 @@ fn validate_prints_every_error_and_exits_2() {
     let bad = write(
         dir.path(),
         "bad.toml",
-        &SMALL
+        &small()
             .replace("workers = 2", "workers = 0\nlimits = [\"gpu\"]")
             .replace("count = 50", "count = 50\nsize = \"huge\""),
     );
-    let good = write(dir.path(), "good.toml", SMALL);
+    let good = write(dir.path(), "good.toml", &small());
     let out = warpline()
         .arg("validate")
         .args([&good, &bad])
@@ -143,12 +143,7 @@ fn plan_shows_resolved_numbers_and_the_admission_bound() {
     )
     .unwrap();
     assert_eq!(plan["admission_bound"], pipeline.admission_bound());
-    let cpu = plan["limiters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|l| l["name"] == "cpu")
-        .unwrap();
+    let cpu = crate::common::entry(&plan["limiters"], "name", "cpu");
     assert_eq!(
         cpu["capacity"],
         u64::from(warpline::engine::units::cores()),

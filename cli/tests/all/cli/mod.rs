@@ -8,14 +8,27 @@ mod help;
 mod outputs;
 mod run;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
+use warpline_testkit::pipelines::generated;
+
+/// The binary, run from the workspace's root.
 fn warpline() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
+    let mut c = crate::binary::warpline();
     c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    c.env_remove("WARPLINE_LOG");
     c
+}
+
+/// `warpline run PIPELINE ARGS`, from the workspace's root, finished.
+fn run(pipeline: &Path, args: &[&OsStr]) -> Output {
+    warpline()
+        .arg("run")
+        .arg(pipeline)
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// The standard output of a run that must have succeeded (else both
@@ -36,23 +49,21 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     p
 }
 
-/// [`SMALL`] with every 7th item failing (7 of 50), written as `f.toml`
+/// [`small`] with every 7th item failing (7 of 50), written as `f.toml`
 /// in `dir`.
 fn write_failing(dir: &Path) -> PathBuf {
     write(
         dir,
         "f.toml",
-        &SMALL.replace("workers = 2", "fail_every = 7"),
+        &small().replace("workers = 2", "fail_every = 7"),
     )
 }
 
-const SMALL: &str = r#"
-[pipeline]
-flow = ["work"]
-[source]
-kind = "generate"
-count = 50
-[stages.work]
-kind = "hold"
-workers = 2
-"#;
+/// 50 generated items held by one stage of two workers.
+fn small() -> String {
+    generated(
+        &["work"],
+        50,
+        "[stages.work]\nkind = \"hold\"\nworkers = 2\n",
+    )
+}

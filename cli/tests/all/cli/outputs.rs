@@ -6,7 +6,7 @@ use crate::common;
 
 use std::process::{Command, Stdio};
 
-use super::{succeeded, warpline, write, write_failing};
+use super::{run, succeeded, warpline, write, write_failing};
 
 #[test]
 fn the_demo_runs_and_its_outputs_open_in_gdalinfo() {
@@ -45,13 +45,7 @@ fn failures_are_written_as_json_lines_and_retry_failed_reruns_only_them() {
     let dir = tempfile::tempdir().unwrap();
     let failing = write_failing(dir.path());
     let failures = dir.path().join("failures.jsonl");
-    let out = warpline()
-        .arg("run")
-        .arg(&failing)
-        .arg("--failures")
-        .arg(&failures)
-        .output()
-        .unwrap();
+    let out = run(&failing, &["--failures".as_ref(), failures.as_ref()]);
     assert_eq!(out.status.code(), Some(3));
     let text = std::fs::read_to_string(&failures).unwrap();
     let records: Vec<serde_json::Value> = text
@@ -72,15 +66,11 @@ fn failures_are_written_as_json_lines_and_retry_failed_reruns_only_them() {
         records.iter().map(|r| r["id"].as_str().unwrap()).collect();
 
     let report = dir.path().join("retry.json");
-    let out = warpline()
-        .arg("run")
-        .arg(&failing)
-        .arg("--retry-failed")
-        .arg(&failures)
-        .arg("--report")
-        .arg(&report)
-        .output()
-        .unwrap();
+    let retry = ["--retry-failed".as_ref(), failures.as_ref()];
+    let out = run(
+        &failing,
+        &[&retry[..], &["--report".as_ref(), report.as_ref()]].concat(),
+    );
     common::assert_exit(&out, 3);
     let json: serde_json::Value = common::read_json(&report);
     assert_eq!(
@@ -94,12 +84,13 @@ fn failures_are_written_as_json_lines_and_retry_failed_reruns_only_them() {
     let again = json["failures"][0]["id"].as_str().unwrap();
     assert!(ids.contains(again));
 
-    let out = warpline()
-        .arg("run")
-        .arg(&failing)
-        .args(["--retry-failed", "/nonexistent/failures.jsonl"])
-        .output()
-        .unwrap();
+    let out = run(
+        &failing,
+        &[
+            "--retry-failed".as_ref(),
+            "/nonexistent/failures.jsonl".as_ref(),
+        ],
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/failures.jsonl"));
 }

@@ -6,7 +6,7 @@ use crate::common;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use super::{succeeded, warpline, write, write_failing, SMALL};
+use super::{run, small, succeeded, warpline, write, write_failing};
 
 #[test]
 fn run_prints_the_report_writes_json_and_exits_0() {
@@ -73,17 +73,15 @@ fn environment_overrides_reach_the_binary() {
 fn failed_items_exit_3_and_abort_on_error_exits_4() {
     let dir = tempfile::tempdir().unwrap();
     let failing = write_failing(dir.path());
-    let out = warpline().arg("run").arg(&failing).output().unwrap();
+    let out = run(&failing, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{stdout}");
     assert!(stdout.contains("7 failed"), "{stdout}");
 
-    let out = warpline()
-        .arg("run")
-        .arg(&failing)
-        .args(["--set", "pipeline.on_error=abort"])
-        .output()
-        .unwrap();
+    let out = run(
+        &failing,
+        &["--set".as_ref(), "pipeline.on_error=abort".as_ref()],
+    );
     common::assert_exit(&out, 4);
 }
 
@@ -156,15 +154,10 @@ fn set_values_are_read_as_in_the_file_quoted_or_not() {
 #[test]
 fn a_report_path_that_cannot_be_written_is_refused_before_the_run() {
     let dir = tempfile::tempdir().unwrap();
-    let pipeline = write(dir.path(), "p.toml", SMALL);
+    let pipeline = write(dir.path(), "p.toml", &small());
     for flag in ["--report", "--report-html"] {
-        let out = warpline()
-            .arg("run")
-            .arg(&pipeline)
-            .arg(flag)
-            .arg(dir.path().join("missing-dir/report"))
-            .output()
-            .unwrap();
+        let report = dir.path().join("missing-dir/report");
+        let out = run(&pipeline, &[flag.as_ref(), report.as_ref()]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(1), "{flag}: {stderr}");
@@ -194,7 +187,7 @@ fn an_interrupt_drains_the_run_and_exits_130() {
     let slow = write(
         dir.path(),
         "slow.toml",
-        &SMALL
+        &small()
             .replace("count = 50", "count = 100000")
             .replace("workers = 2", "workers = 2\nduration = \"50ms\""),
     );

@@ -252,15 +252,24 @@ pub fn registry(produced: &Produced, gate: &Gate, inside: &Inside, alone_over: u
     r
 }
 
-/// A pipeline's TOML with the given `flow` and a `generate` source of
-/// `count` inputs, followed by `rest` (more source keys, then limits and
-/// stages): the head every generated-input test writes.
-pub fn generated(flow: &[&str], count: u64, rest: &str) -> String {
-    let flow: Vec<String> = flow.iter().map(|s| format!("{s:?}")).collect();
-    format!(
-        "[pipeline]\nflow = [{}]\n[source]\nkind = \"generate\"\ncount = {count}\n{rest}",
-        flow.join(", ")
-    )
+pub use warpline_testkit::pipelines::generated;
+
+/// The errors the built-in kinds find in `toml` (panics when it is valid).
+pub fn errors(toml: &str) -> warpline_engine::ConfigErrors {
+    match warpline_engine::Pipeline::from_toml_str(toml, &Registry::with_builtins()) {
+        Ok(_) => panic!("expected errors for:\n{toml}"),
+        Err(e) => e,
+    }
+}
+
+/// Asserts one problem is at `path` and its message contains `words`.
+pub fn assert_problem(e: &warpline_engine::ConfigErrors, path: &str, words: &str) {
+    assert!(
+        e.problems
+            .iter()
+            .any(|p| p.path == path && p.message.contains(words)),
+        "no problem at `{path}` containing {words:?} in:\n{e}"
+    );
 }
 
 /// The three test kinds, fresh (a produced count, a closed gate and an
