@@ -23,13 +23,14 @@ use warpline_engine::{
 };
 
 use crate::gdal::{
-    dtype_size, init, pixel_bytes, same_geog_cs, suggested_output, vrt_view, warp, Raster,
-    Suggested, WarpError, WarpOptions,
+    dtype_size, init, kernel_warp, pixel_bytes, same_geog_cs, source_refusal, suggested_output,
+    vrt_view, warp, KernelPlan, Raster, Suggested, Took, WarpError, WarpOptions,
 };
 
 mod args;
 mod disk;
 
+use args::Kernel;
 #[cfg(test)]
 use args::DEFAULT_WARP_MEMORY;
 pub use args::RESAMPLING;
@@ -54,6 +55,8 @@ pub struct Reproject {
     same_datum: std::sync::Mutex<std::collections::HashMap<String, bool>>,
     /// Whether an output is warped in memory or on disk (`warp_to`).
     disk: disk::Disk,
+    /// Whose resampling loop may warp (`kernel`).
+    kernel: Kernel,
 }
 
 /// The area of interest given to GDAL's transformers when the source and
@@ -78,6 +81,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         warp_memory: p.warp_memory,
         same_datum: Default::default(),
         disk: disk::Disk::new(p.warp_to, p.scratch, s),
+        kernel: p.kernel,
     }))
 }
 
@@ -337,11 +341,14 @@ impl BlockingStage for Reproject {
                 (aoi, out, to_disk)
             }
         };
-        item.took(if to_disk { "disk" } else { "memory" });
         let out = if to_disk {
+            item.took("disk");
             self.disk.warp(&srcs, &self.warp_args(aoi), &id, out)
         } else {
-            self.warp(&srcs, aoi, &id).map(Raster::in_memory)
+            self.warp(&srcs, aoi, &id).map(|(ds, path)| {
+                item.took(path);
+                Raster::in_memory(ds)
+            })
         };
         // An input read by ranges that could not be read: the server's
         // fault (maybe for a moment), said as such.
@@ -397,22 +404,27 @@ impl Reproject {
         args
     }
 
-    /// `gdalwarp <args> srcs...` to a MEM dataset.
-    fn warp(&self, srcs: &[&Dataset], aoi: Option<&str>, id: &str) -> Result<Dataset, StageError> {
+    /// `gdalwarp <args> srcs...` to a MEM dataset, and the path it took
+    /// (`warpline-kernel`: warpline's resampling loop; `memory`: GDAL's).
+    fn warp(
+        &self,
+        srcs: &[&Dataset],
+        aoi: Option<&str>,
+        id: &str,
+    ) -> Result<(Dataset, &'static str), StageError> {
         let src = srcs[0];
         let args = self.warp_args(aoi);
-        let options =
-            WarpOptions::new(&args).map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
-        let out = warp(srcs, &options).map_err(|e| match e {
-            // Not this input's fault: the machine's, maybe for a moment.
-            WarpError::OutOfMemory(m) => {
-                StageError::transient(format!("{id}: the warp ran out of memory: {m}"))
+        let (out, path) = match self.own_loop(srcs, &args, id)? {
+            Some(done) => done,
+            None => {
+                let options = WarpOptions::new(&args)
+                    .map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
+                (
+                    warp(srcs, &options).map_err(|e| warp_failure(id, e))?,
+                    "memory",
+                )
             }
-            WarpError::Unreadable(m) => {
-                StageError::permanent(format!("{id}: corrupt or truncated pixel data: {m}"))
-            }
-            WarpError::Failed(m) => StageError::permanent(format!("{id}: warp failed: {m}")),
-        })?;
+        };
         // The MEM route drops colour interpretation (gdalwarp's output
         // driver keeps it): copy it across.
         for i in 1..=out.raster_count().min(src.raster_count()) {
@@ -420,7 +432,50 @@ impl Reproject {
                 let _ = to.set_color_interpretation(from.color_interpretation());
             }
         }
-        Ok(out)
+        Ok((out, path))
+    }
+
+    /// The warp through `gdal::kernel` (gdalwarp's own calls, with
+    /// warpline's loop where it is proven equal), or None where that
+    /// replica does not cover the settings or the input.
+    fn own_loop(
+        &self,
+        srcs: &[&Dataset],
+        args: &[String],
+        id: &str,
+    ) -> Result<Option<(Dataset, &'static str)>, StageError> {
+        if self.kernel == Kernel::Gdal || srcs.len() != 1 {
+            return Ok(None);
+        }
+        let Some(plan) = KernelPlan::from_args(args) else {
+            return Ok(None);
+        };
+        if let Some(why) = source_refusal(srcs[0], &plan) {
+            tracing::debug!("{id}: GDAL's warp ({why})");
+            return Ok(None);
+        }
+        let (out, took) = kernel_warp(srcs[0], &plan).map_err(|e| warp_failure(id, e))?;
+        Ok(Some(match took {
+            Took::Ours => (out, "warpline-kernel"),
+            Took::Theirs(why) => {
+                tracing::debug!("{id}: GDAL's resampling loop ({why})");
+                (out, "memory")
+            }
+        }))
+    }
+}
+
+/// A failed warp, as the item's error.
+fn warp_failure(id: &str, e: WarpError) -> StageError {
+    match e {
+        // Not this input's fault: the machine's, maybe for a moment.
+        WarpError::OutOfMemory(m) => {
+            StageError::transient(format!("{id}: the warp ran out of memory: {m}"))
+        }
+        WarpError::Unreadable(m) => {
+            StageError::permanent(format!("{id}: corrupt or truncated pixel data: {m}"))
+        }
+        WarpError::Failed(m) => StageError::permanent(format!("{id}: warp failed: {m}")),
     }
 }
 

@@ -16,6 +16,8 @@
 //!   made;
 //! - `warp`: the warp itself, the output size GDAL suggests for it, and
 //!   whether two CRSs share their datum;
+//! - `kernel`: warpline's own resampling loop inside GDAL's warp (the
+//!   same calls as `gdalwarp`, with a pre-warp chunk processor);
 //! - `copy`: an output file written by a driver (`GDALCreateCopy`);
 //! - `watch`: GDAL's messages on one thread, listened to for a while
 //!   (`write` listens for a full disk);
@@ -33,6 +35,7 @@ use gdal_sys as sys;
 mod blocks;
 mod copy;
 mod files;
+mod kernel;
 mod raster;
 mod translate;
 mod vsi;
@@ -41,6 +44,7 @@ mod watch;
 
 pub(crate) use copy::{create_copy, flush};
 pub(crate) use files::{archive_files, vsi_head, MemDir};
+pub(crate) use kernel::{source_refusal, warp as kernel_warp, Plan as KernelPlan, Took};
 pub(crate) use raster::pixel_bytes;
 pub(crate) use raster::ScratchFile;
 pub use raster::{DataType, Pixel, Raster, RasterError};

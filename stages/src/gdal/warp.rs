@@ -165,12 +165,16 @@ pub(crate) fn warp_into(
         // SAFETY: a new dataset GDALWarp handed to us; closed on drop.
         return Ok(unsafe { Dataset::from_c_dataset(out) });
     }
-    let message = last_error("GDALWarp returned nothing");
+    Err(classify(number, last_error("GDALWarp returned nothing")))
+}
+
+/// A failed warp's error, by GDAL's error number and message.
+pub(crate) fn classify(number: sys::CPLErrorNum, message: String) -> WarpError {
     if number == CPLE_OUT_OF_MEMORY {
-        Err(WarpError::OutOfMemory(message))
+        WarpError::OutOfMemory(message)
     } else if message.contains("ReadBlock") || message.contains("TIFFRead") {
-        Err(WarpError::Unreadable(message))
+        WarpError::Unreadable(message)
     } else {
-        Err(WarpError::Failed(message))
+        WarpError::Failed(message)
     }
 }

@@ -156,6 +156,7 @@ pub(super) struct ReprojectSettings {
     max_pixels: Option<u64>,
     warp_to: Option<WarpTo>,
     scratch: Option<String>,
+    kernel: Option<Kernel>,
 }
 
 /// What the stage needs from its settings.
@@ -178,6 +179,18 @@ pub(super) struct Parsed {
     /// made on disk (`scratch`).
     pub(super) warp_to: WarpTo,
     pub(super) scratch: Option<std::path::PathBuf>,
+    /// Whose resampling loop may warp (`kernel`).
+    pub(super) kernel: Kernel,
+}
+
+/// Whose resampling loop warps (`kernel`): warpline's where it is proven
+/// equal to GDAL's, else GDAL's (`auto`), or always GDAL's (`gdal`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Kernel {
+    #[default]
+    Auto,
+    Gdal,
 }
 
 pub(super) const DEFAULT_WARP_MEMORY: u64 = 64 << 20;
@@ -547,6 +560,7 @@ impl Builder<'_> {
         }
         self.out.max_pixels = self.r.max_pixels.unwrap_or(1 << 28);
         self.out.warp_to = self.r.warp_to.unwrap_or_default();
+        self.out.kernel = self.r.kernel.unwrap_or_default();
         match self.r.scratch.as_deref() {
             Some(d) if d.trim().is_empty() => self.problem("scratch", "must not be empty"),
             Some(d) => self.out.scratch = Some(d.into()),

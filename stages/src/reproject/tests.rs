@@ -18,6 +18,7 @@ fn to(crs: &str) -> Reproject {
         dst_alpha: false,
         same_datum: Default::default(),
         disk: Default::default(),
+        kernel: Kernel::Auto,
     }
 }
 

@@ -1,0 +1,309 @@
+//! The hook between `GDALWarpOperation` and warpline's loop: GDAL's
+//! pre-warp chunk processor (`GDALWarpOptions::pfnPreWarpChunkProcessor`),
+//! called for each chunk once GDAL has read the source window, built the
+//! validity masks and initialised the destination, right before
+//! `GDALWarpKernel::PerformWarp`. Where warpline's loop is proven equal to
+//! the kernel GDAL would pick, it warps the chunk and leaves GDAL nothing
+//! to do; everywhere else it touches nothing and GDAL warps as always.
+//!
+//! The chunk comes as a `GDALWarpKernel`, a C++ class: [`WarpKernel`]
+//! mirrors its layout in GDAL 3.6 (gdalwarper.h), and is read only when
+//! the running library is 3.6 ([`layout_known`]).
+
+use std::ffi::{c_void, CStr};
+
+use gdal_sys as sys;
+
+use super::bilinear::{Chunk, Sample, Transform};
+
+/// `GDALWarpKernel` of GDAL 3.6 (gdalwarper.h), field for field, after the
+/// vtable pointer of its virtual destructor.
+#[repr(C)]
+pub(super) struct WarpKernel {
+    vtable: *const c_void,
+    options: *mut *mut std::ffi::c_char,
+    resample: sys::GDALResampleAlg::Type,
+    working_type: sys::GDALDataType::Type,
+    bands: i32,
+    src_x_size: i32,
+    src_y_size: i32,
+    src_x_extra: f64,
+    src_y_extra: f64,
+    src_image: *mut *mut u8,
+    band_src_valid: *mut *mut u32,
+    unified_src_valid: *mut u32,
+    unified_src_density: *mut f32,
+    dst_x_size: i32,
+    dst_y_size: i32,
+    dst_image: *mut *mut u8,
+    dst_valid: *mut u32,
+    dst_density: *mut f32,
+    x_scale: f64,
+    y_scale: f64,
+    x_filter: f64,
+    y_filter: f64,
+    x_radius: i32,
+    y_radius: i32,
+    filt_init_x: i32,
+    filt_init_y: i32,
+    src_x_off: i32,
+    src_y_off: i32,
+    dst_x_off: i32,
+    dst_y_off: i32,
+    transformer: sys::GDALTransformerFunc,
+    transformer_arg: *mut c_void,
+    progress: sys::GDALProgressFunc,
+    progress_arg: *mut c_void,
+    progress_base: f64,
+    progress_scale: f64,
+    dst_nodata: *mut f64,
+    thread_data: *mut c_void,
+    apply_vertical_shift: bool,
+    vertical_shift_factor: f64,
+}
+
+/// Whether the GDAL this process runs is the one [`WarpKernel`] mirrors
+/// and [`super::bilinear`] was proven against (3.6).
+pub(super) fn layout_known() -> bool {
+    let key = c"VERSION_NUM";
+    // SAFETY: GDALVersionInfo returns a pointer to a static string.
+    let v = unsafe { CStr::from_ptr(sys::GDALVersionInfo(key.as_ptr())) };
+    v.to_str()
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .is_some_and(|n| (3_060_000..3_070_000).contains(&n))
+}
+
+/// What the hook did with a warp's chunks, and what it needs to know.
+#[derive(Debug, Default)]
+pub(super) struct Hook {
+    /// The warp's band count, to check the kernel read is the one meant.
+    pub(super) bands: i32,
+    /// Chunks warpline warped.
+    pub(super) ours: u32,
+    /// Chunks left to GDAL, and why (the last reason).
+    pub(super) theirs: u32,
+    pub(super) why: Option<&'static str>,
+}
+
+/// The pre-warp chunk processor. Never unwinds into GDAL.
+pub(super) unsafe extern "C" fn pre_chunk(
+    kernel: *mut c_void,
+    arg: *mut c_void,
+) -> sys::CPLErr::Type {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: GDAL passes the `GDALWarpKernel` of the chunk (alive and
+        // not used by anyone else during the call) and our own `Hook`
+        // (alive for the whole warp, see `super::warp`).
+        let (wk, hook) = unsafe { (&mut *(kernel as *mut WarpKernel), &mut *(arg as *mut Hook)) };
+        match refusal(wk, hook.bands) {
+            Some(why) => {
+                hook.theirs += 1;
+                hook.why = Some(why);
+            }
+            None => {
+                // SAFETY: `refusal` checked the type and the buffers.
+                unsafe { run(wk) };
+                // GDAL's own "empty source window" case: PerformWarp
+                // returns at once, the buffers are freed as usual.
+                wk.src_x_size = 0;
+                hook.ours += 1;
+            }
+        }
+    }));
+    match outcome {
+        Ok(()) => sys::CPLErr::CE_None,
+        Err(_) => sys::CPLErr::CE_Failure,
+    }
+}
+
+/// Why warpline's loop does not take this chunk (None: it does). Each
+/// check is a condition under which `PerformWarp` would not run
+/// `GWKRealCaseThread` with the bilinear 4-sample formula.
+fn refusal(wk: &WarpKernel, bands: i32) -> Option<&'static str> {
+    use sys::GDALDataType::{
+        GDT_Byte as BYTE, GDT_Float32 as F32, GDT_Float64 as F64, GDT_Int16 as I16,
+        GDT_UInt16 as U16,
+    };
+    if wk.bands != bands || wk.bands < 1 || wk.src_image.is_null() || wk.dst_image.is_null() {
+        return Some("unexpected kernel");
+    }
+    if wk.resample != sys::GDALResampleAlg::GRA_Bilinear {
+        return Some("resampling");
+    }
+    if !matches!(wk.working_type, BYTE | U16 | I16 | F32 | F64) {
+        return Some("data type");
+    }
+    if wk.band_src_valid.is_null()
+        && wk.unified_src_valid.is_null()
+        && wk.unified_src_density.is_null()
+        && wk.dst_valid.is_null()
+    {
+        // GDAL's own fast path (no masks): left to it.
+        return Some("no masks");
+    }
+    if wk.src_x_size <= 1 || wk.src_y_size <= 1 || wk.dst_x_size < 1 || wk.dst_y_size < 1 {
+        return Some("window too small");
+    }
+    if wk.apply_vertical_shift {
+        return Some("vertical shift");
+    }
+    for key in [
+        "NUM_THREADS",
+        "USE_GENERAL_CASE",
+        "SRC_COORD_PRECISION",
+        "XSCALE",
+        "YSCALE",
+        "USE_OPENCL",
+    ] {
+        if option(wk, key) {
+            return Some("warp option");
+        }
+    }
+    let (xs, ys) = scales(wk);
+    if ys / xs > 100.0 {
+        return Some("scale from grid sampling");
+    }
+    if !(xs >= 0.95 && ys >= 0.95) {
+        return Some("downsampling");
+    }
+    if wk.transformer.is_none() {
+        return Some("no transformer");
+    }
+    None
+}
+
+/// Whether the warp options name `key`.
+fn option(wk: &WarpKernel, key: &str) -> bool {
+    let Ok(k) = std::ffi::CString::new(key) else {
+        return false;
+    };
+    // SAFETY: `options` is GDAL's NULL-terminated list (or NULL) for the
+    // chunk; CSLFetchNameValue only reads it.
+    !unsafe { sys::CSLFetchNameValue(wk.options, k.as_ptr()) }.is_null()
+}
+
+/// `PerformWarp`'s resampling scales (before its grid-sampling case).
+fn scales(wk: &WarpKernel) -> (f64, f64) {
+    let one = |dst: i32, src: i32, extra: f64| {
+        let mut s = f64::from(dst) / (f64::from(src) - extra);
+        if src >= dst && f64::from(src) <= f64::from(dst) + extra {
+            s = 1.0;
+        }
+        if s < 1.0 {
+            let r = 1.0 / s;
+            let n = (r + 0.5) as i32;
+            if (r - f64::from(n)).abs() < 0.05 {
+                s = 1.0 / f64::from(n);
+            }
+        }
+        s
+    };
+    (
+        one(wk.dst_x_size, wk.src_x_size, wk.src_x_extra),
+        one(wk.dst_y_size, wk.src_y_size, wk.src_y_extra),
+    )
+}
+
+/// The kernel's transformer, called as GWK calls it.
+struct KernelTransform {
+    f: unsafe extern "C" fn(*mut c_void, i32, i32, *mut f64, *mut f64, *mut f64, *mut i32) -> i32,
+    arg: *mut c_void,
+}
+
+impl Transform for KernelTransform {
+    fn transform(&mut self, x: &mut [f64], y: &mut [f64], z: &mut [f64], ok: &mut [i32]) {
+        let n = i32::try_from(x.len()).unwrap_or(i32::MAX);
+        // SAFETY: four arrays of at least `n` elements, as GDAL's kernel
+        // passes them; the transformer and its argument are the warp's.
+        unsafe {
+            (self.f)(
+                self.arg,
+                1,
+                n,
+                x.as_mut_ptr(),
+                y.as_mut_ptr(),
+                z.as_mut_ptr(),
+                ok.as_mut_ptr(),
+            )
+        };
+    }
+}
+
+/// Warps the chunk with warpline's loop, for the kernel's working type.
+///
+/// # Safety
+/// `wk` is a chunk GDAL prepared, accepted by [`refusal`].
+unsafe fn run(wk: &mut WarpKernel) {
+    use sys::GDALDataType::{
+        GDT_Byte as BYTE, GDT_Float64 as F64, GDT_Int16 as I16, GDT_UInt16 as U16,
+    };
+    // SAFETY (each arm): as for `run_typed`.
+    match wk.working_type {
+        BYTE => unsafe { run_typed::<u8>(wk) },
+        U16 => unsafe { run_typed::<u16>(wk) },
+        I16 => unsafe { run_typed::<i16>(wk) },
+        F64 => unsafe { run_typed::<f64>(wk) },
+        _ => unsafe { run_typed::<f32>(wk) },
+    }
+}
+
+/// # Safety
+/// `wk` is a chunk GDAL prepared whose working type is `T`: its buffers
+/// have the sizes `GDALWarpOperation` allocates (source bands and source
+/// masks with one extra element, bit masks rounded up to whole 32-bit
+/// words), and nothing else reads or writes them during the call.
+unsafe fn run_typed<T: Sample>(wk: &mut WarpKernel) {
+    let (sw, sh) = (wk.src_x_size as usize, wk.src_y_size as usize);
+    let (dw, dh) = (wk.dst_x_size as usize, wk.dst_y_size as usize);
+    let bands = wk.bands as usize;
+    let src_n = sw * sh + 1;
+    let src_words = src_n.div_ceil(32);
+    let dst_n = dw * dh;
+    let dst_words = dst_n.div_ceil(32);
+    // SAFETY: the sizes above are those GDAL allocated (CreateKernelMask,
+    // WarpRegionToBuffer); every pointer is non-null where it is read.
+    let chunk = unsafe {
+        let band_ptr = |p: *mut *mut u8, i: usize| *p.add(i);
+        Chunk::<T> {
+            src: (0..bands)
+                .map(|i| std::slice::from_raw_parts(band_ptr(wk.src_image, i) as *const T, src_n))
+                .collect(),
+            band_valid: (!wk.band_src_valid.is_null()).then(|| {
+                (0..bands)
+                    .map(|i| {
+                        let p = *wk.band_src_valid.add(i);
+                        (!p.is_null())
+                            .then(|| std::slice::from_raw_parts(p as *const u32, src_words))
+                    })
+                    .collect()
+            }),
+            unified_valid: (!wk.unified_src_valid.is_null())
+                .then(|| std::slice::from_raw_parts(wk.unified_src_valid as *const u32, src_words)),
+            unified_density: (!wk.unified_src_density.is_null())
+                .then(|| std::slice::from_raw_parts(wk.unified_src_density as *const f32, src_n)),
+            dst: (0..bands)
+                .map(|i| std::slice::from_raw_parts_mut(band_ptr(wk.dst_image, i) as *mut T, dst_n))
+                .collect(),
+            dst_valid: (!wk.dst_valid.is_null())
+                .then(|| std::slice::from_raw_parts_mut(wk.dst_valid, dst_words)),
+            dst_density: (!wk.dst_density.is_null())
+                .then(|| std::slice::from_raw_parts_mut(wk.dst_density, dst_n)),
+            dst_nodata: (!wk.dst_nodata.is_null())
+                .then(|| std::slice::from_raw_parts(wk.dst_nodata as *const f64, bands).to_vec()),
+            src_size: (sw, sh),
+            src_off: (wk.src_x_off, wk.src_y_off),
+            dst_size: (dw, dh),
+            dst_off: (wk.dst_x_off, wk.dst_y_off),
+        }
+    };
+    let Some(f) = wk.transformer else {
+        return;
+    };
+    let mut tr = KernelTransform {
+        f,
+        arg: wk.transformer_arg,
+    };
+    let mut chunk = chunk;
+    chunk.run(&mut tr);
+}

@@ -1,0 +1,353 @@
+//! warpline's own resampling loop inside GDAL's warp.
+//!
+//! `gdalwarp` (GDAL 3.6.2, apps/gdalwarp_lib.cpp) is a series of C API
+//! calls: suggest the output grid, create the output, set up the warp
+//! options (bands, nodata, `INIT_DEST`, `SKIP_NOSOURCE`), wrap the
+//! transformer in the approximating one, and let `GDALWarpOperation`
+//! chunk the output, read each source window and build its masks. [`warp`]
+//! makes the same calls in the same order, for the settings and inputs
+//! [`Plan::from_args`] and [`source_refusal`] accept, and adds one thing:
+//! a pre-warp chunk processor (`hook.rs`) where warpline's loop
+//! (`bilinear.rs`) warps the chunks it is proven equal on. Everything else
+//! falls back: the stage then calls `GDALWarp` as before.
+//!
+//! Proven means: every tile of the mixed real corpus and randomized
+//! grids, CRS pairs and nodata patterns equal `gdalwarp` to the bit
+//! (tests/all/fidelity/mixed.rs, `tests` here).
+
+use std::ffi::CString;
+use std::ptr;
+
+use gdal::raster::GdalDataType;
+use gdal::spatial_ref::SpatialRef;
+use gdal::Dataset;
+use gdal_sys as sys;
+
+use super::warp::{classify, WarpError};
+use super::{last_error, reset_error, string_list};
+
+mod bilinear;
+mod hook;
+#[cfg(test)]
+mod tests;
+
+/// What the reproject stage's settings ask of a warp, when the loop can
+/// take it: `gdalwarp -t_srs S -r bilinear -et E -wm M [-to AOI]`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Plan {
+    pub(crate) dst_srs: String,
+    pub(crate) aoi: Option<String>,
+    pub(crate) error_threshold: f64,
+    pub(crate) warp_memory: f64,
+}
+
+impl Plan {
+    /// The plan for these gdalwarp arguments, or None when any argument is
+    /// one this replica of gdalwarp does not make (an extent, nodata,
+    /// alpha, a cutline, another method...).
+    pub(crate) fn from_args(args: &[String]) -> Option<Plan> {
+        let (mut srs, mut method, mut et, mut wm, mut aoi) = (None, None, None, None, None);
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            let value = it.next()?;
+            match flag.as_str() {
+                "-t_srs" => srs = Some(value.clone()),
+                "-r" => method = Some(value.as_str()),
+                "-et" => et = value.parse::<f64>().ok(),
+                "-wm" => wm = value.parse::<f64>().ok(),
+                "-to" if value.starts_with("AREA_OF_INTEREST=") => aoi = Some(value.clone()),
+                _ => return None,
+            }
+        }
+        let et = et?;
+        // gdalwarp writes ERROR_THRESHOLD=%.16g: exact for these.
+        let digits = format!("{et:e}")
+            .split('e')
+            .next()?
+            .replace(['.', '-'], "")
+            .len();
+        if method != Some("bilinear") || et.is_nan() || et <= 0.0 || digits > 15 {
+            return None;
+        }
+        let wm = wm?;
+        Some(Plan {
+            dst_srs: srs?,
+            aoi,
+            error_threshold: et,
+            warp_memory: if wm < 10000.0 {
+                wm * 1024.0 * 1024.0
+            } else {
+                wm
+            },
+        })
+    }
+
+    fn transformer_options(&self) -> Vec<String> {
+        let mut to = vec![format!("DST_SRS={}", self.dst_srs)];
+        to.extend(
+            self.aoi
+                .iter()
+                .map(|a| a.trim_start_matches("-to ").to_owned()),
+        );
+        to
+    }
+}
+
+/// Which loop warped an output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Took {
+    /// warpline's, every chunk.
+    Ours,
+    /// GDAL's (for some chunk), and why.
+    Theirs(&'static str),
+}
+
+/// Why an input is not one [`warp`] replicates gdalwarp for (None: it
+/// is). gdalwarp picks an overview, an alpha band, GCPs, RPCs or a
+/// vertical shift for such inputs.
+pub(crate) fn source_refusal(src: &Dataset, plan: &Plan) -> Option<&'static str> {
+    if !hook::layout_known() {
+        return Some("GDAL version");
+    }
+    let count = src.raster_count();
+    let band = src.rasterband(1).ok()?;
+    // SAFETY: a valid dataset handle, only read.
+    let (gcps, rpc) = unsafe {
+        (
+            sys::GDALGetGCPCount(src.c_dataset()),
+            sys::GDALGetMetadata(src.c_dataset() as sys::GDALMajorObjectH, c"RPC".as_ptr()),
+        )
+    };
+    if count < 1 || src.geo_transform().is_err() || gcps > 0 {
+        return Some("georeferencing");
+    }
+    if !rpc.is_null() {
+        return Some("RPC");
+    }
+    if band.overview_count().unwrap_or(1) > 0 {
+        return Some("overviews");
+    }
+    let last = src.rasterband(count).ok()?;
+    if last.color_interpretation() == gdal::raster::ColorInterpretation::AlphaBand {
+        return Some("alpha band");
+    }
+    // SAFETY: a valid band handle; the RAT (if any) stays GDAL's.
+    if !unsafe { sys::GDALGetDefaultRAT(band.c_rasterband()) }.is_null() {
+        return Some("attribute table");
+    }
+    let vertical = |s: &SpatialRef| {
+        // SAFETY: a valid SRS handle, only read.
+        s.is_compound() || unsafe { sys::OSRIsVertical(s.to_c_hsrs()) } != 0
+    };
+    match (
+        src.spatial_ref(),
+        SpatialRef::from_definition(&plan.dst_srs),
+    ) {
+        (Ok(a), Ok(b)) if !vertical(&a) && !vertical(&b) => None,
+        _ => Some("CRS"),
+    }
+}
+
+/// `gdalwarp` of `src` with `plan` to a new MEM dataset, with warpline's
+/// loop where it is proven; which loop ran is returned with it.
+pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took), WarpError> {
+    let gen = Transformer::new(src, &plan.transformer_options())?;
+    let (gt, pixels, lines) = output_grid(src, &gen)?;
+    let dst = create_output(src, plan, gt, pixels, lines)?;
+    // SAFETY: `gen` is a GenImgProj transformer; `gt` six doubles.
+    unsafe { sys::GDALSetGenImgProjTransformerDstGeoTransform(gen.0, gt.as_ptr()) };
+    let approx = gen.approximate(plan.error_threshold)?;
+    let count = src.raster_count();
+    let nodata = setup_nodata(src, &dst, count);
+    let mut hook = hook::Hook {
+        bands: i32::try_from(count).unwrap_or(0),
+        ..hook::Hook::default()
+    };
+    let options = WarpSetup::new(src, &dst, plan, &approx, nodata.as_deref(), &mut hook)?;
+    reset_error();
+    // SAFETY: `options` is complete (bands, nodata, transformer, the
+    // hook and its argument, alive until the operation is destroyed).
+    let err = unsafe {
+        let op = sys::GDALCreateWarpOperation(options.0);
+        if op.is_null() {
+            return Err(WarpError::Failed(last_error("cannot set up the warp")));
+        }
+        let err = sys::GDALChunkAndWarpImage(op, 0, 0, pixels, lines);
+        sys::GDALDestroyWarpOperation(op);
+        err
+    };
+    drop(options);
+    drop(approx);
+    if err != sys::CPLErr::CE_None {
+        // SAFETY: reads this thread's last error number.
+        let number = unsafe { sys::CPLGetLastErrorNo() };
+        return Err(classify(number, last_error("the warp failed")));
+    }
+    let mut dst = dst;
+    dst.flush_cache()
+        .map_err(|e| WarpError::Failed(super::error_message(e, "cannot flush the output")))?;
+    let took = match (hook.ours, hook.theirs) {
+        (n, 0) if n > 0 => Took::Ours,
+        _ => Took::Theirs(hook.why.unwrap_or("no chunk")),
+    };
+    Ok((dst, took))
+}
+
+/// A GDAL transformer, destroyed on drop.
+struct Transformer(*mut std::ffi::c_void);
+
+impl Drop for Transformer {
+    fn drop(&mut self) {
+        // SAFETY: made by GDAL, destroyed once.
+        unsafe { sys::GDALDestroyTransformer(self.0) };
+    }
+}
+
+impl Transformer {
+    /// `GDALCreateGenImgProjTransformer2(src, NULL, to)`, as gdalwarp's
+    /// output creation makes the one it then warps with.
+    fn new(src: &Dataset, to: &[String]) -> Result<Self, WarpError> {
+        let to = string_list(to).map_err(WarpError::Failed)?;
+        reset_error();
+        // SAFETY: valid dataset; a NULL-terminated list, only read.
+        let t = unsafe {
+            sys::GDALCreateGenImgProjTransformer2(src.c_dataset(), ptr::null_mut(), to.as_ptr())
+        };
+        if t.is_null() {
+            return Err(WarpError::Failed(last_error(
+                "no transformation to the target CRS",
+            )));
+        }
+        Ok(Transformer(t))
+    }
+
+    /// The approximating transformer over this one (which it then owns).
+    fn approximate(self, error: f64) -> Result<Transformer, WarpError> {
+        // SAFETY: `self.0` is a GenImgProj transformer; the approximating
+        // one takes ownership of it (OwnsSubtransformer), so `self` must
+        // not destroy it again.
+        let a = unsafe {
+            sys::GDALCreateApproxTransformer(Some(sys::GDALGenImgProjTransform), self.0, error)
+        };
+        if a.is_null() {
+            return Err(WarpError::Failed(last_error(
+                "cannot approximate the transformer",
+            )));
+        }
+        // SAFETY: `a` was just made over `self.0`.
+        unsafe { sys::GDALApproxTransformerOwnsSubtransformer(a, 1) };
+        std::mem::forget(self);
+        Ok(Transformer(a))
+    }
+
+    /// One point through the GenImgProj transformer.
+    fn point(&self, inverse: bool, x: &mut f64, y: &mut f64) -> bool {
+        let (mut z, mut ok) = (0f64, 0i32);
+        // SAFETY: one point, out-pointers to locals.
+        let r = unsafe {
+            sys::GDALGenImgProjTransform(self.0, i32::from(inverse), 1, x, y, &mut z, &mut ok)
+        };
+        r != 0 && ok != 0
+    }
+
+    fn suggest(&self, src: &Dataset) -> Result<([f64; 6], i32, i32, [f64; 4]), WarpError> {
+        let (mut gt, mut ext) = ([0f64; 6], [0f64; 4]);
+        let (mut px, mut ln) = (0, 0);
+        // SAFETY: valid dataset and transformer; out-pointers to locals.
+        let err = unsafe {
+            sys::GDALSuggestedWarpOutput2(
+                src.c_dataset(),
+                Some(sys::GDALGenImgProjTransform),
+                self.0,
+                gt.as_mut_ptr(),
+                &mut px,
+                &mut ln,
+                ext.as_mut_ptr(),
+                0,
+            )
+        };
+        if err != sys::CPLErr::CE_None {
+            return Err(WarpError::Failed(last_error(
+                "cannot work out the output of the warp",
+            )));
+        }
+        Ok((gt, px, ln, ext))
+    }
+}
+
+/// The output's geotransform and size, as `GDALWarpCreateOutput` works
+/// them out for one source and no `-te`/`-tr`/`-ts`: the suggestion, again
+/// with `CHECK_WITH_INVERT_PROJ` when the suggested edges do not round
+/// trip (which leaves the option in the transformer the warp then uses).
+fn output_grid(src: &Dataset, gen: &Transformer) -> Result<([f64; 6], i32, i32), WarpError> {
+    let (mut gt, px, ln, mut ext) = gen.suggest(src)?;
+    let key = c"CHECK_WITH_INVERT_PROJ";
+    // SAFETY: reads a configuration option (a pointer GDAL owns).
+    let set = !unsafe { sys::CPLGetConfigOption(key.as_ptr(), ptr::null()) }.is_null();
+    if !set && !round_trips(gen, ext, px, ln) {
+        // SAFETY: thread-local options, set and cleared around one call.
+        unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), c"TRUE".as_ptr()) };
+        let again = gen.suggest(src);
+        // SAFETY: as above.
+        unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), ptr::null()) };
+        (gt, _, _, ext) = again?;
+    }
+    let (rx, ry) = (gt[1], gt[5].abs());
+    let pixels = ((ext[2] - ext[0]) / rx + 0.5) as i32;
+    let lines = ((ext[3] - ext[1]) / ry + 0.5) as i32;
+    Ok(([ext[0], rx, 0.0, ext[3], 0.0, -ry], pixels, lines))
+}
+
+/// gdalwarp's check that the suggested edges lie in the target
+/// projection's domain: 21 x 21 points, target to source and back.
+fn round_trips(gen: &Transformer, ext: [f64; 4], px: i32, ln: i32) -> bool {
+    let [mut min_x, mut min_y, mut max_x, mut max_y] = ext;
+    if min_x == -180.0 {
+        min_x += 1e-6;
+    }
+    if max_x == 180.0 {
+        max_x -= 1e-6;
+    }
+    if min_y == -90.0 {
+        min_y += 1e-6;
+    }
+    if max_y == 90.0 {
+        max_y -= 1e-6;
+    }
+    const STEPS: i32 = 20;
+    for i in 0..=STEPS {
+        for j in 0..=STEPS {
+            let (ri, rj) = (
+                f64::from(i) * 1.0 / f64::from(STEPS),
+                f64::from(j) * 1.0 / f64::from(STEPS),
+            );
+            let ex = (1.0 - ri) * min_x + ri * max_x;
+            let ey = (1.0 - rj) * min_y + rj * max_y;
+            let (mut x, mut y) = (ex, ey);
+            if !gen.point(true, &mut x, &mut y) || !gen.point(false, &mut x, &mut y) {
+                return false;
+            }
+            if (x - ex).abs() > (max_x - min_x) / f64::from(px)
+                || (y - ey).abs() > (max_y - min_y) / f64::from(ln)
+            {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+mod output;
+use output::{create_output, setup_nodata, WarpSetup};
+
+/// The band type gdalwarp gives the output: band 1's.
+fn band_type(src: &Dataset) -> sys::GDALDataType::Type {
+    src.rasterband(1)
+        .map(|b| b.band_type() as sys::GDALDataType::Type)
+        .unwrap_or(GdalDataType::Unknown as sys::GDALDataType::Type)
+}
+
+/// A C string of `s`, or the warp's error.
+fn c_string(s: &str) -> Result<CString, WarpError> {
+    CString::new(s).map_err(|_| WarpError::Failed(format!("{s:?} contains a NUL byte")))
+}
