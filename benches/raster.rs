@@ -130,7 +130,7 @@ fn pipeline_with_budget(
         budget: &format!("\"{budget_mib}MiB\""),
         cpu: "\"cores+1\"",
         workers: "\"cores\"",
-        reproject: "crs = \"EPSG:3857\"\nresampling = \"bilinear\"",
+        reproject: &reproject_settings(),
         write: &format!(
             "dir = {:?}\nexists = \"overwrite\"",
             out.display().to_string()
@@ -312,6 +312,17 @@ fn chosen(wanted: &[String]) -> Vec<&str> {
     } else {
         wanted.iter().map(String::as_str).collect()
     }
+}
+
+/// The reproject stage's settings: EPSG:3857, bilinear, and the `kernel`
+/// `WARPLINE_BENCH_KERNEL` names (`gdal`: GDAL's own resampling loop for
+/// every tile, as before warpline had one).
+fn reproject_settings() -> String {
+    let mut s = "crs = \"EPSG:3857\"\nresampling = \"bilinear\"".to_owned();
+    if let Ok(k) = std::env::var("WARPLINE_BENCH_KERNEL") {
+        s.push_str(&format!("\nkernel = {k:?}"));
+    }
+    s
 }
 
 /// WARPLINE_BENCH_REPEAT=N runs the chosen scenarios N rounds and ends

@@ -73,3 +73,39 @@ fn every_tile_of_the_mixed_corpus_equals_gdalwarp() {
         assert_same_metadata(&ours, &theirs, &name);
     }
 }
+
+/// `kernel = "gdal"` leaves every tile to GDAL's loop, `"auto"` takes
+/// warpline's where it is proven: the report says which, and the pixels
+/// are the same.
+#[test]
+fn the_kernel_key_chooses_the_loop_and_not_the_pixels() {
+    let Some((data, work)) = super::data_and_work() else {
+        return;
+    };
+    let input = data.join("RGB.byte.tif");
+    let mut outputs = Vec::new();
+    for (kernel, path) in [("auto", "warpline-kernel"), ("gdal", "memory")] {
+        let out = work.path().join(kernel);
+        let toml = raster_pipeline(
+            &[s(&input)],
+            &format!("crs = \"EPSG:3857\"\nresampling = \"bilinear\"\nkernel = \"{kernel}\""),
+            &format!("dir = {:?}", s(&out)),
+            1,
+        );
+        let report = run(&toml);
+        assert_eq!(report.items.done, 1, "{report}");
+        let reproject = report
+            .stages
+            .iter()
+            .find(|s| s.kind == "reproject")
+            .unwrap();
+        assert_eq!(
+            reproject.paths.get(path),
+            Some(&1),
+            "{kernel}: {:?}",
+            reproject.paths
+        );
+        outputs.push(output_for(&out, &input));
+    }
+    assert_same_raster(&outputs[0], &outputs[1], "kernel auto against gdal");
+}
