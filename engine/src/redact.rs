@@ -3,7 +3,12 @@
 //!
 //! - [`redact`] hides them in one source (a URL or a path);
 //! - [`redact_text`] hides them in every URL quoted in a longer message
-//!   (`scheme://...`, up to the next blank or quote).
+//!   (`scheme://...`, up to the next blank or quote), and hides the key
+//!   material of a credentials file quoted in it: a PEM private key, and
+//!   the values of the JSON fields of Google's service account and
+//!   authorized user files that are secrets ([`SECRET_FIELDS`]). A
+//!   client reports a bad `GOOGLE_SERVICE_ACCOUNT` path by quoting it, and
+//!   users do set it to the key's JSON instead of the file's path.
 //!
 //! Both work on the text: a URL that does not parse (a port out of range, a
 //! stray character) is redacted too. A URL that parses has its user
@@ -79,6 +84,18 @@ pub const SECRET_PARAMS: &[&str] = &[
     "scid",
 ];
 
+/// JSON fields whose values are secrets: those of Google's service account
+/// key files (`private_key`, `private_key_id`) and of gcloud's authorized
+/// user files (`client_secret`, `refresh_token`), and OAuth tokens.
+pub const SECRET_FIELDS: &[&str] = &[
+    "private_key",
+    "private_key_id",
+    "client_secret",
+    "refresh_token",
+    "access_token",
+    "id_token",
+];
+
 /// Whether the query parameter `name` (as written, percent-encoded or not)
 /// names a secret.
 pub fn is_secret_param(name: &str) -> bool {
@@ -108,6 +125,8 @@ pub fn redact(source: &str) -> String {
 /// `message` with every URL in it (`scheme://` up to the next blank, quote
 /// or angle bracket) passed through [`redact`].
 pub fn redact_text(message: &str) -> String {
+    let without_keys = hide_key_material(message);
+    let message = without_keys.as_deref().unwrap_or(message);
     if !message.contains("://") {
         return message.to_owned();
     }
@@ -131,6 +150,108 @@ pub fn redact_text(message: &str) -> String {
         from = start + next;
     }
     out
+}
+
+/// `text` with every PEM private key (`-----BEGIN ... PRIVATE KEY-----` to
+/// its `-----END ...-----`, or to the end of the text) and the value of
+/// every [`SECRET_FIELDS`] field replaced by `***`, if it holds any.
+fn hide_key_material(text: &str) -> Option<String> {
+    let pem = hide_pem_keys(text);
+    let text = pem.as_deref().unwrap_or(text);
+    hide_secret_fields(text).or(pem)
+}
+
+fn hide_pem_keys(text: &str) -> Option<String> {
+    const BEGIN: &str = "-----BEGIN ";
+    const END: &str = "-----END ";
+    const DASHES: &str = "-----";
+    let mut out = String::new();
+    let mut rest = text;
+    let mut changed = false;
+    while let Some(at) = rest.find(BEGIN) {
+        let after = &rest[at + BEGIN.len()..];
+        let label_end = after.find(DASHES).unwrap_or(after.len());
+        if !after[..label_end].ends_with("PRIVATE KEY") {
+            out.push_str(&rest[..at + BEGIN.len()]);
+            rest = after;
+            continue;
+        }
+        out.push_str(&rest[..at]);
+        out.push_str("***");
+        changed = true;
+        // The block ends after the END line's closing dashes.
+        rest = match after.find(END) {
+            Some(end) => {
+                let tail = &after[end + END.len()..];
+                tail.find(DASHES).map_or("", |d| &tail[d + DASHES.len()..])
+            }
+            None => "",
+        };
+    }
+    out.push_str(rest);
+    changed.then_some(out)
+}
+
+/// The values of `"FIELD": "VALUE"` pairs for secret fields hidden, in
+/// JSON as written and as quoted once more (`\"FIELD\": \"VALUE\"`).
+fn hide_secret_fields(text: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut from = 0;
+    let mut changed = false;
+    while let Some(name_end) = next_secret_field(text, from) {
+        let after = &text[name_end..];
+        // `"`, `\`, blanks, one `:`, then the value's opening quote.
+        let sep_len = after
+            .find(|c: char| !(c == '"' || c == '\\' || c == ':' || c.is_whitespace()))
+            .unwrap_or(after.len());
+        let sep = &after[..sep_len];
+        if !sep.contains(':') || !sep.trim_end_matches('\\').ends_with('"') {
+            out.push_str(&text[from..name_end]);
+            from = name_end;
+            continue;
+        }
+        let value = &after[sep_len..];
+        let len = value.find('"').unwrap_or(value.len());
+        let len = if value[..len].ends_with('\\') {
+            len - 1
+        } else {
+            len
+        };
+        out.push_str(&text[from..name_end + sep_len]);
+        if len > 0 {
+            out.push_str("***");
+            changed = true;
+        }
+        from = name_end + sep_len + len;
+    }
+    if !changed {
+        return None;
+    }
+    out.push_str(&text[from..]);
+    Some(out)
+}
+
+/// The end of the next quoted secret field name at or after `from`:
+/// `"NAME"`, or `\"NAME\"` as quoted again, never the end of another
+/// name (`"my_private_key"`).
+fn next_secret_field(text: &str, from: usize) -> Option<usize> {
+    SECRET_FIELDS
+        .iter()
+        .filter_map(|f| {
+            let mut at = from;
+            while let Some(i) = text[at..].find(f) {
+                let (start, end) = (at + i, at + i + f.len());
+                let after = &text[end..];
+                if text[..start].ends_with('"')
+                    && (after.starts_with('"') || after.starts_with("\\\""))
+                {
+                    return Some(end);
+                }
+                at = end;
+            }
+            None
+        })
+        .min()
 }
 
 /// Characters that end a URL quoted in a message.
@@ -367,6 +488,39 @@ mod tests {
         assert_eq!(redact_text("no URL: a://"), "no URL: a://");
         assert_eq!(redact_text("://u:p@h ://"), "://u:p@h ://");
         assert_eq!(redact_text("HTTP 404 Not Found"), "HTTP 404 Not Found");
+    }
+
+    /// A service account key given where its path was expected is quoted
+    /// by the client's error: its private key and key id are hidden, as
+    /// are an authorized user's secret and refresh token, in JSON as
+    /// written and quoted again; what says which account it is stays.
+    #[test]
+    fn key_material_quoted_in_a_message_is_hidden() {
+        let key = r#"{"type": "service_account", "private_key_id": "qqvkeyid1",
+            "private_key": "-----BEGIN PRIVATE KEY-----\nqqvPEM\n-----END PRIVATE KEY-----\n",
+            "client_email": "w@p.iam.gserviceaccount.com"}"#;
+        let message = format!("Unable to open service account file from {key}: not found");
+        let shown = redact_text(&message);
+        assert!(!shown.contains("qqv"), "{shown}");
+        assert!(shown.contains("\"private_key\": \"***\""), "{shown}");
+        assert!(shown.contains("w@p.iam.gserviceaccount.com"), "{shown}");
+        assert!(shown.ends_with(": not found"), "{shown}");
+        let quoted = format!(
+            "{:?}",
+            r#"{"client_secret":"qqvcs","refresh_token": "qqvrt"}"#
+        );
+        let shown = redact_text(&format!("bad file {quoted}"));
+        assert!(!shown.contains("qqv"), "{shown}");
+        // A PEM key alone, and one cut short.
+        let pem = "key -----BEGIN RSA PRIVATE KEY-----\nqqv\n-----END RSA PRIVATE KEY----- ok";
+        assert_eq!(redact_text(pem), "key *** ok");
+        assert_eq!(redact_text("x -----BEGIN PRIVATE KEY-----\nqqv"), "x ***");
+        // Not a secret: a certificate, another field of the same name's end.
+        let cert = "-----BEGIN CERTIFICATE-----\nMII\n-----END CERTIFICATE-----";
+        assert_eq!(redact_text(cert), cert);
+        let other = r#"{"my_private_key": "v", "private_key_path": "/k.json"}"#;
+        assert_eq!(redact_text(other), other);
+        assert_eq!(redact_text(&redact_text(&message)), redact_text(&message));
     }
 
     #[test]

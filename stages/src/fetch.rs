@@ -1,8 +1,8 @@
 //! The `fetch` stage (async): reads each input's bytes over HTTP(S) with
-//! reqwest and rustls, from an object store (`s3://`, `az://`, see
+//! reqwest and rustls, from an object store (`s3://`, `az://`, `gs://`, see
 //! [`crate::store`]), or from a local file.
 //!
-//! - An `s3://` or `az://` object is charged by its size (the listing's, else a HEAD
+//! - An `s3://`, `az://` or `gs://` object is charged by its size (the listing's, else a HEAD
 //!   request's) before its body is asked for; its errors are classed as
 //!   HTTP's are (a wrong secret, a missing bucket or key fail at once).
 //!
@@ -19,7 +19,7 @@
 //!   also pauses the host's rate bucket); other 4xx fail the item at once
 //!   with the URL and status. By default a fetch is tried 6 times, over
 //!   7.75 to 15.5 s, so a short outage costs no item.
-//! - `read = "window"`: an http(s), `s3://` or `az://` input is not read here; GDAL
+//! - `read = "window"`: an http(s) or object store input is not read here; GDAL
 //!   reads the blocks the warp needs by range requests (see `window`).
 
 use std::time::Duration;

@@ -3,17 +3,17 @@
 //! The raster stages of warpline, plugged into the engine's stage traits:
 //!
 //! - [`source`]: kinds `list` (a text file of URLs and paths), `inline`
-//!   (a list in the pipeline), `glob` (local files, `s3://` or `az://`),
+//!   (a list in the pipeline), `glob` (local files, `s3://`, `az://` or `gs://`),
 //!   `mosaic` (many inputs into one output) and `stac` (assets of STAC
 //!   items from an ItemCollection, a STAC API search or a static catalog);
-//! - [`fetch`]: HTTP(S) with reqwest and rustls, `s3://` and `az://`
-//!   objects, and local files with their siblings (async); or, with
+//! - [`fetch`]: HTTP(S) with reqwest and rustls, `s3://`, `az://` and
+//!   `gs://` objects, and local files with their siblings (async); or, with
 //!   `read = "window"`, nothing up front: GDAL later reads only the byte
 //!   ranges a warp needs through `/vsiwarpline/`, a file system whose
 //!   reads are fetch's;
 //! - [`store`]: object stores (`object_store`): S3 and S3-compatible, Azure
-//!   Blob Storage; the `s3://` / `az://` glob source, fetch's reads, write's
-//!   uploads;
+//!   Blob Storage, Google Cloud Storage (read only); the `s3://` / `az://` /
+//!   `gs://` glob source, fetch's reads, write's uploads (`s3://`, `az://`);
 //! - [`decode`]: the bytes opened with GDAL (blocking), under the input's
 //!   own safe file name ([`names`]) in a private `/vsimem/` directory, with
 //!   the siblings fetch read beside a local file (`siblings`), archives

@@ -6,16 +6,16 @@
 //! - `inline`: `inputs = [...]` in the pipeline file (checked when the
 //!   pipeline is compiled);
 //! - `glob`: local files matching `pattern`, sorted; or, for an
-//!   `s3://BUCKET/PREFIX/*.tif` or `az://CONTAINER/PREFIX/*.tif` pattern,
-//!   the objects of a bucket's listing
+//!   `s3://BUCKET/PREFIX/*.tif`, `az://CONTAINER/PREFIX/*.tif` or
+//!   `gs://BUCKET/PREFIX/*.tif` pattern, the objects of a bucket's listing
 //!   (see [`crate::store`]);
 //! - `mosaic`: many inputs warped into one output;
 //! - `stac`: the assets of STAC items, from an ItemCollection, a STAC API
 //!   search or a static catalog.
 //!
-//! Accepted: `http://`, `https://`, `s3://`, `az://`, `file://` and plain local
-//! paths (the `schemes` setting narrows this). Anything else (`ftp://`,
-//! `gs://`, `/vsicurl/...`, ...) is refused: warpline never hands an input's name to
+//! Accepted: `http://`, `https://`, `s3://`, `az://`, `gs://`, `file://` and
+//! plain local paths (the `schemes` setting narrows this). Anything else
+//! (`ftp://`, `/vsicurl/...`, ...) is refused: warpline never hands an input's name to
 //! GDAL, so GDAL cannot be made to open URLs or files of its own.
 //!
 //! Each input's id is its file name without the extension, made safe for
@@ -52,7 +52,7 @@ struct Schemes {
     allowed: Vec<String>,
 }
 
-const KNOWN_SCHEMES: &[&str] = &["http", "https", "s3", "az", "file"];
+const KNOWN_SCHEMES: &[&str] = &["http", "https", "s3", "az", "gs", "file"];
 
 impl Schemes {
     fn parse(s: &Settings, given: Option<Vec<String>>) -> Result<Self, Problem> {
@@ -78,7 +78,7 @@ impl Schemes {
         let name = scheme.unwrap_or("file");
         if !KNOWN_SCHEMES.contains(&name) {
             return Err(format!(
-                "unsupported input {shown:?}: only http://, https://, s3://, az://, file:// and local paths are read"
+                "unsupported input {shown:?}: only http://, https://, s3://, az://, gs://, file:// and local paths are read"
             ));
         }
         if !self.allowed.iter().any(|a| a == name) {
@@ -418,7 +418,7 @@ fn glob_source(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
     if g.endpoint.is_some() {
         return Err(vec![s.problem(
             "endpoint",
-            "only for an s3:// or az:// pattern: a local glob asks no server",
+            "only for an s3://, az:// or gs:// pattern: a local glob asks no server",
         )]);
     }
     if let Err(e) = glob::Pattern::new(&pattern) {
@@ -525,7 +525,9 @@ mod tests {
         assert!(s.check("s3://Bucket_/a.tif").is_err());
         assert!(s.check("az://container/a.tif").is_ok());
         assert!(s.check("az://Bad_Container/a.tif").is_err());
-        assert!(s.check("gs://bucket/a.tif").is_err());
+        assert!(s.check("gs://bucket/a.tif").is_ok());
+        assert!(s.check("gs://my_bucket.example/a.tif").is_ok());
+        assert!(s.check("gs://Bad/a.tif").is_err());
         assert!(s.check("/vsicurl/http://127.0.0.1:1/x").is_err());
         let only_https = Schemes {
             allowed: vec!["https".into()],

@@ -13,6 +13,7 @@
 //!   [`crate::store`]): the file is written as above in a local staging
 //!   directory (`staging`), then sent with a multipart upload, so the object
 //!   appears only when complete; `exists` asks with a HEAD request.
+//!   `gs://` is read, not written (see `store::Scheme::writes`).
 //! - BIGTIFF is chosen from the uncompressed size (GDAL's `IF_NEEDED`
 //!   cannot know the compressed size); INTERLEAVE is passed explicitly.
 
@@ -207,7 +208,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
 
 /// The local directory GDAL writes in, and the bucket it is uploaded to
 /// when `dir` is an `s3://` or `az://` URL (else `endpoint` and `staging`
-/// are errors).
+/// are errors; a `gs://` one is refused: see `Scheme::writes`).
 fn remote_output(
     dir: &str,
     endpoint: Option<String>,
@@ -227,6 +228,9 @@ fn remote_output(
         }
         return Ok((PathBuf::from(dir), None));
     }
+    crate::store::ObjectUrl::parse(dir)
+        .and_then(|url| url.scheme.writes())
+        .map_err(|m| ("dir", m))?;
     let staging = match staging {
         Some(s) => PathBuf::from(s),
         None => crate::store::default_staging().map_err(|m| ("staging", m))?,

@@ -12,6 +12,7 @@ mod cli;
 mod cli_pipes;
 mod crash;
 mod disk_full;
+mod gcs;
 mod global_rate;
 mod outputs;
 mod redis;

@@ -315,7 +315,7 @@ impl Fetch {
         }
     }
 
-    /// An `s3://` or `az://` object GDAL will read by ranges (ranged GET): its
+    /// An `s3://`, `az://` or `gs://` object GDAL will read by ranges (ranged GET): its
     /// size from the listing or a HEAD request.
     pub(super) async fn s3_window(
         &self,

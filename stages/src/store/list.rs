@@ -1,5 +1,5 @@
 //! The `glob` source over a store's listing: `pattern =
-//! "s3://BUCKET/PREFIX/*.tif"` or `"az://CONTAINER/PREFIX/*.tif"`.
+//! "s3://BUCKET/PREFIX/*.tif"`, `"az://CONTAINER/PREFIX/*.tif"` or `"gs://BUCKET/PREFIX/*.tif"`.
 //!
 //! The bucket is listed from the pattern's directory (the part before its
 //! first wildcard), page by page as the engine asks for inputs: a page of
@@ -30,7 +30,7 @@ struct S3Glob {
     stores: Arc<Stores>,
 }
 
-/// The `glob` source for an `s3://` or `az://` pattern.
+/// The `glob` source for an `s3://`, `az://` or `gs://` pattern.
 pub(crate) fn glob_source(
     s: &Settings,
     pattern: &str,

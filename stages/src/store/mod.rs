@@ -1,9 +1,10 @@
 //! Object stores as inputs and outputs, through the `object_store` crate
 //! (signing, paginated listings, multipart uploads): `s3://BUCKET/KEY` on
 //! Amazon S3 or an S3-compatible server, `az://CONTAINER/BLOB` on Azure
-//! Blob Storage or Azurite. Every path below is the same for both but the
-//! client's making (`build_s3`, `build_azure`) and the words of messages
-//! (`Scheme`).
+//! Blob Storage or Azurite, `gs://BUCKET/OBJECT` on Google Cloud Storage
+//! or fake-gcs-server (read only: see [`Scheme::writes`]). Every path
+//! below is the same for all three but the client's making (`clients`)
+//! and the words of messages (`Scheme`).
 //!
 //! - `ObjectUrl`: an object's address;
 //! - `Stores`: one client per bucket (container), made from the
@@ -16,17 +17,23 @@
 //!   `AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_KEY`,
 //!   `AZURE_STORAGE_ENDPOINT`, `AZURE_STORAGE_USE_EMULATOR` with
 //!   `AZURITE_BLOB_STORAGE_URL`, the client secret or managed identity).
+//!   GCS: what `GoogleCloudStorageBuilder::from_env` reads
+//!   (`GOOGLE_SERVICE_ACCOUNT`, `GOOGLE_SERVICE_ACCOUNT_KEY`,
+//!   `GOOGLE_APPLICATION_CREDENTIALS`, `GOOGLE_BASE_URL`), then gcloud's
+//!   application default credentials file, then the instance metadata.
 //!   An `http://` endpoint on a loopback address is allowed without
-//!   `AWS_ALLOW_HTTP` / `AZURE_ALLOW_HTTP`;
+//!   `AWS_ALLOW_HTTP` / `AZURE_ALLOW_HTTP` / `GOOGLE_ALLOW_HTTP`;
 //! - `stage_error`: an `object_store` error as a stage error, classed for
 //!   the retry policy as fetch classes HTTP errors, its text redacted;
 //! - `list`: the `glob` source over a listing; `get`: fetch's reads;
 //!   `put`: write's uploads.
 //!
 //! Secrets are never in a message: requests are signed in headers, and
-//! every message passes through [`redact_text`].
+//! every message passes through [`redact_text`] (which also hides a
+//! service account key quoted in one).
 
 mod address;
+mod clients;
 mod get;
 mod journal;
 mod list;
@@ -41,17 +48,16 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
-use object_store::client::{ClientConfigKey, HttpError, HttpErrorKind};
+use object_store::client::{HttpError, HttpErrorKind};
 use object_store::multipart::MultipartStore;
-use object_store::{BackoffConfig, ObjectStore, RetryConfig};
+use object_store::ObjectStore;
 use warpline_engine::redact::redact_text;
 #[cfg(test)]
 use warpline_engine::ErrorKind;
 use warpline_engine::StageError;
 
 pub(crate) use address::{is_store, ObjectUrl, Scheme};
+pub(crate) use clients::endpoint_of;
 pub(crate) use get::Body;
 pub(crate) use journal::default_staging;
 pub(crate) use list::glob_source;
@@ -101,11 +107,7 @@ impl Stores {
         if let Some(store) = map.get(&key) {
             return Ok(Arc::clone(store));
         }
-        let built: Result<Arc<dyn Client>, String> = match url.scheme {
-            Scheme::S3 => build_s3(&self.config, &url.bucket).map(|c| Arc::new(c) as _),
-            Scheme::Az => build_azure(&self.config, &url.bucket).map(|c| Arc::new(c) as _),
-        };
-        let store = built.map_err(|m| {
+        let store = clients::build(&self.config, url).map_err(|m| {
             StageError::permanent(format!(
                 "{}{}: cannot make a client: {m}",
                 url.scheme.prefix(),
@@ -122,135 +124,6 @@ impl Stores {
         let mut map = self.by_bucket.lock().unwrap_or_else(|p| p.into_inner());
         map.insert((scheme, bucket.to_owned()), client);
     }
-}
-
-/// Whether `endpoint` is plain HTTP to this machine.
-fn loopback_http(endpoint: &str) -> bool {
-    let Ok(url) = url::Url::parse(endpoint) else {
-        return false;
-    };
-    url.scheme() == "http"
-        && match url.host() {
-            Some(url::Host::Domain(d)) => d == "localhost",
-            Some(url::Host::Ipv4(a)) => a.is_loopback(),
-            Some(url::Host::Ipv6(a)) => a.is_loopback(),
-            None => false,
-        }
-}
-
-impl Config {
-    /// The client settings both stores take: timeouts.
-    fn client_keys(&self) -> Vec<(ClientConfigKey, String)> {
-        let millis = |d: Duration| format!("{}ms", d.as_millis());
-        let mut keys = Vec::new();
-        if let Some(t) = self.connect_timeout {
-            keys.push((ClientConfigKey::ConnectTimeout, millis(t)));
-        }
-        if let Some(t) = self.timeout {
-            keys.push((ClientConfigKey::Timeout, millis(t)));
-        }
-        keys
-    }
-
-    fn retry(&self) -> RetryConfig {
-        RetryConfig {
-            backoff: BackoffConfig::default(),
-            max_retries: self.retries,
-            retry_timeout: Duration::from_secs(60),
-        }
-    }
-}
-
-fn build_s3(config: &Config, bucket: &str) -> Result<impl Client, String> {
-    let mut b = s3_builder(config, bucket)?;
-    if b.get_config_value(&AmazonS3ConfigKey::Endpoint)
-        .is_some_and(|e| loopback_http(&e))
-    {
-        b = b.with_allow_http(true);
-    }
-    for (key, value) in config.client_keys() {
-        b = b.with_config(AmazonS3ConfigKey::Client(key), value);
-    }
-    b = b.with_retry(config.retry());
-    b.build().map_err(|e| redact_text(&e.to_string()))
-}
-
-/// An Azure client: `MicrosoftAzureBuilder::from_env`'s variables, then
-/// the `endpoint` setting (the account's URL, e.g.
-/// `http://127.0.0.1:10000/devstoreaccount1` for Azurite).
-fn build_azure(config: &Config, container: &str) -> Result<impl Client, String> {
-    let mut b = azure_builder(config, container);
-    if b.get_config_value(&AzureConfigKey::Endpoint)
-        .is_some_and(|e| loopback_http(&e))
-    {
-        b = b.with_allow_http(true);
-    }
-    for (key, value) in config.client_keys() {
-        b = b.with_config(AzureConfigKey::Client(key), value);
-    }
-    b = b.with_retry(config.retry());
-    b.build().map_err(|e| redact_text(&e.to_string()))
-}
-
-/// An S3 client's settings for `bucket`, in the order they win: the
-/// `endpoint` setting, the environment, the AWS profile.
-fn s3_builder(config: &Config, bucket: &str) -> Result<AmazonS3Builder, String> {
-    let b = with_profile(AmazonS3Builder::from_env().with_bucket_name(bucket))?;
-    Ok(match &config.endpoint {
-        Some(endpoint) => b.with_endpoint(endpoint),
-        None => b,
-    })
-}
-
-/// An Azure client's settings for `container`: the `endpoint` setting,
-/// then the environment.
-fn azure_builder(config: &Config, container: &str) -> MicrosoftAzureBuilder {
-    let b = MicrosoftAzureBuilder::from_env().with_container_name(container);
-    match &config.endpoint {
-        Some(endpoint) => b.with_endpoint(endpoint.clone()),
-        None => b,
-    }
-}
-
-/// The server a client for `url`'s bucket talks to, as its builder
-/// resolves it (`None`: the cloud's own, or settings that cannot be read,
-/// which fail when the client is made).
-pub(crate) fn endpoint_of(config: &Config, url: &ObjectUrl) -> Option<String> {
-    match url.scheme {
-        Scheme::S3 => s3_builder(config, &url.bucket)
-            .ok()?
-            .get_config_value(&AmazonS3ConfigKey::Endpoint),
-        Scheme::Az => {
-            azure_builder(config, &url.bucket).get_config_value(&AzureConfigKey::Endpoint)
-        }
-    }
-    .filter(|e| !e.is_empty())
-}
-
-/// What the AWS shared files' profile sets and the environment does not.
-fn with_profile(mut b: AmazonS3Builder) -> Result<AmazonS3Builder, String> {
-    let Some(p) = profile::load(|k| std::env::var(k).ok())? else {
-        return Ok(b);
-    };
-    let unset = |b: &AmazonS3Builder, key| b.get_config_value(&key).is_none();
-    if unset(&b, AmazonS3ConfigKey::AccessKeyId) {
-        if let (Some(key), Some(secret)) = (p.access_key_id, p.secret_access_key) {
-            b = b.with_access_key_id(key).with_secret_access_key(secret);
-            if let Some(token) = p.session_token {
-                b = b.with_token(token);
-            }
-        }
-    }
-    if let Some(region) = p.region.filter(|_| unset(&b, AmazonS3ConfigKey::Region)) {
-        b = b.with_region(region);
-    }
-    if let Some(e) = p
-        .endpoint_url
-        .filter(|_| unset(&b, AmazonS3ConfigKey::Endpoint))
-    {
-        b = b.with_endpoint(e);
-    }
-    Ok(b)
 }
 
 /// The error's text and its causes', redacted.
@@ -278,8 +151,12 @@ fn s3_code(text: &str) -> Option<&str> {
 
 /// The metadata services `object_store` asks for credentials when the
 /// environment has none: an instance's (IMDS, AWS's and Azure's managed
-/// identity) and a container's (ECS).
-const METADATA: &[&str] = &["169.254.169.254", "169.254.170.2"];
+/// identity, Google's by name or address) and a container's (ECS).
+const METADATA: &[&str] = &[
+    "169.254.169.254",
+    "169.254.170.2",
+    "metadata.google.internal",
+];
 
 /// The HTTP status a failed request was answered with, from its text
 /// (`object_store` does not expose it).
@@ -301,7 +178,7 @@ fn transport(e: &(dyn std::error::Error + 'static)) -> Option<HttpErrorKind> {
 }
 
 /// An `object_store` error for the object or prefix `shown`
-/// (`s3://BUCKET/KEY`, `az://CONTAINER/BLOB`), classed as fetch classes
+/// (`s3://BUCKET/KEY`, `az://CONTAINER/BLOB`, `gs://BUCKET/OBJECT`), classed as fetch classes
 /// HTTP errors: 404, 403 and 401 (a wrong secret, a missing bucket or key)
 /// fail at once, naming the bucket and key; 5xx, 429, 408, timeouts and
 /// lost connections are tried again.
@@ -324,6 +201,10 @@ pub(crate) fn stage_error(shown: &str, e: &object_store::Error) -> StageError {
             Scheme::S3 => {
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile in ~/.aws/credentials \
                  (AWS_PROFILE) or a web identity token"
+            }
+            Scheme::Gs => {
+                "GOOGLE_SERVICE_ACCOUNT (a service account key file), GOOGLE_SERVICE_ACCOUNT_KEY, \
+                 GOOGLE_APPLICATION_CREDENTIALS or gcloud's application default credentials"
             }
             Scheme::Az => scheme.credentials(),
         };
@@ -448,10 +329,10 @@ mod tests {
             status_in("Server returned non-2xx status code: 503 Service"),
             Some(503)
         );
-        assert!(loopback_http("http://127.0.0.1:9000"));
-        assert!(loopback_http("http://localhost:9000"));
-        assert!(!loopback_http("http://example.com"));
-        assert!(!loopback_http("https://127.0.0.1:9000"));
+        assert!(clients::loopback_http("http://127.0.0.1:9000"));
+        assert!(clients::loopback_http("http://localhost:9000"));
+        assert!(!clients::loopback_http("http://example.com"));
+        assert!(!clients::loopback_http("https://127.0.0.1:9000"));
     }
 
     /// Azure's answers name the container and Azure's variables, and are
@@ -493,6 +374,67 @@ mod tests {
         );
         let busy = stage_error(shown, &error(503, "ServerBusy"));
         assert_eq!((busy.kind, busy.status), (ErrorKind::Transient, Some(503)));
+    }
+
+    /// `gs://` names a bucket as GCS does (`_` and `.` too), and is not
+    /// an output.
+    #[test]
+    fn gs_urls_parse_and_are_not_written() {
+        let g = ObjectUrl::parse("gs://my_bucket.v2/a/b.tif").unwrap();
+        assert_eq!(
+            (g.scheme, g.bucket.as_str(), g.key.as_str()),
+            (Scheme::Gs, "my_bucket.v2", "a/b.tif")
+        );
+        assert_eq!(g.to_string(), "gs://my_bucket.v2/a/b.tif");
+        assert!(is_store("gs://b-1/a.tif"));
+        assert!(ObjectUrl::parse("gs://Bad/a").is_err());
+        assert!(ObjectUrl::parse("s3://my_bucket/a").is_err());
+        assert!(Scheme::S3.writes().is_ok() && Scheme::Az.writes().is_ok());
+        let staging = std::path::Path::new("/nonexistent");
+        let e = Output::parse("gs://b-1/out", None, staging).unwrap_err();
+        assert!(e.starts_with("gs:// is read, not written"), "{e}");
+    }
+
+    /// GCS's answers name the bucket and Google's variables: a 403 fails
+    /// at once, a 404 says the key or the bucket is missing.
+    #[test]
+    fn gcs_errors_name_the_bucket_and_googles_variables() {
+        let error = |status: u16| {
+            let source = Box::new(std::io::Error::other(format!(
+                "Server returned non-2xx status code: {status}"
+            )));
+            let path = "a/b.tif".to_owned();
+            match status {
+                403 => object_store::Error::PermissionDenied { path, source },
+                _ => object_store::Error::NotFound { path, source },
+            }
+        };
+        let shown = "gs://scenes/a/b.tif";
+        let denied = stage_error(shown, &error(403));
+        assert_eq!(
+            (denied.kind, denied.status),
+            (ErrorKind::Permanent, Some(403))
+        );
+        assert!(
+            denied
+                .message
+                .starts_with("gs://scenes/a/b.tif: access denied to bucket \"scenes\" (HTTP 403)"),
+            "{}",
+            denied.message
+        );
+        assert!(
+            denied.message.contains("GOOGLE_SERVICE_ACCOUNT"),
+            "{}",
+            denied.message
+        );
+        let missing = stage_error(shown, &error(404));
+        assert!(
+            missing
+                .message
+                .contains("not found: no such key in bucket \"scenes\", or no such bucket"),
+            "{}",
+            missing.message
+        );
     }
 
     /// What a server answers is classed as fetch classes HTTP answers:

@@ -84,7 +84,8 @@ pub(crate) struct Output {
 }
 
 impl Output {
-    /// Parses `s3://BUCKET[/PREFIX]` or `az://CONTAINER[/PREFIX]`;
+    /// Parses `s3://BUCKET[/PREFIX]` or `az://CONTAINER[/PREFIX]` (a
+    /// store that is not written, `gs://`, is refused);
     /// `endpoint` as the stage sets it;
     /// `staging` the local directory files are written in before upload.
     pub(crate) fn parse(
@@ -93,6 +94,7 @@ impl Output {
         staging: &Path,
     ) -> Result<Self, String> {
         let url = ObjectUrl::parse(dir)?;
+        url.scheme.writes()?;
         let prefix = url.key.trim_matches('/').to_owned();
         let config = Config {
             endpoint,

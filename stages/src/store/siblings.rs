@@ -1,4 +1,4 @@
-//! The siblings of an `s3://` or `az://` input (its `.msk`, `.ovr`, `.aux.xml`, world
+//! The siblings of an object store input (its `.msk`, `.ovr`, `.aux.xml`, world
 //! file, `.prj`; see [`crate::names::sibling_candidates`]), found as GDAL's
 //! `/vsis3/` finds them: one listing of the object's "directory", kept for
 //! the directories seen last, so a batch of scenes under one prefix costs

@@ -1,6 +1,7 @@
 //! The test server: a client of its bucket with the test credentials, and
 //! the `warpline` binary run against it. The same for Azurite (`az://`,
-//! see ../azure/), with `scheme` "az".
+//! see ../azure/), with `scheme` "az", and fake-gcs-server (`gs://`, see
+//! ../gcs/), with `scheme` "gs".
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,7 +14,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use crate::common;
 
 pub struct S3 {
-    /// "s3", or "az" for Azurite.
+    /// "s3", "az" for Azurite, "gs" for fake-gcs-server.
     pub scheme: &'static str,
     /// The server (Azurite: the account's URL).
     pub endpoint: String,
@@ -108,6 +109,10 @@ impl S3 {
     }
 
     pub fn put(&self, name: &str, bytes: Vec<u8>) {
+        if self.scheme == "gs" {
+            // The emulator does not take object_store's uploads.
+            return crate::gcs::put(self, &self.key_of(name), &bytes);
+        }
         let path = ObjectPath::from(self.key_of(name));
         self.rt
             .block_on(self.store.put(&path, PutPayload::from(bytes)))
@@ -148,6 +153,10 @@ impl S3 {
         if self.scheme == "az" {
             c.env("AZURE_STORAGE_ACCOUNT_NAME", &self.key)
                 .env("AZURE_STORAGE_ACCOUNT_KEY", secret);
+        } else if self.scheme == "gs" {
+            // The service account key, its private key `secret`.
+            let key = crate::gcs::key_json(&self.endpoint, secret);
+            c.env("GOOGLE_SERVICE_ACCOUNT_KEY", key);
         } else {
             c.env("AWS_ACCESS_KEY_ID", &self.key)
                 .env("AWS_SECRET_ACCESS_KEY", secret)
@@ -169,11 +178,12 @@ impl S3 {
     }
 }
 
-/// The `warpline` binary with no S3 or Azure credentials.
+/// The `warpline` binary with no S3, Azure or GCS credentials.
 pub fn warpline() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_warpline"));
     for (k, _) in std::env::vars() {
-        if k.starts_with("AWS_") || k.starts_with("AZURE_") || k.starts_with("AZURITE_") {
+        let store = ["AWS_", "AZURE_", "AZURITE_", "GOOGLE_"];
+        if store.iter().any(|p| k.starts_with(p)) || k == "SERVICE_ACCOUNT" {
             c.env_remove(k);
         }
     }
