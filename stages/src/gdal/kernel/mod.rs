@@ -127,9 +127,8 @@ pub(crate) fn source_refusal(src: &Dataset, plan: &Plan) -> Option<&'static str>
     if band.overview_count().unwrap_or(1) > 0 {
         return Some("overviews");
     }
-    let last = src.rasterband(count).ok()?;
-    if last.color_interpretation() == gdal::raster::ColorInterpretation::AlphaBand {
-        return Some("alpha band");
+    if has_alpha(src) && count < 2 {
+        return Some("alpha band alone");
     }
     // SAFETY: a valid band handle; the RAT (if any) stays GDAL's.
     if !unsafe { sys::GDALGetDefaultRAT(band.c_rasterband()) }.is_null() {
@@ -148,6 +147,35 @@ pub(crate) fn source_refusal(src: &Dataset, plan: &Plan) -> Option<&'static str>
     }
 }
 
+/// Whether the last band is an alpha band, which gdalwarp then takes as
+/// the source's alpha (and gives the output one).
+fn has_alpha(src: &Dataset) -> bool {
+    src.rasterband(src.raster_count())
+        .is_ok_and(|b| b.color_interpretation() == gdal::raster::ColorInterpretation::AlphaBand)
+}
+
+/// The source's bands as gdalwarp counts them: all of them, the ones it
+/// warps (all but an alpha band), and whether the last is alpha (then
+/// the source's and the output's alpha band is the last).
+#[derive(Debug, Clone, Copy)]
+struct Bands {
+    count: usize,
+    warped: usize,
+    alpha: bool,
+}
+
+impl Bands {
+    fn of(src: &Dataset) -> Bands {
+        let count = src.raster_count();
+        let alpha = has_alpha(src);
+        Bands {
+            count,
+            warped: if alpha { count - 1 } else { count },
+            alpha,
+        }
+    }
+}
+
 /// `gdalwarp` of `src` with `plan` to a new MEM dataset, with warpline's
 /// loop where it is proven; which loop ran is returned with it.
 pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took), WarpError> {
@@ -157,13 +185,13 @@ pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took), WarpEr
     // SAFETY: `gen` is a GenImgProj transformer; `gt` six doubles.
     unsafe { sys::GDALSetGenImgProjTransformerDstGeoTransform(gen.0, gt.as_ptr()) };
     let approx = gen.approximate(plan.error_threshold)?;
-    let count = src.raster_count();
-    let nodata = setup_nodata(src, &dst, count);
+    let bands = Bands::of(src);
+    let nodata = setup_nodata(src, &dst, bands);
     let mut hook = hook::Hook {
-        bands: i32::try_from(count).unwrap_or(0),
+        bands: i32::try_from(bands.warped).unwrap_or(0),
         ..hook::Hook::default()
     };
-    let options = WarpSetup::new(src, &dst, plan, &approx, nodata.as_deref(), &mut hook)?;
+    let options = WarpSetup::new(src, &dst, plan, &approx, bands, &nodata, &mut hook)?;
     reset_error();
     // SAFETY: `options` is complete (bands, nodata, transformer, the
     // hook and its argument, alive until the operation is destroyed).

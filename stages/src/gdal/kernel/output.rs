@@ -11,7 +11,7 @@ use gdal::Dataset;
 use gdal_sys as sys;
 
 use super::hook::{pre_chunk, Hook};
-use super::{band_type, c_string, Plan, Transformer};
+use super::{band_type, c_string, Bands, Plan, Transformer};
 use crate::gdal::warp::WarpError;
 use crate::gdal::{last_error, reset_error};
 
@@ -30,7 +30,8 @@ pub(super) fn create_output(
     pixels: i32,
     lines: i32,
 ) -> Result<Dataset, WarpError> {
-    let count = src.raster_count();
+    let bands = Bands::of(src);
+    let count = bands.count;
     let mem = c_string("MEM")?;
     reset_error();
     // SAFETY: a driver lookup; NULL checked.
@@ -38,7 +39,7 @@ pub(super) fn create_output(
     if driver.is_null() {
         return Err(WarpError::Failed("no MEM driver".into()));
     }
-    let bands = i32::try_from(count).unwrap_or(0);
+    let n = i32::try_from(count).unwrap_or(0);
     // SAFETY: valid driver, an empty name, no options; NULL checked, and
     // the new dataset is wrapped at once (closed on drop).
     let mut dst = unsafe {
@@ -47,7 +48,7 @@ pub(super) fn create_output(
             c"".as_ptr(),
             pixels,
             lines,
-            bands,
+            n,
             band_type(src),
             ptr::null_mut(),
         );
@@ -76,19 +77,30 @@ pub(super) fn create_output(
     let failed = |e| WarpError::Failed(crate::gdal::error_message(e, "cannot set up the output"));
     dst.set_spatial_ref(&srs).map_err(failed)?;
     dst.set_geo_transform(&gt).map_err(failed)?;
-    copy_band_info(src, &mut dst, count);
+    copy_band_info(src, &mut dst, bands);
+    if bands.alpha {
+        if let Ok(mut b) = dst.rasterband(count) {
+            let _ = b.set_color_interpretation(gdal::raster::ColorInterpretation::AlphaBand);
+        }
+    }
+    // An output with an alpha band keeps no NODATA_VALUES.
+    let skip: &[&str] = if bands.alpha {
+        &["CACHE_PATH=", "NODATA_VALUES="]
+    } else {
+        &["CACHE_PATH="]
+    };
     copy_metadata(
         src.c_dataset() as sys::GDALMajorObjectH,
         dst.c_dataset() as sys::GDALMajorObjectH,
-        "CACHE_PATH=",
+        skip,
     );
     Ok(dst)
 }
 
 /// Colour table (band 1), scale, offset, band metadata, description
 /// and unit, as gdalwarp copies them.
-fn copy_band_info(src: &Dataset, dst: &mut Dataset, count: usize) {
-    for i in 1..=count {
+fn copy_band_info(src: &Dataset, dst: &mut Dataset, bands: Bands) {
+    for i in 1..=bands.count {
         let (Ok(from), Ok(mut to)) = (src.rasterband(i), dst.rasterband(i)) else {
             continue;
         };
@@ -97,11 +109,14 @@ fn copy_band_info(src: &Dataset, dst: &mut Dataset, count: usize) {
                 to.set_color_table(&ct);
             }
         }
-        if let Some(s) = from.scale() {
-            let _ = to.set_scale(s);
-        }
-        if let Some(o) = from.offset() {
-            let _ = to.set_offset(o);
+        // Not onto the output's alpha band.
+        if i <= bands.warped {
+            if let Some(s) = from.scale() {
+                let _ = to.set_scale(s);
+            }
+            if let Some(o) = from.offset() {
+                let _ = to.set_offset(o);
+            }
         }
         // SAFETY: valid band handles; GDAL copies what it is given.
         unsafe {
@@ -109,7 +124,7 @@ fn copy_band_info(src: &Dataset, dst: &mut Dataset, count: usize) {
             copy_metadata(
                 f as sys::GDALMajorObjectH,
                 t as sys::GDALMajorObjectH,
-                "STATISTICS_",
+                &["STATISTICS_"],
             );
             let d = CStr::from_ptr(sys::GDALGetDescription(f as sys::GDALMajorObjectH));
             if !d.is_empty() {
@@ -126,7 +141,7 @@ fn copy_band_info(src: &Dataset, dst: &mut Dataset, count: usize) {
 /// The default metadata domain of `from` onto `to`, without the items
 /// starting with `skip` (gdalwarp's `CACHE_PATH=` for datasets,
 /// `STATISTICS_` for bands); nothing when there is nothing to copy.
-fn copy_metadata(from: sys::GDALMajorObjectH, to: sys::GDALMajorObjectH, skip: &str) {
+fn copy_metadata(from: sys::GDALMajorObjectH, to: sys::GDALMajorObjectH, skip: &[&str]) {
     // SAFETY: valid object handles; the list GDAL returns is read before
     // any other call on `from`, and GDAL copies the new list.
     unsafe {
@@ -134,7 +149,10 @@ fn copy_metadata(from: sys::GDALMajorObjectH, to: sys::GDALMajorObjectH, skip: &
         let mut p = sys::GDALGetMetadata(from, ptr::null());
         while !p.is_null() && !(*p).is_null() {
             let item = CStr::from_ptr(*p);
-            if !item.to_bytes().starts_with(skip.as_bytes()) {
+            if !skip
+                .iter()
+                .any(|k| item.to_bytes().starts_with(k.as_bytes()))
+            {
                 list = sys::CSLAddString(list, item.as_ptr());
             }
             p = p.add(1);
@@ -149,20 +167,38 @@ fn copy_metadata(from: sys::GDALMajorObjectH, to: sys::GDALMajorObjectH, skip: &
 /// gdalwarp's nodata set-up with no `-srcnodata`/`-dstnodata`: when any
 /// source band has nodata, every band's (or the placeholder) becomes the
 /// source and destination nodata, set on the output's bands.
-pub(super) fn setup_nodata(src: &Dataset, dst: &Dataset, count: usize) -> Option<Vec<f64>> {
-    let values: Vec<Option<f64>> = (1..=count)
+/// With an alpha band the source's nodata still marks invalid pixels,
+/// but the output takes none.
+pub(super) fn setup_nodata(src: &Dataset, dst: &Dataset, bands: Bands) -> Nodata {
+    let values: Vec<Option<f64>> = (1..=bands.warped)
         .map(|i| src.rasterband(i).ok().and_then(|b| b.no_data_value()))
         .collect();
     if values.iter().all(Option::is_none) {
-        return None;
+        return Nodata::default();
     }
     let values: Vec<f64> = values.iter().map(|v| v.unwrap_or(NO_NODATA)).collect();
+    if bands.alpha {
+        return Nodata {
+            src: Some(values),
+            dst: None,
+        };
+    }
     for (i, v) in values.iter().enumerate() {
         if let Ok(mut b) = dst.rasterband(i + 1) {
             let _ = b.set_no_data_value(Some(*v));
         }
     }
-    Some(values)
+    Nodata {
+        src: Some(values.clone()),
+        dst: Some(values),
+    }
+}
+
+/// The warp's source and destination nodata values, by warped band.
+#[derive(Debug, Default)]
+pub(super) struct Nodata {
+    pub(super) src: Option<Vec<f64>>,
+    pub(super) dst: Option<Vec<f64>>,
 }
 
 /// `GDALWarpOptions`, filled as gdalwarp fills them, freed on drop.
@@ -193,23 +229,26 @@ impl WarpSetup {
         dst: &Dataset,
         plan: &Plan,
         approx: &Transformer,
-        nodata: Option<&[f64]>,
+        shape: Bands,
+        nodata: &Nodata,
         hook: &mut Hook,
     ) -> Result<WarpSetup, WarpError> {
-        let count = src.raster_count();
+        let init = if nodata.dst.is_some() { "NO_DATA" } else { "0" };
         let mut options = vec![
             format!("ERROR_THRESHOLD={}", plan.error_threshold),
-            format!(
-                "INIT_DEST={}",
-                if nodata.is_some() { "NO_DATA" } else { "0" }
-            ),
+            format!("INIT_DEST={init}"),
         ];
         // The MEM driver leaves new blocks at 0: gdalwarp skips what no
         // source covers only when the destination nodata is 0 (or none).
-        if nodata.is_none_or(|v| v.iter().all(|n| *n == 0.0)) {
+        if nodata
+            .dst
+            .as_ref()
+            .is_none_or(|v| v.iter().all(|n| *n == 0.0))
+        {
             options.push("SKIP_NOSOURCE=YES".into());
         }
-        let bands: Vec<i32> = (1..=i32::try_from(count).unwrap_or(0)).collect();
+        let bands: Vec<i32> = (1..=i32::try_from(shape.warped).unwrap_or(0)).collect();
+        let alpha = i32::try_from(shape.count).unwrap_or(0);
         // SAFETY: a new options struct (freed by the guard whatever
         // happens next), filled with GDAL-allocated lists and arrays it
         // will free; the datasets, the transformer and the hook outlive
@@ -232,10 +271,16 @@ impl WarpSetup {
         unsafe {
             w.panSrcBands = gdal_array(&bands);
             w.panDstBands = gdal_array(&bands);
-            if let Some(v) = nodata {
+            if let Some(v) = &nodata.src {
                 w.padfSrcNoDataReal = gdal_array(v);
+            }
+            if let Some(v) = &nodata.dst {
                 w.padfDstNoDataReal = gdal_array(v);
             }
+        }
+        if shape.alpha {
+            w.nSrcAlphaBand = alpha;
+            w.nDstAlphaBand = alpha;
         }
         w.pfnTransformer = Some(sys::GDALApproxTransform);
         w.pTransformerArg = approx.0;

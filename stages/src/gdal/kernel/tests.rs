@@ -49,6 +49,8 @@ enum Invalid {
     SomeBands,
     /// A per-dataset mask band.
     Mask,
+    /// The last band is alpha: 0 in the holes, partial or full elsewhere.
+    Alpha,
 }
 
 fn fill<T: GdalType + Copy>(
@@ -95,6 +97,25 @@ fn fill<T: GdalType + Copy>(
         band.write((0, 0), (w, h), &mut Buffer::new((w, h), data))
             .unwrap();
     }
+    if let (Invalid::Alpha, true) = (invalid, count > 1) {
+        let mut band = ds.rasterband(count).unwrap();
+        band.set_color_interpretation(gdal::raster::ColorInterpretation::AlphaBand)
+            .unwrap();
+        let data: Vec<T> = holes
+            .iter()
+            .map(|h| {
+                value(if *h {
+                    0.0
+                } else if rng.unit() < 0.2 {
+                    rng.unit()
+                } else {
+                    1.0
+                })
+            })
+            .collect();
+        band.write((0, 0), (w, h), &mut Buffer::new((w, h), data))
+            .unwrap();
+    }
     if let Invalid::Mask = invalid {
         let mut band = ds.rasterband(1).unwrap();
         band.create_mask_band(true).unwrap();
@@ -115,7 +136,8 @@ fn raster(rng: &mut Rng, case: usize) -> (Dataset, String) {
         Invalid::Nodata,
         Invalid::SomeBands,
         Invalid::Mask,
-    ][rng.below(4) as usize];
+        Invalid::Alpha,
+    ][rng.below(5) as usize];
     let kind = rng.below(4);
     let mem = DriverManager::get_driver_by_name("MEM").unwrap();
     let ds = match kind {
