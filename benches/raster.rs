@@ -29,6 +29,10 @@
 //!   alone (in-process, the stage's options, from memory to MEM) beside its
 //!   reproject stage: what warpline adds to GDAL's warp, kind by kind
 //!   (`WARPLINE_BENCH_KINDS=geos,masked` measures only those kinds);
+//! - `mixed-kernel` (only when named): each kind's reproject stage with
+//!   warpline's resampling loop (`kernel = "auto"`) and with GDAL's
+//!   (`kernel = "gdal"`), in turn in one process: the loop's gain, kind by
+//!   kind, on the same machine load;
 //! - `skewed-1000`: 1% of the tiles 20-100x larger, a 512 MiB memory
 //!   budget: peak RSS against budget + 64 MiB;
 //! - `skew10-256`, `skew10-512` (only when named; `scripts/fault-matrix.sh`
@@ -214,6 +218,10 @@ fn scenario(name: &str) {
         "mixed-floor" => {
             let dir = std::env::var_os("WARPLINE_BENCH_MIXED").expect("tiles from the parent");
             floor::mixed_floor_lines(Path::new(&dir), work.path());
+        }
+        "mixed-kernel" => {
+            let dir = std::env::var_os("WARPLINE_BENCH_MIXED").expect("tiles from the parent");
+            floor::mixed_kernel_lines(Path::new(&dir), work.path());
         }
         _ => whole_pipeline(name, work.path(), cores),
     }

@@ -246,3 +246,44 @@ pub fn mixed_floor_lines(dir: &Path, work: &Path) {
     }
     println!("mixed_floor_ms_per_tile={:.2}", sum / kinds.len() as f64);
 }
+
+/// warpline's resampling loop against GDAL's, kind by kind
+/// (`mixed-kernel`): the floor's reproject stage with `kernel = "auto"`
+/// and with `kernel = "gdal"`, in turn, `ROUNDS` times each, in one
+/// process, so both see the same machine. One line per kind on stderr
+/// (median reproject CPU ms per tile of each, and their ratio), the
+/// means over the kinds on stdout.
+pub fn mixed_kernel_lines(dir: &Path, work: &Path) {
+    const ROUNDS: usize = 3;
+    let kinds = mixed_tiles(dir);
+    let (mut ours_sum, mut theirs_sum) = (0.0, 0.0);
+    for (kind, tiles) in &kinds {
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            for (setting, into) in [("auto", &mut ours), ("gdal", &mut theirs)] {
+                // SAFETY (of the environment): the bench runs this on its
+                // only thread; pipeline_toml reads the variable.
+                std::env::set_var("WARPLINE_BENCH_KERNEL", setting);
+                into.push(floor_of(tiles, work, 1).per[1]);
+            }
+        }
+        std::env::remove_var("WARPLINE_BENCH_KERNEL");
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (o, t) = (median(&mut ours), median(&mut theirs));
+        ours_sum += o;
+        theirs_sum += t;
+        eprintln!(
+            "kernel {kind:<12} reproject {o:7.2} ms/tile with warpline's loop, {t:7.2} with GDAL's ({:.2}x)",
+            t / o
+        );
+    }
+    let n = kinds.len() as f64;
+    println!(
+        "mixed_kernel_reproject_ms_per_tile={:.2} mixed_gdal_reproject_ms_per_tile={:.2}",
+        ours_sum / n,
+        theirs_sum / n
+    );
+}
