@@ -39,7 +39,7 @@ macro_rules! integer_sample {
                 } else if v > f64::from(<$t>::MAX) {
                     <$t>::MAX
                 } else if $signed {
-                    (v + 0.5).floor() as $t
+                    floor(v + 0.5) as $t
                 } else {
                     (v + 0.5) as $t
                 };
@@ -124,13 +124,21 @@ pub(crate) trait Transform {
 
 impl<T: Sample> Chunk<'_, T> {
     /// The whole chunk, row by row, as `GWKRealCaseThread` for bilinear
-    /// with the 4-sample formula.
+    /// with the 4-sample formula. GDAL goes pixel by pixel and, in each,
+    /// band by band; here each row goes pixel by pixel once (where each
+    /// pixel's samples are and with which weights, the same for every
+    /// band), then band by band over the row's pixels, then once more for
+    /// the destination's density and validity. A destination pixel is
+    /// only ever touched by its own source samples, so the order changes
+    /// no value.
     pub(crate) fn run(&mut self, tr: &mut impl Transform) {
         let (w, _) = self.dst_size;
         let mut x = vec![0f64; w];
         let mut y = vec![0f64; w];
         let mut z = vec![0f64; w];
         let mut ok = vec![0i32; w];
+        let mut at: Vec<Corners> = Vec::with_capacity(w);
+        let mut found = vec![false; w];
         for row in 0..self.dst_size.1 {
             for (i, xi) in x.iter_mut().enumerate() {
                 *xi = i as f64 + 0.5 + f64::from(self.dst_off.0);
@@ -139,61 +147,91 @@ impl<T: Sample> Chunk<'_, T> {
             y.fill(line);
             z.fill(0.0);
             tr.transform(&mut x, &mut y, &mut z, &mut ok);
+            at.clear();
             for col in 0..w {
-                self.pixel(tr, row, col, &mut x, &mut y, &mut ok);
+                if let Some(c) = self.corners(tr, row, col, &mut x, &mut y, &mut ok) {
+                    at.push(c);
+                }
             }
+            found.fill(false);
+            for band in 0..self.src.len() {
+                self.band_row(band, row, &at, &mut found);
+            }
+            self.overlay_row(row, &at, &found);
         }
     }
 
-    /// One destination pixel (the body of GDAL's `iDstX` loop).
+    /// Where the samples of destination pixel `col` are, or None when the
+    /// pixel takes nothing (off the source, or its source pixel invalid).
     #[inline(always)]
-    fn pixel(
-        &mut self,
+    fn corners(
+        &self,
         tr: &mut impl Transform,
         row: usize,
         col: usize,
         x: &mut [f64],
         y: &mut [f64],
         ok: &mut [i32],
-    ) {
-        let Some(offset) = self.source_offset(tr, row, col, x, y, ok) else {
-            return;
-        };
+    ) -> Option<Corners> {
+        let offset = self.source_offset(tr, row, col, x, y, ok)?;
         let mut density = 1.0f64;
         if let Some(d) = self.unified_density {
             density = f64::from(d[offset]);
             if density < SRC_DENSITY_THRESHOLD {
-                return;
+                return None;
             }
         }
         if let Some(m) = self.unified_valid {
             if !bit(m, offset) {
-                return;
+                return None;
             }
         }
         let sx = x[col] - f64::from(self.src_off.0);
         let sy = y[col] - f64::from(self.src_off.1);
-        let at = Corners::new(sx, sy, self.src_size);
-        let dst_offset = col + row * self.dst_size.0;
-        let mut found = false;
-        for band in 0..self.src.len() {
-            let (band_density, value) = self.bilinear(band, &at);
-            if band_density < BAND_DENSITY_THRESHOLD {
+        Some(Corners::new(sx, sy, self.src_size, col, density))
+    }
+
+    /// One band over a row's pixels: `GWKBilinearResample4Sample`, then
+    /// `GWKSetPixelValueReal` where a value was found.
+    #[inline(always)]
+    fn band_row(&mut self, band: usize, row: usize, at: &[Corners], found: &mut [bool]) {
+        let view = Source {
+            src: self.src[band],
+            band_valid: self.band_valid.as_ref().and_then(|v| v[band]),
+            unified_valid: self.unified_valid,
+            unified_density: self.unified_density,
+            size: (self.src_size.0 as isize, self.src_size.1 as isize),
+        };
+        let nodata = self.dst_nodata.as_ref().map(|n| n[band]);
+        let row_start = row * self.dst_size.0;
+        let dst_density = self.dst_density.as_deref();
+        let dst_valid = self.dst_valid.as_deref();
+        let dst = &mut *self.dst[band];
+        for c in at {
+            let (density, value) = view.bilinear(c);
+            if density < BAND_DENSITY_THRESHOLD {
                 continue;
             }
-            found = true;
-            self.set_value(band, dst_offset, band_density, value);
+            found[c.col] = true;
+            let i = row_start + c.col;
+            dst[i] = mixed(dst[i], i, density, value, dst_density, dst_valid, nodata);
         }
-        if !found {
-            return;
-        }
-        if density >= 0.0001 {
-            if let Some(d) = self.dst_density.as_deref_mut() {
-                d[dst_offset] = (1.0 - (1.0 - density) * (1.0 - f64::from(d[dst_offset]))) as f32;
+    }
+
+    /// `GWKOverlayDensity` and the destination validity, for the pixels
+    /// of a row that took a value.
+    fn overlay_row(&mut self, row: usize, at: &[Corners], found: &[bool]) {
+        let row_start = row * self.dst_size.0;
+        for c in at.iter().filter(|c| found[c.col]) {
+            let i = row_start + c.col;
+            if c.density >= 0.0001 {
+                if let Some(d) = self.dst_density.as_deref_mut() {
+                    d[i] = (1.0 - (1.0 - c.density) * (1.0 - f64::from(d[i]))) as f32;
+                }
             }
-        }
-        if let Some(m) = self.dst_valid.as_deref_mut() {
-            set_bit(m, dst_offset);
+            if let Some(m) = self.dst_valid.as_deref_mut() {
+                set_bit(m, i);
+            }
         }
     }
 
@@ -268,9 +306,22 @@ impl<T: Sample> Chunk<'_, T> {
     }
 }
 
+/// `floor`, exactly, for the source coordinates (well inside the range
+/// of an `i64`): without SSE4.1 `f64::floor` is a call into libm.
+#[inline(always)]
+fn floor(v: f64) -> f64 {
+    let t = v as i64 as f64;
+    if t > v {
+        t - 1.0
+    } else {
+        t
+    }
+}
+
 /// Where a bilinear sample falls: the top-left source pixel, its offset
 /// (shifted back by one where GDAL shifts to stay inside the array), and
-/// the four weights, as `GWKBilinearResample4Sample` computes them.
+/// the four weights, as `GWKBilinearResample4Sample` computes them; and
+/// the destination pixel (its column) with its source density.
 struct Corners {
     x: i32,
     y: i32,
@@ -279,13 +330,17 @@ struct Corners {
     /// Top row's weights (left, right), then the bottom row's.
     top: (f64, f64),
     bottom: (f64, f64),
+    /// Whether all four samples lie inside the window (not shifted).
+    inside: bool,
+    col: usize,
+    density: f64,
 }
 
 impl Corners {
     #[inline(always)]
-    fn new(sx: f64, sy: f64, (w, h): (usize, usize)) -> Corners {
-        let mut x = (sx - 0.5).floor() as i32;
-        let mut y = (sy - 0.5).floor() as i32;
+    fn new(sx: f64, sy: f64, (w, h): (usize, usize), col: usize, density: f64) -> Corners {
+        let mut x = floor(sx - 0.5) as i32;
+        let mut y = floor(sy - 0.5) as i32;
         let mut rx = 1.5 - (sx - f64::from(x));
         let mut ry = 1.5 - (sy - f64::from(y));
         if x == -1 {
@@ -302,22 +357,68 @@ impl Corners {
         if shifted {
             offset -= 1;
         }
+        let inside = !shifted && (x as usize) + 1 < w && (y as usize) + 1 < h;
         Corners {
             x,
             y,
             offset,
             shifted,
+            inside,
             top: (rx * ry, (1.0 - rx) * ry),
             bottom: (rx * (1.0 - ry), (1.0 - rx) * (1.0 - ry)),
+            col,
+            density,
         }
     }
 }
 
-impl<T: Sample> Chunk<'_, T> {
-    /// `GWKBilinearResample4Sample` for one band: (density, value).
+/// One band of the source window, with the masks that apply to it.
+struct Source<'a, T> {
+    src: &'a [T],
+    band_valid: Option<&'a [u32]>,
+    unified_valid: Option<&'a [u32]>,
+    unified_density: Option<&'a [f32]>,
+    size: (isize, isize),
+}
+
+/// `GWKSetPixelValueReal`: `value` mixed with what the destination
+/// pixel `i` holds (`current`) where the density is partial, then stored.
+#[inline(always)]
+fn mixed<T: Sample>(
+    current: T,
+    i: usize,
+    density: f64,
+    mut value: f64,
+    dst_density: Option<&[f32]>,
+    dst_valid: Option<&[u32]>,
+    nodata: Option<f64>,
+) -> T {
+    if density < 0.9999 {
+        if density < 0.0001 {
+            return current;
+        }
+        let mut dst_weight = 1.0f64;
+        if let Some(d) = dst_density {
+            dst_weight = f64::from(d[i]);
+        } else if let Some(m) = dst_valid {
+            if !bit(m, i) {
+                dst_weight = 0.0;
+            }
+        }
+        let influence = (1.0 - density) * dst_weight;
+        value = (value * density + current.value() * influence) / (density + influence);
+    }
+    T::store(value, nodata)
+}
+
+impl<T: Sample> Source<'_, T> {
+    /// `GWKBilinearResample4Sample` for this band: (density, value).
     #[inline(always)]
-    fn bilinear(&self, band: usize, at: &Corners) -> (f64, f64) {
-        let (w, h) = (self.src_size.0 as isize, self.src_size.1 as isize);
+    fn bilinear(&self, at: &Corners) -> (f64, f64) {
+        if let Some(v) = self.all_valid(at) {
+            return v;
+        }
+        let (w, h) = self.size;
         let n = w * h;
         let (mut divisor, mut real, mut dens) = (0.0f64, 0.0f64, 0.0f64);
         let rows = [
@@ -328,7 +429,7 @@ impl<T: Sample> Chunk<'_, T> {
             if !(line >= 0 && line < h && offset >= 0 && offset < n) {
                 continue;
             }
-            let Some((mut d, mut v)) = self.pixel_row(band, offset as usize) else {
+            let Some((mut d, mut v)) = self.pixel_row(offset as usize) else {
                 continue;
             };
             if at.shifted {
@@ -356,10 +457,44 @@ impl<T: Sample> Chunk<'_, T> {
         }
     }
 
+    /// The common case, where all four samples are inside the window and
+    /// valid, with no density: GDAL's sums (from 0.0, in the same order:
+    /// top left, top right, bottom left, bottom right) without its
+    /// per-sample tests. Every density is then 1, so the density sum is
+    /// the divisor and the result's density is exactly 1.
+    #[inline(always)]
+    fn all_valid(&self, at: &Corners) -> Option<(f64, f64)> {
+        if !at.inside || self.unified_density.is_some() {
+            return None;
+        }
+        let o = at.offset as usize;
+        let w = self.size.0 as usize;
+        let valid = |m: &[u32]| bit(m, o) && bit(m, o + 1) && bit(m, o + w) && bit(m, o + w + 1);
+        if !self.unified_valid.is_none_or(valid) || !self.band_valid.is_none_or(valid) {
+            return None;
+        }
+        let s = self.src;
+        let (m1, m2) = at.top;
+        let (m3, m4) = at.bottom;
+        let divisor = 0.0 + m1 + m2 + m3 + m4;
+        let real = 0.0
+            + s[o].value() * m1
+            + s[o + 1].value() * m2
+            + s[o + w].value() * m3
+            + s[o + w + 1].value() * m4;
+        Some(if divisor == 1.0 {
+            (1.0, real)
+        } else if divisor < 0.00001 {
+            (0.0, 0.0)
+        } else {
+            (1.0, real / divisor)
+        })
+    }
+
     /// `GWKGetPixelRow` for two pixels from `offset`: their densities and
     /// values, or None when neither is valid.
     #[inline(always)]
-    fn pixel_row(&self, band: usize, offset: usize) -> Option<([f64; 2], [f64; 2])> {
+    fn pixel_row(&self, offset: usize) -> Option<([f64; 2], [f64; 2])> {
         let mut d = [1.0f64, 1.0];
         if let Some(m) = self.unified_valid {
             let (a, b) = (bit(m, offset), bit(m, offset + 1));
@@ -373,7 +508,7 @@ impl<T: Sample> Chunk<'_, T> {
                 return None;
             }
         }
-        if let Some(Some(m)) = self.band_valid.as_ref().map(|v| v[band]) {
+        if let Some(m) = self.band_valid {
             let (a, b) = (bit(m, offset), bit(m, offset + 1));
             if !a {
                 d[0] = 0.0;
@@ -385,7 +520,7 @@ impl<T: Sample> Chunk<'_, T> {
                 return None;
             }
         }
-        let src = self.src[band];
+        let src = self.src;
         let v = [src[offset].value(), src[offset + 1].value()];
         let mut valid = false;
         match self.unified_density {
@@ -409,30 +544,6 @@ impl<T: Sample> Chunk<'_, T> {
             }
         }
         valid.then_some((d, v))
-    }
-
-    /// `GWKSetPixelValueReal`: the value mixed with what the destination
-    /// holds where the density is partial, then stored.
-    #[inline(always)]
-    fn set_value(&mut self, band: usize, at: usize, density: f64, mut value: f64) {
-        if density < 0.9999 {
-            if density < 0.0001 {
-                return;
-            }
-            let mut dst_density = 1.0f64;
-            if let Some(d) = self.dst_density.as_deref() {
-                dst_density = f64::from(d[at]);
-            } else if let Some(m) = self.dst_valid.as_deref() {
-                if !bit(m, at) {
-                    dst_density = 0.0;
-                }
-            }
-            let dst = self.dst[band][at].value();
-            let influence = (1.0 - density) * dst_density;
-            value = (value * density + dst * influence) / (density + influence);
-        }
-        let nodata = self.dst_nodata.as_ref().map(|n| n[band]);
-        self.dst[band][at] = T::store(value, nodata);
     }
 }
 
