@@ -90,6 +90,24 @@ fn bit(mask: &[u32], i: usize) -> bool {
     mask[i >> 5] & (1 << (i & 31)) != 0
 }
 
+/// Whether bits `i` and `i + 1` are both set.
+#[inline(always)]
+fn pair(mask: &[u32], i: usize) -> bool {
+    let shift = i & 31;
+    if shift == 31 {
+        bit(mask, i) && bit(mask, i + 1)
+    } else {
+        (mask[i >> 5] >> shift) & 3 == 3
+    }
+}
+
+/// Whether the four samples from `o` (two in this row, two in the next,
+/// `w` further) are all valid in `mask`.
+#[inline(always)]
+fn four(mask: &[u32], o: usize, w: usize) -> bool {
+    pair(mask, o) && pair(mask, o + w)
+}
+
 /// `CPLMaskSet`.
 #[inline(always)]
 fn set_bit(mask: &mut [u32], i: usize) {
@@ -188,7 +206,14 @@ impl<T: Sample> Chunk<'_, T> {
         }
         let sx = x[col] - f64::from(self.src_off.0);
         let sy = y[col] - f64::from(self.src_off.1);
-        Some(Corners::new(sx, sy, self.src_size, col, density))
+        let mut c = Corners::new(sx, sy, self.src_size, col, density);
+        // The band-independent half of `Source::all_valid`'s test.
+        c.inside = c.inside
+            && self.unified_density.is_none()
+            && self
+                .unified_valid
+                .is_none_or(|m| four(m, c.offset as usize, self.src_size.0));
+        Some(c)
     }
 
     /// One band over a row's pixels: `GWKBilinearResample4Sample`, then
@@ -330,7 +355,8 @@ struct Corners {
     /// Top row's weights (left, right), then the bottom row's.
     top: (f64, f64),
     bottom: (f64, f64),
-    /// Whether all four samples lie inside the window (not shifted).
+    /// Whether all four samples lie inside the window (not shifted), with
+    /// no density and valid in the unified mask (if any).
     inside: bool,
     col: usize,
     density: f64,
@@ -464,24 +490,23 @@ impl<T: Sample> Source<'_, T> {
     /// the divisor and the result's density is exactly 1.
     #[inline(always)]
     fn all_valid(&self, at: &Corners) -> Option<(f64, f64)> {
-        if !at.inside || self.unified_density.is_some() {
+        if !at.inside {
             return None;
         }
         let o = at.offset as usize;
         let w = self.size.0 as usize;
-        let valid = |m: &[u32]| bit(m, o) && bit(m, o + 1) && bit(m, o + w) && bit(m, o + w + 1);
-        if !self.unified_valid.is_none_or(valid) || !self.band_valid.is_none_or(valid) {
+        if !self.band_valid.is_none_or(|m| four(m, o, w)) {
             return None;
         }
-        let s = self.src;
+        let (top, bottom) = (&self.src[o..o + 2], &self.src[o + w..o + w + 2]);
         let (m1, m2) = at.top;
         let (m3, m4) = at.bottom;
         let divisor = 0.0 + m1 + m2 + m3 + m4;
         let real = 0.0
-            + s[o].value() * m1
-            + s[o + 1].value() * m2
-            + s[o + w].value() * m3
-            + s[o + w + 1].value() * m4;
+            + top[0].value() * m1
+            + top[1].value() * m2
+            + bottom[0].value() * m3
+            + bottom[1].value() * m4;
         Some(if divisor == 1.0 {
             (1.0, real)
         } else if divisor < 0.00001 {
