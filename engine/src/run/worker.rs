@@ -27,7 +27,8 @@ pub(super) struct Worker {
     pub(super) shared: Arc<Shared>,
     /// The stage's adaptive per-host limits (a stage that makes requests).
     pub(super) gates: Option<Arc<Gates>>,
-    pub(super) _alive: tokio::sync::mpsc::Sender<()>,
+    /// Held until the worker ends: the run waits for every token.
+    pub(super) _alive: TaskTrackerToken,
 }
 
 impl Worker {
