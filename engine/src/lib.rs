@@ -10,7 +10,7 @@
 //! - [`pipeline`]: a compiled [`Pipeline`], its [`admission
 //!   bound`](Pipeline::admission_bound), and [`Pipeline::run`];
 //! - [`handle`]: [`Pipeline::spawn`] and the [`RunHandle`] that watches,
-//!   stops or cancels a run in the background;
+//!   stops or aborts a run in the background;
 //! - [`builder`]: a [`PipelineBuilder`] for pipelines made in code;
 //! - [`run`]: the source loop, the workers (tokio tasks or OS threads), and
 //!   shutdown through [`RunControl`];
