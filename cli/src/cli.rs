@@ -4,11 +4,12 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use warpline::engine::limit::{RateBackend, RateBackendError, RateBackendFactory};
 use warpline::{Loader, Pipeline, RunOptions};
 
 /// `println!` that never panics nor fails the run: stdout may be a pipe
@@ -414,30 +415,78 @@ fn loader(path: &Path, sets: &[String]) -> Result<Loader, String> {
     Ok(loader)
 }
 
-/// A stand-in for global rates while the coordinator is not connected yet
-/// (the pipeline's name, which names the run, comes from compiling it).
-struct NotConnected;
+/// The backends of `scope = "global"` rates, bound once the coordinator
+/// is connected. The run's name, which names its keys in Redis, comes from
+/// the pipeline, so a coordinated run compiles its pipeline once, with
+/// these, and binds them after connecting. Unbound (`validate`, `plan`,
+/// `enqueue`), a global rate's backend says the coordinator is not
+/// connected.
+#[derive(Clone, Default)]
+struct GlobalRates(Arc<OnceLock<RateBackendFactory>>);
 
-#[warpline::async_trait]
-impl warpline::engine::limit::RateBackend for NotConnected {
-    async fn acquire(&self, _key: &str) -> Result<(), warpline::engine::limit::RateBackendError> {
-        Err(warpline::engine::limit::RateBackendError(
-            "the coordinator is not connected".to_owned(),
-        ))
+impl GlobalRates {
+    /// What the pipeline is compiled with: a backend per global rate that
+    /// is made by the bound factory when first used.
+    fn factory(&self) -> RateBackendFactory {
+        let bound = Arc::clone(&self.0);
+        Arc::new(move |name: &str, per_second: f64, burst: u32| {
+            Arc::new(LateRate {
+                bound: Arc::clone(&bound),
+                name: name.to_owned(),
+                per_second,
+                burst,
+                backend: OnceLock::new(),
+            }) as Arc<dyn RateBackend>
+        })
     }
-    async fn pause(
-        &self,
-        _key: &str,
-        _delay: Duration,
-    ) -> Result<(), warpline::engine::limit::RateBackendError> {
-        Ok(())
+
+    /// Binds every global rate of the pipelines compiled with
+    /// [`factory`](Self::factory) to `factory` (the coordinator's); the
+    /// first binding stays.
+    fn bind(&self, factory: RateBackendFactory) {
+        let _ = self.0.set(factory);
     }
 }
 
-fn not_connected() -> warpline::engine::limit::RateBackendFactory {
-    Arc::new(|_: &str, _: f64, _: u32| {
-        Arc::new(NotConnected) as Arc<dyn warpline::engine::limit::RateBackend>
-    })
+/// A global rate whose backend is made when [`GlobalRates`] is bound.
+struct LateRate {
+    bound: Arc<OnceLock<RateBackendFactory>>,
+    name: String,
+    per_second: f64,
+    burst: u32,
+    backend: OnceLock<Arc<dyn RateBackend>>,
+}
+
+impl LateRate {
+    fn backend(&self) -> Result<&Arc<dyn RateBackend>, RateBackendError> {
+        let Some(factory) = self.bound.get() else {
+            return Err(RateBackendError(
+                "the coordinator is not connected".to_owned(),
+            ));
+        };
+        Ok(self
+            .backend
+            .get_or_init(|| factory(&self.name, self.per_second, self.burst)))
+    }
+}
+
+#[warpline::async_trait]
+impl RateBackend for LateRate {
+    async fn acquire(&self, key: &str) -> Result<(), RateBackendError> {
+        self.backend()?.acquire(key).await
+    }
+
+    async fn pause(&self, key: &str, delay: Duration) -> Result<(), RateBackendError> {
+        match self.backend() {
+            Ok(backend) => backend.pause(key, delay).await,
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// Global rates that stay unbound: checked like any other rate, never run.
+fn not_connected() -> RateBackendFactory {
+    GlobalRates::default().factory()
 }
 
 /// Loads a pipeline, printing every problem; `Err(code)` to exit with.
@@ -445,7 +494,7 @@ fn not_connected() -> warpline::engine::limit::RateBackendFactory {
 fn load_with(
     path: &Path,
     sets: &[String],
-    global: Option<warpline::engine::limit::RateBackendFactory>,
+    global: Option<RateBackendFactory>,
 ) -> Result<Pipeline, u8> {
     let loaded = loader(path, sets).map(|l| match global {
         Some(g) => l.with_global_rates(g),
@@ -472,8 +521,8 @@ fn run(
 ) -> anyhow::Result<u8> {
     let runtime = runtime()?;
     runtime.block_on(async {
-        let global = redis.coordinator.as_ref().map(|_| not_connected());
-        let pipeline = match load_with(path, &args.sets, global) {
+        let rates = redis.coordinator.as_ref().map(|_| GlobalRates::default());
+        let pipeline = match load_with(path, &args.sets, rates.as_ref().map(GlobalRates::factory)) {
             Ok(p) => p,
             Err(code) => return Ok(code),
         };
@@ -483,11 +532,11 @@ fn run(
         if let Some(code) = coordinated::nothing_enqueued(&c).await? {
             return Ok(code);
         }
-        // Again, with the coordinator's global rates, reading its queue.
-        let pipeline = match load_with(path, &args.sets, Some(c.rate_backends())) {
-            Ok(p) => p,
-            Err(code) => return Ok(code),
-        };
+        // The same pipeline, with the coordinator's global rates, reading
+        // its queue.
+        if let Some(rates) = &rates {
+            rates.bind(c.rate_backends());
+        }
         let (queue, acker) = c.worker();
         let pipeline = pipeline.with_source("redis", queue);
         let code = execute(&pipeline, args, only_ids, Some(acker.clone())).await;
