@@ -177,7 +177,7 @@ async fn cancel(State(service): State<Arc<Service>>, Path(id): Path<u64>) -> Res
             .into_response(),
         Some(job) => {
             job.cancelled = true;
-            job.watch.cancel();
+            job.watch.abort();
             (
                 StatusCode::ACCEPTED,
                 Json(json!({ "id": id, "status": "cancelling" })),

@@ -75,12 +75,12 @@
 //! assert_eq!(pipeline.admission_bound(), 1 + 2 + 2);
 //! ```
 //!
-//! ## Spawn, watch, cancel
+//! ## Spawn, watch, abort
 //!
 //! [`Pipeline::spawn`] returns a [`RunHandle`] at once: exact
 //! [`progress`](RunWatch::progress) counts, [`events`](RunWatch::events) as
 //! a `Stream`, [`stop`](RunWatch::stop) (drain) and
-//! [`cancel`](RunWatch::cancel) (abort; every permit is given back), a
+//! [`abort`](RunWatch::abort) (every permit is given back), a
 //! [`cancellation_token`](RunWatch::cancellation_token), and the report.
 //!
 //! ```
@@ -100,7 +100,7 @@
 //!         break; // one item went all the way through
 //!     }
 //! }
-//! handle.cancel();
+//! handle.abort();
 //! let report = handle.report().await.unwrap();
 //! assert!(report.items.done < 1000000);
 //! assert_eq!(report.items.done + report.items.failed, report.items.total);

@@ -41,6 +41,8 @@ pub fn floor_of(tiles: &[Vec<u8>], work: &Path, rounds: usize) -> Floor {
         let start = cpu();
         for (k, s) in stages.iter().enumerate() {
             let t = cpu();
+            // As the engine calls a stage: its prepare step, then its work.
+            s.demand(&mut item).unwrap();
             s.process(&mut item).unwrap();
             per[k] += (cpu() - t).as_secs_f64() * 1000.0;
         }

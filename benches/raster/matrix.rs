@@ -226,7 +226,7 @@ async fn watched(
                 mib(memory.map(|l| l.capacity()).unwrap_or(0)),
                 memory.map(|l| l.waiters()).unwrap_or(0),
             ));
-            handle.cancel();
+            handle.abort();
             break;
         }
     }

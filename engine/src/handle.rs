@@ -1,6 +1,6 @@
 //! A pipeline running in the background on the caller's tokio runtime:
 //! [`Pipeline::spawn`] returns a [`RunHandle`] to watch it ([`progress`],
-//! [`events`] as a `Stream`), stop or cancel it, and await its report.
+//! [`events`] as a `Stream`), stop or abort it, and await its report.
 //!
 //! [`progress`]: RunWatch::progress
 //! [`events`]: RunWatch::events
@@ -151,7 +151,7 @@ impl EventSink for HandleSink {
 }
 
 /// A pipeline running in the background. Dropping the handle does not stop
-/// the run; [`cancel`](RunWatch::cancel) does.
+/// the run; [`abort`](RunWatch::abort) does.
 #[derive(Debug)]
 pub struct RunHandle {
     watch: RunWatch,
@@ -159,7 +159,7 @@ pub struct RunHandle {
 }
 
 /// What a [`RunHandle`] offers besides the report, cheap to clone: for a
-/// service that keeps watching (and may cancel) a run while another task
+/// service that keeps watching (and may abort) a run while another task
 /// awaits its report.
 #[derive(Debug, Clone)]
 pub struct RunWatch {
@@ -236,7 +236,7 @@ impl Pipeline {
 /// What a handle offers besides the report is its [`RunWatch`]'s, named
 /// here rather than reached through `Deref` (which is for smart pointers).
 impl RunHandle {
-    /// A clonable view of the run: progress, events, stop and cancel.
+    /// A clonable view of the run: progress, events, stop and abort.
     pub fn watch(&self) -> RunWatch {
         self.watch.clone()
     }
@@ -246,9 +246,9 @@ impl RunHandle {
         self.watch.stop();
     }
 
-    /// See [`RunWatch::cancel`].
-    pub fn cancel(&self) {
-        self.watch.cancel();
+    /// See [`RunWatch::abort`].
+    pub fn abort(&self) {
+        self.watch.abort();
     }
 
     /// See [`RunWatch::cancellation_token`].
@@ -298,8 +298,10 @@ impl RunWatch {
     }
 
     /// Aborts the run: every wait is cancelled, every permit given back, and
-    /// what did not finish is counted failed as `interrupted`.
-    pub fn cancel(&self) {
+    /// what did not finish is counted failed as `interrupted`. The same act
+    /// as [`RunControl::abort`](crate::RunControl::abort) and as cancelling
+    /// the [`cancellation_token`](Self::cancellation_token).
+    pub fn abort(&self) {
         self.control.abort();
     }
 

@@ -5,45 +5,52 @@
 //! pipelines. It knows nothing of GDAL or HTTP; `warpline-stages` plugs the
 //! raster stages into it.
 //!
-//! Where things live:
+//! Where things live, in the order a pipeline goes through them, from its
+//! file to its report:
 //!
-//! - [`pipeline`]: a compiled [`Pipeline`], its [`admission
-//!   bound`](Pipeline::admission_bound), and [`Pipeline::run`];
-//! - [`handle`]: [`Pipeline::spawn`] and the [`RunHandle`] that watches,
-//!   stops or cancels a run in the background;
-//! - [`builder`]: a [`PipelineBuilder`] for pipelines made in code;
-//! - [`run`]: the source loop, the workers (tokio tasks or OS threads), and
-//!   shutdown through [`RunControl`];
-//! - [`limit`]: count, bytes and rate [`Limiter`]s and the [`Ticket`]s that
-//!   give their share back on drop;
-//! - [`stage`]: the [`AsyncStage`], [`BlockingStage`] and [`Source`] traits a
-//!   kind implements;
-//! - [`payload`]: the [`Payload`] a stage declares it takes and hands on,
-//!   checked between neighbours when the pipeline compiles;
-//! - [`item`]: the [`Item`] that travels, its [`Outcome`] and [`StageError`];
 //! - [`config`]: loading a TOML file with overrides, and the compile step
 //!   that reports every problem at once;
 //! - [`registry`]: the stage and source kinds a file may name;
-//! - [`report`]: the [`RunReport`] and its diagnosis;
-//! - [`redact`]: user names, passwords and secret query parameters of
-//!   URLs hidden before anything is shown, for URLs that do not parse too;
+//! - [`builder`]: a [`PipelineBuilder`] for pipelines made in code (it
+//!   writes what a file would say, and compiles it the same way);
+//! - [`pipeline`]: a compiled [`Pipeline`], its [`admission
+//!   bound`](Pipeline::admission_bound), and [`Pipeline::run`];
+//! - [`payload`]: the [`Payload`] a stage declares it takes and hands on,
+//!   checked between neighbours when the pipeline compiles;
+//! - [`handle`]: [`Pipeline::spawn`] and the [`RunHandle`] that watches,
+//!   stops or aborts a run in the background;
+//! - [`run`]: the source loop, the workers (tokio tasks or OS threads), and
+//!   shutdown through [`RunControl`];
+//! - [`shard`]: `--shard i/N`, a fixed split of the inputs by id;
+//! - [`item`]: the [`Item`] that travels, its [`Outcome`] and [`StageError`];
+//! - [`stage`]: the [`Stage`] supertrait, whose prepare step
+//!   ([`demand`](Stage::demand)) always runs before the work, and the
+//!   [`AsyncStage`], [`BlockingStage`] and [`Source`] traits a kind
+//!   implements;
+//! - [`limit`]: count, bytes and rate [`Limiter`]s and the [`Ticket`]s that
+//!   give their share back on drop;
+//! - [`adapt`]: adaptive per-host concurrency and rate for stages whose
+//!   tries are requests (a fetch);
 //! - [`observe`]: [`Event`]s and the
 //!   [`Timeline`](observe::Timeline) of a run;
 //! - [`live`]: a [`Probe`] that reads a [`Snapshot`] of a running
 //!   pipeline (mailboxes, workers, limiters) when asked;
-//! - [`synthetic`]: the `generate` source and the `hold` and `discard` stages,
-//!   for exercising and benchmarking the engine;
 //! - [`stall`]: the watchdog that says what waits for what when no item
 //!   moves for a long time;
-//! - [`shard`]: `--shard i/N`, a fixed split of the inputs by id;
-//! - [`units`]: sizes, durations and counts as a file writes them.
+//! - [`report`]: the [`RunReport`] and its diagnosis;
+//! - [`redact`]: user names, passwords and secret query parameters of
+//!   URLs hidden before anything is shown, for URLs that do not parse too;
+//! - beside the flow: [`synthetic`] (the `generate` source and the `hold`
+//!   and `discard` stages, for exercising and benchmarking the engine) and
+//!   [`units`] (sizes, durations and counts as a file writes them).
 //!
 //! The modules form layers with no import circle (a module uses only the
 //! ones below it): leaves (`units`, `redact`, `shard`, `stall`, `adapt`,
-//! `payload`, the panic guard, the retry policy, a config `Problem`); then
-//! [`limit`], [`item`], [`observe`] and [`live`]; [`stage`]; [`pipeline`] (the compiled plan);
-//! [`registry`] and [`synthetic`]; [`config`] (which compiles a file into
-//! a pipeline); [`report`]; [`run`]; and on top [`handle`] and [`builder`].
+//! `payload`, the panic guard, a config `Problem`); then [`limit`],
+//! [`item`], [`observe`], [`live`] and the retry policy; [`stage`];
+//! [`pipeline`] (the compiled plan); [`registry`] and [`synthetic`];
+//! [`config`] (which compiles a file into a pipeline) and [`builder`];
+//! [`report`]; [`run`]; and on top [`handle`].
 //! `Pipeline::from_toml_str` lives in `config` and `Pipeline::run` in `run`,
 //! so that the plan below them knows neither.
 //!

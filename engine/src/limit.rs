@@ -416,8 +416,8 @@ mod tests {
 
     #[test]
     fn rate_rejects_non_positive() {
-        assert!(Limiter::rate("r", 0.0, nz(1), RateKey::Global).is_none());
-        assert!(Limiter::rate("r", f64::NAN, nz(1), RateKey::Global).is_none());
-        assert!(Limiter::rate("r", -1.0, nz(1), RateKey::Global).is_none());
+        assert!(Limiter::rate("r", 0.0, nz(1), RateKey::All).is_none());
+        assert!(Limiter::rate("r", f64::NAN, nz(1), RateKey::All).is_none());
+        assert!(Limiter::rate("r", -1.0, nz(1), RateKey::All).is_none());
     }
 }

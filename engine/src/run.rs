@@ -34,6 +34,7 @@ use std::time::Instant;
 
 use async_channel::{Receiver, Sender, TrySendError};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use crate::item::{ErrorKind, Item, Outcome, StageError};
 use crate::limit::{Charged, LimitError, Limiter, LimiterKind, Priority, RateKey, Ticket};
@@ -316,10 +317,9 @@ pub(crate) async fn run(
         total: length,
     });
     let mailboxes = start::mailboxes(pipeline);
-    let (alive_tx, mut alive_rx) = tokio::sync::mpsc::channel::<()>(1);
     let watchdog = start::spawn_deadline(pipeline, control, &shared);
     let gates = start::adaptive_gates(pipeline);
-    let spawn_error = start::spawn_workers(pipeline, &mailboxes, &shared, &gates, alive_tx);
+    let (workers, spawn_error) = start::spawn_workers(pipeline, &mailboxes, &shared, &gates);
     // Only workers hold senders now (and the source, the first): a mailbox
     // closes when everything upstream of it has finished.
     let first = mailboxes.first().map(|(tx, _)| tx.clone());
@@ -350,8 +350,8 @@ pub(crate) async fn run(
         }
         (None, None) => None,
     };
-    // Every worker has finished when the last `_alive` sender is dropped.
-    let _ = alive_rx.recv().await;
+    // Every worker has finished when the last one's token is dropped.
+    workers.wait().await;
     watchdog.abort();
 
     end::settle(pipeline, &shared, &receivers);

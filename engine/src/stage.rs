@@ -21,13 +21,16 @@ use crate::retry::RetryPolicy;
 /// stage that says nothing more; its work is [`AsyncStage`] or
 /// [`BlockingStage`].
 pub trait Stage: Send + Sync + 'static {
-    /// Bytes to charge on each byte limiter the stage lists, worked out
-    /// before the stage's limiters are acquired and before the stage's
-    /// `process` runs: everything the stage will hold at its peak for this
-    /// item. It may look at the item cheaply (for example read a header)
-    /// and leave what it learnt in the payload for `process`. An error
-    /// fails the try like an error from `process`. Defaults to the item's
-    /// size hint.
+    /// The stage's prepare step: sizes the item and may prepare it. It
+    /// always runs, once per try, before `process` (so `process` may rely
+    /// on what it left in the payload and need not do it again). Its answer
+    /// is the bytes to charge on each byte limiter the stage lists:
+    /// everything the stage will hold at its peak for this item. A stage
+    /// that lists a byte limiter has it run before its limiters are
+    /// acquired; any other, just before `process`. It may look at the item
+    /// cheaply (for example read a header) and leave what it learnt in the
+    /// payload for `process`. An error fails the try like an error from
+    /// `process`. Defaults to the item's size hint.
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         Ok(item.size_hint.unwrap_or(0))
     }

@@ -434,12 +434,10 @@ impl warpline_engine::Stage for Decode {
     }
 }
 
+/// Decode's work is all in `demand`, which the engine runs before every
+/// `process`: the raster is opened, checked and left in the payload there.
 impl BlockingStage for Decode {
-    fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
-        if item.payload::<Raster>().is_none() {
-            let raster = self.open_header(item)?;
-            item.set_payload(raster);
-        }
+    fn process(&self, _item: &mut Item) -> Result<Outcome, StageError> {
         Ok(Outcome::Continue)
     }
 }

@@ -412,7 +412,12 @@ impl Fetch {
     }
 
     async fn file(&self, id: &str, source: &str, held: &mut Held) -> Result<Fetched, StageError> {
-        let path = std::path::PathBuf::from(source.strip_prefix("file://").unwrap_or(source));
+        let Some(path) = crate::names::local_path(source) else {
+            let shown = redact(source);
+            return Err(StageError::permanent(format!(
+                "{shown}: not a local file URL (file:///PATH)"
+            )));
+        };
         let shown = path.display().to_string();
         let meta = tokio::fs::metadata(&path)
             .await

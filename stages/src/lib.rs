@@ -64,8 +64,8 @@ use warpline_engine::Registry;
 pub const GDAL_KINDS: &[&str] = &["decode", "reproject", "write"];
 
 /// A registry with every kind warpline ships: the engine's synthetic kinds
-/// and the raster kinds (sources `list`, `inline`, `glob`, `mosaic`; stages `fetch`,
-/// `decode`, `reproject`, `write`).
+/// and the raster kinds (sources `list`, `inline`, `glob`, `mosaic`, `stac`;
+/// stages `fetch`, `decode`, `reproject`, `write`).
 pub fn registry() -> Registry {
     let mut r = Registry::with_builtins();
     source::register(&mut r);

@@ -9,6 +9,16 @@
 //! own file name, made one safe path component: letters, digits, `.`, `_`
 //! and `-`, anything else replaced by `_`, never starting with a dot.
 
+/// The local path of an input: a `file://` URL as RFC 8089 reads it
+/// (`Url::to_file_path`: percent-decoded, host empty or `localhost`), any
+/// other text as a path. `None` for a `file:` URL that names no local path.
+pub fn local_path(source: &str) -> Option<std::path::PathBuf> {
+    if !source.starts_with("file:") {
+        return Some(source.into());
+    }
+    url::Url::parse(source).ok()?.to_file_path().ok()
+}
+
 /// Archive extensions after which `!/` starts a member's path.
 const ARCHIVES: &[&str] = &[".zip", ".tar", ".tgz", ".tar.gz", ".gz"];
 
@@ -206,6 +216,23 @@ pub fn is_tiff(head: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_urls_are_read_as_rfc_8089_says() {
+        let path = |s: &str| local_path(s).map(|p| p.display().to_string());
+        assert_eq!(path("file:///data/a.tif").as_deref(), Some("/data/a.tif"));
+        assert_eq!(
+            path("file://localhost/data/a.tif").as_deref(),
+            Some("/data/a.tif")
+        );
+        assert_eq!(
+            path("file:///data/a%20b.tif").as_deref(),
+            Some("/data/a b.tif")
+        );
+        assert_eq!(path("/data/a%20b.tif").as_deref(), Some("/data/a%20b.tif"));
+        assert_eq!(path("tiles/a.tif").as_deref(), Some("tiles/a.tif"));
+        assert_eq!(path("file://elsewhere/data/a.tif"), None);
+    }
 
     #[test]
     fn members_split_only_after_an_archive() {

@@ -330,6 +330,7 @@ fn the_memory_charged_for_a_warp_matches_the_output_it_makes() {
             item.set_payload(warpline::stages::fetch::Fetched::new(
                 std::fs::read(file).unwrap(),
             ));
+            decode.demand(&mut item).unwrap();
             decode.process(&mut item).unwrap();
             let decoded = item.payload::<warpline::stages::gdal::Raster>().unwrap();
             let (input, files) = (decoded.pixel_bytes(), decoded.file_bytes());

@@ -1,8 +1,9 @@
-//! Running a pipeline from the command line: interrupts, progress, the
+//! The `run` and `demo` commands: a pipeline run from the command line
+//! (alone or as a coordinated worker), its interrupts, progress, the
 //! report and its files, the exit code.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,9 @@ use warpline_cli::progress::{EventsFile, Fanout, Progress};
 use warpline_cli::top::Top;
 
 use super::{
-    ProgressMode, RunArgs, EXIT_ABORTED_ON_ERROR, EXIT_INTERRUPTED, EXIT_ITEMS_FAILED, EXIT_OK,
+    coordinated, load_with, parse_sets, runtime, GlobalRates, ProgressMode, RedisArgs, RunArgs,
+    EXIT_ABORTED_ON_ERROR, EXIT_COORDINATOR_LOST, EXIT_INTERRUPTED, EXIT_INVALID,
+    EXIT_ITEMS_FAILED, EXIT_OK,
 };
 
 /// What a run writes besides its log: the sinks of its events, and the
@@ -243,4 +246,79 @@ impl Signals {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
+}
+
+/// `warpline run`: alone, or as a worker of a coordinated run.
+pub(super) fn run(
+    path: &Path,
+    args: &RunArgs,
+    redis: &RedisArgs,
+    only_ids: Option<std::collections::HashSet<String>>,
+) -> anyhow::Result<u8> {
+    let runtime = runtime()?;
+    runtime.block_on(async {
+        let rates = redis.coordinator.as_ref().map(|_| GlobalRates::default());
+        let pipeline = match load_with(path, &args.sets, rates.as_ref().map(GlobalRates::factory)) {
+            Ok(p) => p,
+            Err(code) => return Ok(code),
+        };
+        let Some(c) = redis.connect(pipeline.name()).await? else {
+            return execute(&pipeline, args, only_ids, None).await;
+        };
+        if let Some(code) = coordinated::nothing_enqueued(&c).await? {
+            return Ok(code);
+        }
+        // The same pipeline, with the coordinator's global rates, reading
+        // its queue.
+        if let Some(rates) = &rates {
+            rates.bind(c.rate_backends());
+        }
+        let (queue, acker) = c.worker();
+        let pipeline = pipeline.with_source("redis", queue);
+        let code = execute(&pipeline, args, only_ids, Some(acker.clone())).await;
+        acker.finish().await;
+        match c.lost() {
+            Some(why) => {
+                say_err!(
+                    "error: gave up on the coordinator: {why}. Items this worker did not \
+                     acknowledge stay pending in Redis and are claimed by other workers \
+                     after --reclaim-after; what it finished is on disk and is skipped \
+                     when its item comes again."
+                );
+                Ok(EXIT_COORDINATOR_LOST)
+            }
+            None => code,
+        }
+    })
+}
+
+/// `warpline demo`: the demo pipeline on sample tiles served on loopback.
+pub(super) fn demo(dir: &Path, args: &RunArgs) -> anyhow::Result<u8> {
+    let sets = match parse_sets(&args.sets) {
+        Ok(s) => s,
+        Err(usage) => {
+            say_err!("error: {usage}");
+            return Ok(EXIT_INVALID);
+        }
+    };
+    let runtime = runtime()?;
+    runtime.block_on(async {
+        let demo = match warpline_cli::demo::prepare(dir, &sets).await {
+            Ok(d) => d,
+            Err(warpline_cli::demo::DemoError::Config(errors)) => {
+                say_err!("{errors}");
+                return Ok(EXIT_INVALID);
+            }
+            Err(e) => return Err(anyhow::anyhow!("cannot prepare the demo: {e}")),
+        };
+        say_err!(
+            "warpline demo: {} sample tiles served at http://{}/tiles/, listed in {}",
+            4 * warpline_cli::demo::TILES_PER_CRS,
+            demo.server.addr(),
+            dir.join("tiles.txt").display()
+        );
+        let code = execute(&demo.pipeline, args, None, None).await?;
+        say!("outputs: {}", dir.join("output").display());
+        Ok(code)
+    })
 }

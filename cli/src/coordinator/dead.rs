@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use redis::Value;
+use redis::streams::StreamRangeReply;
 use serde::Serialize;
 
 use super::scripts::{entries, REQUEUE};
@@ -54,7 +54,7 @@ impl Coordinator {
     /// Every item in the dead-letter stream, oldest first.
     pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>, super::CoordinatorError> {
         let dead = self.key("dead");
-        let reply: Value = self
+        let reply: StreamRangeReply = self
             .cmd
             .query(
                 "read the dead letters",
@@ -62,7 +62,7 @@ impl Coordinator {
             )
             .await
             .map_err(err)?;
-        Ok(entries(&reply)
+        Ok(entries(reply.ids)
             .into_iter()
             .map(|(entry, f)| DeadLetter::from_entry(entry, f))
             .collect())
@@ -75,7 +75,7 @@ impl Coordinator {
             return Ok((!d.source.contains("***")).then(|| d.source.clone()));
         };
         let stream = self.key("stream");
-        let reply: Value = self
+        let reply: StreamRangeReply = self
             .cmd
             .query(
                 "read a queued input",
@@ -83,7 +83,7 @@ impl Coordinator {
             )
             .await
             .map_err(err)?;
-        Ok(entries(&reply)
+        Ok(entries(reply.ids)
             .into_iter()
             .next()
             .and_then(|(_, mut f)| f.remove("source")))

@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncCommands, Value};
+use redis::AsyncCommands;
 use serde::Serialize;
 use warpline_engine::limit::{RateBackend, RateBackendFactory};
 use warpline_engine::{Source, SourceSpec};
@@ -389,7 +389,7 @@ impl Coordinator {
     /// Messages delivered to some worker and not yet acknowledged.
     async fn pending(&self) -> Result<u64, String> {
         let stream = self.key("stream");
-        let summary: Value = self
+        let summary: redis::streams::StreamPendingReply = self
             .cmd
             .query(
                 "count the pending items",
@@ -397,13 +397,7 @@ impl Coordinator {
             )
             .await
             .map_err(err)?;
-        Ok(match &summary {
-            Value::Array(v) => v
-                .first()
-                .and_then(|c| redis::from_redis_value::<u64>(c.clone()).ok()),
-            _ => None,
-        }
-        .unwrap_or(0))
+        Ok(summary.count() as u64)
     }
 
     /// The source a worker reads instead of the pipeline's own, and the

@@ -4,10 +4,11 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use redis::{AsyncCommands, Value};
+use redis::streams::{StreamAutoClaimReply, StreamReadReply};
+use redis::AsyncCommands;
 use warpline_engine::{Input, Source, SourceError, SourceSpec};
 
-use super::scripts::{entries, read_reply, Entry};
+use super::scripts::{entries, Entry};
 use super::{err, Coordinator, BLOCK, GROUP};
 
 /// An item this worker holds: its stream message, its input, and which
@@ -59,7 +60,7 @@ impl StreamSource {
         let idle_ms = s.reclaim_after.as_millis() as u64;
         // On the read connection: when its reply is lost, the messages it
         // claimed are this worker's, and are found by `read_own`.
-        let reply: Value = self
+        let reply: StreamAutoClaimReply = self
             .c
             .read
             .query(
@@ -75,15 +76,11 @@ impl StreamSource {
             )
             .await
             .map_err(err)?;
-        if let Value::Array(parts) = &reply {
-            if let Some(list) = parts.get(1) {
-                let got = entries(list);
-                if !got.is_empty() {
-                    tracing::info!(count = got.len(), "reclaimed idle items from other workers");
-                }
-                self.claimed.extend(got);
-            }
+        let got = entries(reply.claimed);
+        if !got.is_empty() {
+            tracing::info!(count = got.len(), "reclaimed idle items from other workers");
         }
+        self.claimed.extend(got);
         self.last_claim = Some(Instant::now());
         Ok(())
     }
@@ -142,13 +139,14 @@ impl StreamSource {
             cmd.arg("BLOCK").arg(b.as_millis() as u64);
         }
         cmd.arg("STREAMS").arg(&stream).arg(after);
-        let reply: Value = self
+        // Nil (nothing came within `block`) reads as no stream.
+        let reply: StreamReadReply = self
             .c
             .read
             .query("read the work stream", &cmd)
             .await
             .map_err(err)?;
-        Ok(read_reply(&reply))
+        Ok(entries(reply.keys.into_iter().flat_map(|k| k.ids)))
     }
 
     /// Counts a delivery and returns its number; past the maximum, sends the

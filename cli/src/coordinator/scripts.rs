@@ -1,12 +1,12 @@
 //! The Lua scripts that change a run's keys in one atomic step, and the
-//! reading of stream replies. Each script may be sent again when its reply
+//! entries of stream replies. Each script may be sent again when its reply
 //! was lost (Redis restarted or froze): running it twice does what running
 //! it once did.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use redis::Value;
+use redis::streams::StreamId;
 
 /// Records an item's end in one atomic step: sets its result (KEYS[1],
 /// field ARGV[1], value ARGV[2]) keeping the count of `done` results
@@ -99,54 +99,21 @@ redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000) + 10
 return at - now
 ";
 
-/// `[[field, value, ...]]` of a stream entry as a map.
-pub(crate) fn fields(v: &Value) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    if let Value::Array(items) = v {
-        for pair in items.chunks(2) {
-            if let [k, v] = pair {
-                if let (Ok(k), Ok(v)) = (
-                    redis::from_redis_value::<String>(k.clone()),
-                    redis::from_redis_value::<String>(v.clone()),
-                ) {
-                    out.insert(k, v);
-                }
-            }
-        }
-    }
-    out
-}
-
 /// A stream entry: its message id and fields.
 pub(crate) type Entry = (String, HashMap<String, String>);
 
-/// Stream entries `[[id, [field, value, ...]], ...]`; an entry deleted
-/// since it was delivered (its fields nil) is left out.
-pub(crate) fn entries(v: &Value) -> Vec<Entry> {
-    let mut out = Vec::new();
-    if let Value::Array(items) = v {
-        for e in items {
-            if let Value::Array(parts) = e {
-                if let [id, body @ Value::Array(_)] = parts.as_slice() {
-                    if let Ok(id) = redis::from_redis_value::<String>(id.clone()) {
-                        out.push((id, fields(body)));
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The entries of an `XREADGROUP` reply `[[stream, [entries]]]` (or nil).
-pub(crate) fn read_reply(v: &Value) -> Vec<Entry> {
-    match v {
-        Value::Array(streams) => match streams.first() {
-            Some(Value::Array(s)) => s.get(1).map(entries).unwrap_or_default(),
-            _ => Vec::new(),
-        },
-        // RESP3 answers with a map of stream -> entries.
-        Value::Map(m) => m.first().map(|(_, e)| entries(e)).unwrap_or_default(),
-        _ => Vec::new(),
-    }
+/// The entries of a stream reply, as redis's own `streams` types parse it
+/// (`StreamReadReply`, `StreamAutoClaimReply`, `StreamRangeReply`), with
+/// their fields as text. An entry deleted since it was delivered (its
+/// fields nil, so none) is left out.
+pub(crate) fn entries(ids: impl IntoIterator<Item = StreamId>) -> Vec<Entry> {
+    ids.into_iter()
+        .filter(|e| !e.map.is_empty())
+        .map(|e| {
+            let fields = (e.map.keys())
+                .filter_map(|k| Some((k.clone(), e.get::<String>(k)?)))
+                .collect();
+            (e.id, fields)
+        })
+        .collect()
 }

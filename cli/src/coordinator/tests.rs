@@ -11,14 +11,15 @@ async fn set(c: &Coordinator, id: &str, value: &str) {
     c.record(id, "0-1", value, entry).await.unwrap();
 }
 
-#[tokio::test]
-async fn an_item_done_twice_counts_once_and_older_runs_are_counted_from_their_results() {
+/// A coordinator of a run of its own (`NAME-PID-NANOS`) on
+/// `WARPLINE_TEST_REDIS`; `None` (the test is skipped) when it is not set.
+async fn connected(name: &str) -> Option<Coordinator> {
     let Ok(url) = std::env::var("WARPLINE_TEST_REDIS") else {
         eprintln!("WARPLINE_TEST_REDIS is not set: the Redis test is skipped");
-        return;
+        return None;
     };
     let run = format!(
-        "counts-{}-{}",
+        "{name}-{}-{}",
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -28,7 +29,7 @@ async fn an_item_done_twice_counts_once_and_older_runs_are_counted_from_their_re
     let c = Coordinator::connect(
         &url,
         Settings {
-            run: run.clone(),
+            run,
             consumer: "test".into(),
             max_deliveries: 3,
             reclaim_after: Duration::from_secs(60),
@@ -37,6 +38,14 @@ async fn an_item_done_twice_counts_once_and_older_runs_are_counted_from_their_re
     )
     .await
     .unwrap_or_else(|e| panic!("WARPLINE_TEST_REDIS={url} is set but: {e}"));
+    Some(c)
+}
+
+#[tokio::test]
+async fn an_item_done_twice_counts_once_and_older_runs_are_counted_from_their_results() {
+    let Some(c) = connected("counts").await else {
+        return;
+    };
     set(&c, "a", "done").await;
     // Redone after a worker died before acknowledging: still one.
     set(&c, "a", "done").await;
@@ -77,4 +86,78 @@ async fn an_item_done_twice_counts_once_and_older_runs_are_counted_from_their_re
     ])
     .await
     .unwrap();
+}
+
+/// Sends the command `words` and reads its reply as `T`.
+async fn query<T: redis::FromRedisValue>(conn: &mut MultiplexedConnection, words: &[&str]) -> T {
+    let mut cmd = redis::cmd(words[0]);
+    for w in &words[1..] {
+        cmd.arg(*w);
+    }
+    cmd.query_async(conn).await.unwrap()
+}
+
+/// Stream replies are read with redis's own types: what XREADGROUP (new
+/// and pending), XAUTOCLAIM and XRANGE return becomes `(id, fields)`, and
+/// an entry deleted after it was delivered is left out.
+#[tokio::test]
+async fn stream_replies_keep_their_fields_and_leave_deleted_entries_out() {
+    use redis::streams::{StreamAutoClaimReply, StreamPendingReply};
+    use redis::streams::{StreamRangeReply, StreamReadReply};
+    use scripts::entries;
+    let Some(c) = connected("entries").await else {
+        return;
+    };
+    let mut conn = c.cmd.once(|c| async move { Ok(c) }).await.unwrap();
+    let stream = c.key("stream");
+    let fields = |id: &str| {
+        HashMap::from([
+            ("id".to_owned(), id.to_owned()),
+            ("source".to_owned(), format!("s/{id}")),
+        ])
+    };
+    let mut ids = Vec::new();
+    for id in ["a", "b"] {
+        let source = format!("s/{id}");
+        let add = ["XADD", &stream, "*", "id", id, "source", &source];
+        ids.push(query::<String>(&mut conn, &add).await);
+    }
+    let (a, b) = (ids[0].clone(), ids[1].clone());
+    let read = |after| {
+        [
+            "XREADGROUP",
+            "GROUP",
+            GROUP,
+            "w",
+            "COUNT",
+            "100",
+            "STREAMS",
+            &stream,
+            after,
+        ]
+    };
+    let new: StreamReadReply = query(&mut conn, &read(">")).await;
+    let got = entries(new.keys.into_iter().flat_map(|k| k.ids));
+    assert_eq!(
+        got,
+        vec![(a.clone(), fields("a")), (b.clone(), fields("b"))]
+    );
+    // Nothing new: nil, read as no entry.
+    let none: StreamReadReply = query(&mut conn, &read(">")).await;
+    assert!(none.keys.iter().all(|k| k.ids.is_empty()));
+    // b deleted after its delivery: still pending, its fields nil.
+    query::<()>(&mut conn, &["XDEL", &stream, &b]).await;
+    let pending: StreamReadReply = query(&mut conn, &read("0")).await;
+    let got = entries(pending.keys.into_iter().flat_map(|k| k.ids));
+    assert_eq!(got, vec![(a.clone(), fields("a"))]);
+    let range: StreamRangeReply = query(&mut conn, &["XRANGE", &stream, "-", "+"]).await;
+    assert_eq!(entries(range.ids), vec![(a.clone(), fields("a"))]);
+    let claim = ["XAUTOCLAIM", &stream, GROUP, "w2", "0", "0-0"];
+    let claimed: StreamAutoClaimReply = query(&mut conn, &claim).await;
+    assert_eq!(entries(claimed.claimed), vec![(a.clone(), fields("a"))]);
+    // Redis 7 drops the deleted entry from the pending list as it claims.
+    let count: StreamPendingReply = query(&mut conn, &["XPENDING", &stream, GROUP]).await;
+    assert_eq!(count.count(), 1);
+    assert_eq!(c.pending().await.unwrap(), 1);
+    query::<()>(&mut conn, &["DEL", &stream, &c.key("counts")]).await;
 }

@@ -45,16 +45,17 @@ pub type RateBackendFactory = Arc<dyn Fn(&str, f64, u32) -> Arc<dyn RateBackend>
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case", try_from = "String")]
 pub enum RateKey {
-    /// One bucket for everything.
+    /// One bucket for everything (`per = "all"`; whether that bucket is
+    /// kept here or by the coordinator is [`RateScope`]).
     #[default]
-    Global,
+    All,
     /// One bucket per remote host of the item's source.
     Host,
 }
 
 crate::word_setting!(RateKey, "\"host\" (one bucket per remote host) or \"all\"", {
     "host" => RateKey::Host,
-    "all" => RateKey::Global,
+    "all" => RateKey::All,
 });
 
 /// Who keeps a rate limiter's bucket: `scope = "local"` (the default: this
@@ -138,7 +139,7 @@ impl Rate {
     /// The bucket an item with this key draws on.
     fn bucket(&self, key: Option<&str>) -> String {
         match self.key {
-            RateKey::Global => String::new(),
+            RateKey::All => String::new(),
             RateKey::Host => key.unwrap_or_default().to_owned(),
         }
     }

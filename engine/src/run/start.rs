@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_channel::{Receiver, Sender};
+use tokio_util::task::TaskTracker;
 
 use super::ledger::Shared;
 use super::worker::Worker;
@@ -116,15 +117,27 @@ pub(super) fn adaptive_gates(pipeline: &Pipeline) -> Vec<Option<Arc<Gates>>> {
 }
 
 /// Spawns every stage's workers: tokio tasks for an async stage, OS threads
-/// of its own for a blocking one. Each worker holds a clone of `alive`,
-/// dropped here, so the run knows every worker has finished when the last
-/// one is dropped. A thread that cannot be spawned stops the spawning.
+/// of its own for a blocking one. Each worker holds a token of the tracker
+/// returned, closed: it is empty once every worker has finished. A thread
+/// that cannot be spawned stops the spawning.
 pub(super) fn spawn_workers(
     pipeline: &Pipeline,
     mailboxes: &[(Sender<Item>, Receiver<Item>)],
     shared: &Arc<Shared>,
     gates: &[Option<Arc<Gates>>],
-    alive: tokio::sync::mpsc::Sender<()>,
+) -> (TaskTracker, Option<RunError>) {
+    let alive = TaskTracker::new();
+    let error = spawn_each(pipeline, mailboxes, shared, gates, &alive);
+    alive.close();
+    (alive, error)
+}
+
+fn spawn_each(
+    pipeline: &Pipeline,
+    mailboxes: &[(Sender<Item>, Receiver<Item>)],
+    shared: &Arc<Shared>,
+    gates: &[Option<Arc<Gates>>],
+    alive: &TaskTracker,
 ) -> Option<RunError> {
     let runtime = tokio::runtime::Handle::current();
     let skip_checks: Arc<[Handler]> = pipeline.stages.iter().map(|s| s.handler.clone()).collect();
@@ -138,7 +151,7 @@ pub(super) fn spawn_workers(
                 tx: mailboxes.get(index + 1).map(|(tx, _)| tx.clone()),
                 shared: Arc::clone(shared),
                 gates: gates[index].clone(),
-                _alive: alive.clone(),
+                _alive: alive.token(),
             };
             if plan.handler.is_blocking() {
                 let rt = runtime.clone();

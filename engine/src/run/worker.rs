@@ -27,7 +27,8 @@ pub(super) struct Worker {
     pub(super) shared: Arc<Shared>,
     /// The stage's adaptive per-host limits (a stage that makes requests).
     pub(super) gates: Option<Arc<Gates>>,
-    pub(super) _alive: tokio::sync::mpsc::Sender<()>,
+    /// Held until the worker ends: the run waits for every token.
+    pub(super) _alive: TaskTrackerToken,
 }
 
 impl Worker {
@@ -280,12 +281,9 @@ impl Worker {
                 item.release(name);
             }
         }
-        let bytes = if self
-            .plan
-            .limits
-            .iter()
-            .any(|l| l.kind() == LimiterKind::Bytes)
-        {
+        // `demand` runs once per try, before `process`: here when its answer
+        // is a charge, else in `call`, just before `process`.
+        let bytes = if self.charges_bytes() {
             let demand = || {
                 guarded(|| self.plan.handler.demand(item))
                     .unwrap_or_else(|text| Err(panicked(&item.id, &text)))
@@ -321,6 +319,15 @@ impl Worker {
             waits,
         });
         Ok(Acquired::Held(held))
+    }
+
+    /// Whether this stage lists a byte budget, so that its `demand` is a
+    /// charge and runs before the limiters are taken.
+    fn charges_bytes(&self) -> bool {
+        self.plan
+            .limits
+            .iter()
+            .any(|l| l.kind() == LimiterKind::Bytes)
     }
 
     /// Whether this stage charges the byte budget `name` again.
@@ -399,28 +406,45 @@ impl Worker {
     }
 
     /// Runs the stage's code once, timing it and turning a panic into an
-    /// error.
+    /// error: its `demand` (unless `acquire` ran it for a charge), then its
+    /// `process`.
     async fn call(
         &self,
         item: &mut Item,
         abort: &CancellationToken,
     ) -> Result<Outcome, StageError> {
         let started = Instant::now();
+        let prepare = !self.charges_bytes();
         let result = match &self.plan.handler {
             Handler::Async(h) => {
                 let id = item.id.clone();
-                tokio::select! {
-                    biased;
-                    r = guarded_async(h.process(item)) => r.unwrap_or_else(|text| Err(panicked(&id, &text))),
-                    _ = abort.cancelled() => Err(StageError::new(ErrorKind::Interrupted, "run aborted while the stage was working")),
+                let prepared = if prepare {
+                    guarded(|| h.demand(item).map(drop))
+                        .unwrap_or_else(|text| Err(panicked(&id, &text)))
+                } else {
+                    Ok(())
+                };
+                match prepared {
+                    Err(e) => Err(e),
+                    Ok(()) => tokio::select! {
+                        biased;
+                        r = guarded_async(h.process(item)) => r.unwrap_or_else(|text| Err(panicked(&id, &text))),
+                        _ = abort.cancelled() => Err(StageError::new(ErrorKind::Interrupted, "run aborted while the stage was working")),
+                    },
                 }
             }
             Handler::Blocking(h) => {
                 // This is an OS thread of the stage's own, not a runtime
-                // thread: blocking here blocks no other work.
+                // thread: blocking here blocks no other work. One reading
+                // of the CPU clock covers `demand` and `process`.
                 self.on_stage_cpu(|| {
-                    guarded(|| h.process(item))
-                        .unwrap_or_else(|text| Err(panicked(&item.id, &text)))
+                    guarded(|| {
+                        if prepare {
+                            h.demand(item)?;
+                        }
+                        h.process(item)
+                    })
+                    .unwrap_or_else(|text| Err(panicked(&item.id, &text)))
                 })
             }
         };

@@ -266,7 +266,7 @@ async fn an_aborted_run_gives_every_permit_back_blocking_workers() {
 #[tokio::test(start_paused = true)]
 async fn a_token_bucket_takes_the_expected_virtual_time() {
     let burst = NonZeroU32::new(5).unwrap();
-    let rate = Limiter::rate("api", 10.0, burst, RateKey::Global).unwrap();
+    let rate = Limiter::rate("api", 10.0, burst, RateKey::All).unwrap();
     let start = tokio::time::Instant::now();
     for _ in 0..25 {
         rate.acquire(1, None).await.unwrap();

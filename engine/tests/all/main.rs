@@ -7,6 +7,7 @@ mod adaptive;
 mod admission;
 mod budget;
 mod config;
+mod contract;
 mod limits;
 mod live;
 mod observe;

@@ -1,0 +1,232 @@
+//! What the command line is: the commands, their flags and the exit
+//! codes (the coordinator's flags live beside its commands, in
+//! `coordinated`). Parsed by clap; nothing here runs.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use super::{EnqueueArgs, NamedRunArgs, RedisArgs};
+
+/// Every input ended done or skipped.
+pub(super) const EXIT_OK: u8 = 0;
+/// warpline could not start or finish the run (unreadable source, unwritable
+/// report file, ...).
+pub(super) const EXIT_ERROR: u8 = 1;
+/// The command line or a pipeline file is invalid.
+pub(super) const EXIT_INVALID: u8 = 2;
+/// The run finished but some items failed.
+pub(super) const EXIT_ITEMS_FAILED: u8 = 3;
+/// The run was aborted because an item failed and `on_error = "abort"`.
+pub(super) const EXIT_ABORTED_ON_ERROR: u8 = 4;
+/// A coordinated worker gave up on Redis: it was out of reach for
+/// `--redis-timeout`.
+pub(super) const EXIT_COORDINATOR_LOST: u8 = 5;
+/// The run was interrupted by Ctrl-C / SIGINT or SIGTERM.
+pub(super) const EXIT_INTERRUPTED: u8 = 130;
+
+const AFTER_HELP: &str = "\
+Examples:
+  warpline demo
+  warpline validate pipelines/*.toml
+  warpline plan pipelines/demo.toml
+  warpline run pipelines/synthetic.toml --report report.json --report-html report.html
+  warpline run my.toml --set stages.decode.workers=4 --failures failed.jsonl
+  warpline run my.toml --retry-failed failed.jsonl
+  WARPLINE__STAGES__WORK__WORKERS=8 warpline run pipelines/synthetic.toml
+
+Exit codes: 0 all items done or skipped; 1 could not run; 2 invalid pipeline or
+usage; 3 some items failed; 4 aborted on error (on_error = \"abort\"); 5 a
+coordinated worker gave up on Redis (out of reach for --redis-timeout);
+130 interrupted (Ctrl-C or SIGTERM).
+
+Logs go to stderr; filter them with WARPLINE_LOG (like RUST_LOG), e.g.
+WARPLINE_LOG=debug. The pipeline file reference is docs/pipeline.md.";
+
+/// warpline: fetch, decode, reproject and write raster tiles, with every
+/// resource bounded and every input accounted for.
+#[derive(Debug, Parser)]
+#[command(name = "warpline", version, about, after_help = AFTER_HELP)]
+pub(super) struct Cli {
+    /// Log lines as text or as JSON objects.
+    #[arg(long, value_enum, global = true, default_value_t = LogFormat::Text)]
+    pub(super) log_format: LogFormat,
+    #[command(subcommand)]
+    pub(super) command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum ProgressMode {
+    /// A bar on a terminal; otherwise a summary line in the log every 10 s.
+    Auto,
+    /// A live view per stage (items queued, working, passed on, failed,
+    /// rate), per limiter (use) and of the failures: redrawn every second
+    /// on a terminal, otherwise in the log every 10 s.
+    Stages,
+    /// Never a bar; the summary line only.
+    Log,
+    /// Nothing.
+    Off,
+}
+
+/// What `run` and `demo` share.
+#[derive(Debug, Args)]
+pub(super) struct RunArgs {
+    /// Override a setting, e.g. `--set stages.decode.workers=4`; applied
+    /// after the file and WARPLINE__ environment variables. VALUE is read as
+    /// TOML when it is TOML (`'"EPSG:3857"'`, `'["cpu"]'`), else as text
+    /// (`EPSG:3857`). Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(super) sets: Vec<String>,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub(super) report: Option<PathBuf>,
+    /// Also write the report as a self-contained HTML page with a timeline.
+    #[arg(long, value_name = "FILE")]
+    pub(super) report_html: Option<PathBuf>,
+    /// Write every event (admitted, stage started/finished, done, skipped,
+    /// failed) as one JSON line to this file.
+    #[arg(long, value_name = "FILE")]
+    pub(super) events: Option<PathBuf>,
+    /// Write each failed item as one JSON line to this file.
+    #[arg(long, value_name = "FILE")]
+    pub(super) failures: Option<PathBuf>,
+    /// Serve Prometheus metrics at this address (e.g. 127.0.0.1:9898) while
+    /// the run lasts.
+    #[arg(long, value_name = "ADDR")]
+    pub(super) metrics: Option<std::net::SocketAddr>,
+    /// How progress is shown.
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+    pub(super) progress: ProgressMode,
+    /// Admit only the inputs of shard INDEX of COUNT (`3/10`, counted from
+    /// 0), split by a fixed hash of each input's id. `auto/COUNT` takes the
+    /// index from JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID or
+    /// AWS_BATCH_JOB_ARRAY_INDEX. Not with --coordinator, whose workers
+    /// share one queue instead.
+    #[arg(long, value_name = "INDEX/COUNT")]
+    pub(super) shard: Option<warpline::engine::shard::Shard>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum Command {
+    /// Run a pipeline and print its report.
+    Run {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+        #[command(flatten)]
+        args: RunArgs,
+        #[command(flatten)]
+        redis: RedisArgs,
+        /// Run only the items listed in a failures file of an earlier run
+        /// (the pipeline's source is read again; only those ids are admitted).
+        /// Not with --coordinator: a coordinated run's failures are in its
+        /// dead-letter stream.
+        #[arg(long, value_name = "FILE")]
+        retry_failed: Option<PathBuf>,
+    },
+    /// Run the demo: make sample tiles in four CRSs, serve them on a
+    /// loopback HTTP server, and fetch, decode, reproject (to EPSG:3857) and
+    /// write them as COGs with pipelines/demo.toml. Needs no network and no
+    /// data files.
+    Demo {
+        /// Where the tile list and the outputs go.
+        #[arg(long, value_name = "DIR", default_value = "out/demo")]
+        dir: PathBuf,
+        #[command(flatten)]
+        args: RunArgs,
+    },
+    /// Check pipeline files in tiers (schema, graph, environment) and print
+    /// every problem found; exit 0 when all are valid.
+    Validate {
+        /// The pipeline files (TOML).
+        #[arg(required = true)]
+        pipelines: Vec<PathBuf>,
+        /// Override a setting before checking, as for `run`. Repeatable.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Text for people, JSON for tools.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Put the inputs of a pipeline's source in the run's work queue in
+    /// Redis, once each (enqueueing twice adds nothing).
+    Enqueue {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+        /// Override a setting, as for `run`. Repeatable.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        #[command(flatten)]
+        redis: EnqueueArgs,
+    },
+    /// Show a Redis-coordinated run's progress across workers.
+    Status {
+        #[command(flatten)]
+        redis: NamedRunArgs,
+        /// Text for people, JSON for tools.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// List a Redis-coordinated run's dead letters: each item's id, input,
+    /// deliveries and last error.
+    Dead {
+        #[command(flatten)]
+        redis: NamedRunArgs,
+        /// Text for people, JSON for tools.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Move dead letters of a Redis-coordinated run back to its work queue
+    /// (their deliveries counted from 0 again); then start workers.
+    Requeue {
+        #[command(flatten)]
+        redis: NamedRunArgs,
+        /// The items to move (their ids, as `dead` lists them).
+        #[arg(
+            value_name = "ID",
+            required_unless_present = "all",
+            conflicts_with = "all"
+        )]
+        ids: Vec<String>,
+        /// Move every dead letter.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show the pipeline as it will run: stages, the admission bound,
+    /// limiters with resolved numbers, GDAL's cache, estimated peak memory.
+    Plan {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+        /// Override a setting, as for `run`. Repeatable.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Text for people, JSON for tools.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        // clap's own checks (conflicts and groups name arguments that
+        // exist in every subcommand, no two flags alike), which it would
+        // otherwise run only when a user gives that subcommand.
+        super::Cli::command().debug_assert();
+    }
+}
