@@ -322,25 +322,21 @@ impl warpline_engine::Stage for Reproject {
 impl BlockingStage for Reproject {
     fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
         let id = item.id.clone();
-        let (raster, checked) = match item.take_payload::<Checked>() {
-            Some(Checked {
-                raster,
-                aoi,
-                out,
-                to_disk,
-            }) => (raster, Some((aoi, out, to_disk))),
-            None => (Self::take_raster(item)?, None),
+        // The engine runs `demand` before every try, so the item is the
+        // raster it checked and sized.
+        let Some(Checked {
+            raster,
+            aoi,
+            out,
+            to_disk,
+        }) = item.take_payload::<Checked>()
+        else {
+            return Err(StageError::permanent(format!(
+                "{id}: reproject was handed an item its demand did not prepare (a stage before it must hand on a decoded raster)"
+            )));
         };
         let views = self.source_views(&raster, &id)?;
         let srcs = datasets(&raster, &views);
-        let (aoi, out, to_disk) = match checked {
-            Some(c) => c,
-            None => {
-                let aoi = self.area_of_interest(srcs[0]);
-                let (_, out, to_disk) = self.plan(&srcs, &raster, aoi, &id)?;
-                (aoi, out, to_disk)
-            }
-        };
         let out = if to_disk {
             item.took("disk");
             self.disk.warp(&srcs, &self.warp_args(aoi), &id, out)
