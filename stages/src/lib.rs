@@ -21,8 +21,11 @@
 //!   any pixel is read, and no pixel read;
 //! - [`reproject`]: `GDALWarp` with gdalwarp's options, from the input as
 //!   GDAL opened it, so masks, alpha, overviews and metadata are read as
-//!   gdalwarp reads them (blocking); an output larger than the byte budget
-//!   is warped in chunks to a file on disk (`warp_to`);
+//!   gdalwarp reads them (blocking); where it is proven to give gdalwarp's
+//!   pixels (bilinear, nodata, masks or alpha), the same GDAL calls with
+//!   warpline's own resampling loop (`gdal/kernel/`, `kernel = "auto"`); an
+//!   output larger than the byte budget is warped in chunks to a file on
+//!   disk (`warp_to`);
 //! - [`write`](mod@write): GeoTIFF or COG, written to a temporary name, synced and
 //!   renamed into place (blocking); [`temps`]: the temporary names, and
 //!   the removal of those a killed process left;

@@ -2,7 +2,7 @@
 //! (signing, paginated listings, multipart uploads): `s3://BUCKET/KEY` on
 //! Amazon S3 or an S3-compatible server, `az://CONTAINER/BLOB` on Azure
 //! Blob Storage or Azurite, `gs://BUCKET/OBJECT` on Google Cloud Storage
-//! or fake-gcs-server (read only: see [`Scheme::writes`]). Every path
+//! or fake-gcs-server (read only: see `Scheme::writes`). Every path
 //! below is the same for all three but the client's making (`clients`)
 //! and the words of messages (`Scheme`).
 //!

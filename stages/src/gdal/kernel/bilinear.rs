@@ -12,7 +12,7 @@
 //! computed once per pixel for all bands, and no call per sample.
 
 /// `SRC_DENSITY_THRESHOLD` (a float in GDAL, compared as a double).
-const SRC_DENSITY_THRESHOLD: f64 = 0.000000001f32 as f64;
+pub(super) const SRC_DENSITY_THRESHOLD: f64 = 0.000000001f32 as f64;
 /// `BAND_DENSITY_THRESHOLD`.
 const BAND_DENSITY_THRESHOLD: f64 = 0.0000000001;
 
@@ -86,7 +86,7 @@ impl Sample for f64 {
 
 /// `CPLMaskGet`.
 #[inline(always)]
-fn bit(mask: &[u32], i: usize) -> bool {
+pub(super) fn bit(mask: &[u32], i: usize) -> bool {
     mask[i >> 5] & (1 << (i & 31)) != 0
 }
 
@@ -110,7 +110,7 @@ fn four(mask: &[u32], o: usize, w: usize) -> bool {
 
 /// `CPLMaskSet`.
 #[inline(always)]
-fn set_bit(mask: &mut [u32], i: usize) {
+pub(super) fn set_bit(mask: &mut [u32], i: usize) {
     mask[i >> 5] |= 1 << (i & 31);
 }
 
@@ -265,7 +265,7 @@ impl<T: Sample> Chunk<'_, T> {
     /// source window (after a second, exact transform of a point slightly
     /// outside, as GDAL does).
     #[inline(always)]
-    fn source_offset(
+    pub(super) fn source_offset(
         &self,
         tr: &mut impl Transform,
         row: usize,

@@ -119,7 +119,8 @@ pub(super) unsafe extern "C" fn pre_chunk(
 
 /// Why warpline's loop does not take this chunk (None: it does). Each
 /// check is a condition under which `PerformWarp` would not run
-/// `GWKRealCaseThread` with the bilinear 4-sample formula.
+/// `GWKRealCaseThread` with the bilinear 4-sample formula, or one of its
+/// templated nearest loops (`GWKNearestThread<T>`) with masks.
 fn refusal(wk: &WarpKernel, bands: i32) -> Option<&'static str> {
     use sys::GDALDataType::{
         GDT_Byte as BYTE, GDT_Float32 as F32, GDT_Float64 as F64, GDT_Int16 as I16,
@@ -128,10 +129,18 @@ fn refusal(wk: &WarpKernel, bands: i32) -> Option<&'static str> {
     if wk.bands != bands || wk.bands < 1 || wk.src_image.is_null() || wk.dst_image.is_null() {
         return Some("unexpected kernel");
     }
-    if wk.resample != sys::GDALResampleAlg::GRA_Bilinear {
+    let near = wk.resample == sys::GDALResampleAlg::GRA_NearestNeighbour;
+    if !near && wk.resample != sys::GDALResampleAlg::GRA_Bilinear {
         return Some("resampling");
     }
-    if !matches!(wk.working_type, BYTE | U16 | I16 | F32 | F64) {
+    // GDAL's templated nearest loops take these types; the bilinear real
+    // case Float64 too.
+    let types_ok = if near {
+        matches!(wk.working_type, BYTE | U16 | I16 | F32)
+    } else {
+        matches!(wk.working_type, BYTE | U16 | I16 | F32 | F64)
+    };
+    if !types_ok {
         return Some("data type");
     }
     if wk.band_src_valid.is_null()
@@ -142,7 +151,9 @@ fn refusal(wk: &WarpKernel, bands: i32) -> Option<&'static str> {
         // GDAL's own fast path (no masks): left to it.
         return Some("no masks");
     }
-    if wk.src_x_size <= 1 || wk.src_y_size <= 1 || wk.dst_x_size < 1 || wk.dst_y_size < 1 {
+    // GDAL's bilinear loop samples single-row windows as nearest.
+    let small = if near { 1 } else { 2 };
+    if wk.src_x_size < small || wk.src_y_size < small || wk.dst_x_size < 1 || wk.dst_y_size < 1 {
         return Some("window too small");
     }
     if wk.apply_vertical_shift {
@@ -160,11 +171,14 @@ fn refusal(wk: &WarpKernel, bands: i32) -> Option<&'static str> {
             return Some("warp option");
         }
     }
+    // Nearest takes no scale into account; bilinear's 4-sample formula
+    // only from 0.95 up.
     let (xs, ys) = scales(wk);
-    if ys / xs > 100.0 {
+    if !near && ys / xs > 100.0 {
         return Some("scale from grid sampling");
     }
-    if !(xs >= 0.95 && ys >= 0.95) {
+    let four_samples = xs >= 0.95 && ys >= 0.95;
+    if !near && !four_samples {
         return Some("downsampling");
     }
     if wk.transformer.is_none() {
@@ -238,13 +252,30 @@ unsafe fn run(wk: &mut WarpKernel) {
     use sys::GDALDataType::{
         GDT_Byte as BYTE, GDT_Float64 as F64, GDT_Int16 as I16, GDT_UInt16 as U16,
     };
-    // SAFETY (each arm): as for `run_typed`.
+    let mut tr = match wk.transformer {
+        Some(f) => KernelTransform {
+            f,
+            arg: wk.transformer_arg,
+        },
+        None => return,
+    };
+    if wk.resample == sys::GDALResampleAlg::GRA_NearestNeighbour {
+        // SAFETY (each arm): as for `chunk`; GDAL's nearest loop reads
+        // UInt16 as Int16 (GWKNearestShort), and so does this.
+        match wk.working_type {
+            BYTE => unsafe { chunk::<u8>(wk) }.run_nearest(&mut tr),
+            U16 | I16 => unsafe { chunk::<i16>(wk) }.run_nearest(&mut tr),
+            _ => unsafe { chunk::<f32>(wk) }.run_nearest(&mut tr),
+        }
+        return;
+    }
+    // SAFETY (each arm): as for `chunk`.
     match wk.working_type {
-        BYTE => unsafe { run_typed::<u8>(wk) },
-        U16 => unsafe { run_typed::<u16>(wk) },
-        I16 => unsafe { run_typed::<i16>(wk) },
-        F64 => unsafe { run_typed::<f64>(wk) },
-        _ => unsafe { run_typed::<f32>(wk) },
+        BYTE => unsafe { chunk::<u8>(wk) }.run(&mut tr),
+        U16 => unsafe { chunk::<u16>(wk) }.run(&mut tr),
+        I16 => unsafe { chunk::<i16>(wk) }.run(&mut tr),
+        F64 => unsafe { chunk::<f64>(wk) }.run(&mut tr),
+        _ => unsafe { chunk::<f32>(wk) }.run(&mut tr),
     }
 }
 
@@ -253,7 +284,7 @@ unsafe fn run(wk: &mut WarpKernel) {
 /// have the sizes `GDALWarpOperation` allocates (source bands and source
 /// masks with one extra element, bit masks rounded up to whole 32-bit
 /// words), and nothing else reads or writes them during the call.
-unsafe fn run_typed<T: Sample>(wk: &mut WarpKernel) {
+unsafe fn chunk<'a, T: Sample>(wk: &'a mut WarpKernel) -> Chunk<'a, T> {
     let (sw, sh) = (wk.src_x_size as usize, wk.src_y_size as usize);
     let (dw, dh) = (wk.dst_x_size as usize, wk.dst_y_size as usize);
     let bands = wk.bands as usize;
@@ -263,7 +294,7 @@ unsafe fn run_typed<T: Sample>(wk: &mut WarpKernel) {
     let dst_words = dst_n.div_ceil(32);
     // SAFETY: the sizes above are those GDAL allocated (CreateKernelMask,
     // WarpRegionToBuffer); every pointer is non-null where it is read.
-    let chunk = unsafe {
+    unsafe {
         let band_ptr = |p: *mut *mut u8, i: usize| *p.add(i);
         Chunk::<T> {
             src: (0..bands)
@@ -296,14 +327,5 @@ unsafe fn run_typed<T: Sample>(wk: &mut WarpKernel) {
             dst_size: (dw, dh),
             dst_off: (wk.dst_x_off, wk.dst_y_off),
         }
-    };
-    let Some(f) = wk.transformer else {
-        return;
-    };
-    let mut tr = KernelTransform {
-        f,
-        arg: wk.transformer_arg,
-    };
-    let mut chunk = chunk;
-    chunk.run(&mut tr);
+    }
 }

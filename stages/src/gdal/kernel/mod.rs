@@ -7,9 +7,10 @@
 //! chunk the output, read each source window and build its masks. [`warp`]
 //! makes the same calls in the same order, for the settings and inputs
 //! [`Plan::from_args`] and [`source_refusal`] accept, and adds one thing:
-//! a pre-warp chunk processor (`hook.rs`) where warpline's loop
-//! (`bilinear.rs`) warps the chunks it is proven equal on. Everything else
-//! falls back: the stage then calls `GDALWarp` as before.
+//! a pre-warp chunk processor (`hook.rs`) where warpline's loops
+//! (`bilinear.rs`, `nearest.rs`) warp the chunks they are proven equal
+//! on. Everything else falls back: the stage then calls `GDALWarp` as
+//! before.
 //!
 //! Proven means: every tile of the mixed real corpus and randomized
 //! grids, CRS pairs and nodata patterns equal `gdalwarp` to the bit
@@ -28,14 +29,17 @@ use super::{last_error, reset_error, string_list};
 
 mod bilinear;
 mod hook;
+mod nearest;
 #[cfg(test)]
 mod tests;
 
 /// What the reproject stage's settings ask of a warp, when the loop can
-/// take it: `gdalwarp -t_srs S -r bilinear -et E -wm M [-to AOI]`.
+/// take it: `gdalwarp -t_srs S -r bilinear|near -et E -wm M [-to AOI]`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Plan {
     pub(crate) dst_srs: String,
+    /// `GRA_Bilinear` or `GRA_NearestNeighbour`.
+    pub(crate) method: sys::GDALResampleAlg::Type,
     pub(crate) aoi: Option<String>,
     pub(crate) error_threshold: f64,
     pub(crate) warp_memory: f64,
@@ -66,12 +70,18 @@ impl Plan {
             .next()?
             .replace(['.', '-'], "")
             .len();
-        if method != Some("bilinear") || et.is_nan() || et <= 0.0 || digits > 15 {
+        let method = match method {
+            Some("bilinear") => sys::GDALResampleAlg::GRA_Bilinear,
+            Some("near") => sys::GDALResampleAlg::GRA_NearestNeighbour,
+            _ => return None,
+        };
+        if et.is_nan() || et <= 0.0 || digits > 15 {
             return None;
         }
         let wm = wm?;
         Some(Plan {
             dst_srs: srs?,
+            method,
             aoi,
             error_threshold: et,
             warp_memory: if wm < 10000.0 {

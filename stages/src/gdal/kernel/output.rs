@@ -261,7 +261,7 @@ impl WarpSetup {
             w.papszWarpOptions = unsafe { sys::CSLAddString(w.papszWarpOptions, c.as_ptr()) };
         }
         w.eWorkingDataType = sys::GDALDataType::GDT_Unknown;
-        w.eResampleAlg = sys::GDALResampleAlg::GRA_Bilinear;
+        w.eResampleAlg = plan.method;
         w.hSrcDS = src.c_dataset();
         w.hDstDS = dst.c_dataset();
         w.pfnProgress = Some(sys::GDALDummyProgress);

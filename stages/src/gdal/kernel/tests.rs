@@ -266,8 +266,13 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
     for case in 0..cases {
         let (src, what) = raster(&mut rng, case);
         let target = TARGETS[rng.below(TARGETS.len() as u64) as usize];
+        let method = if rng.below(3) == 0 {
+            "near"
+        } else {
+            "bilinear"
+        };
         let args: Vec<String> = [
-            "-t_srs", target, "-r", "bilinear", "-et", "0.125", "-wm", "67108864",
+            "-t_srs", target, "-r", method, "-et", "0.125", "-wm", "67108864",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -277,11 +282,15 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
         let (mine, took) = warp(&src, &plan).unwrap_or_else(|e| panic!("{what}: {e:?}"));
         let options = WarpOptions::new(&args).unwrap();
         let gdals = gdal_warp(&[&src], &options).unwrap_or_else(|e| panic!("{what}: {e:?}"));
-        same(&mine, &gdals, &format!("{what} -> {target} ({took:?})"));
+        same(
+            &mine,
+            &gdals,
+            &format!("{what} -> {target} {method} ({took:?})"),
+        );
         match took {
             Took::Ours => ours += 1,
             Took::Theirs(why) => {
-                eprintln!("{what} -> {target}: GDAL's loop ({why})");
+                eprintln!("{what} -> {target} {method}: GDAL's loop ({why})");
                 theirs += 1
             }
         }
@@ -316,7 +325,7 @@ fn plans_only_the_arguments_the_replica_makes() {
             "-t_srs",
             "EPSG:3857",
             "-r",
-            "near",
+            "cubic",
             "-et",
             "0.125",
             "-wm",
