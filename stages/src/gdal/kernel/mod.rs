@@ -140,6 +140,16 @@ pub(crate) fn source_refusal(src: &Dataset, plan: &Plan) -> Option<&'static str>
     if has_alpha(src) && count < 2 {
         return Some("alpha band alone");
     }
+    // Nothing invalid (no nodata, no mask, no alpha): GDAL warps with its
+    // fast path, which this replica would only reach the long way.
+    let all_valid = (1..=count).all(|i| {
+        src.rasterband(i).is_ok_and(|b| {
+            b.no_data_value().is_none() && b.mask_flags().is_ok_and(|f| f.is_all_valid())
+        })
+    });
+    if all_valid && !has_alpha(src) {
+        return Some("no invalid pixels");
+    }
     // SAFETY: a valid band handle; the RAT (if any) stays GDAL's.
     if !unsafe { sys::GDALGetDefaultRAT(band.c_rasterband()) }.is_null() {
         return Some("attribute table");

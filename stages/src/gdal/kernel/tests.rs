@@ -278,7 +278,12 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
         .map(|s| s.to_string())
         .collect();
         let plan = Plan::from_args(&args).unwrap();
-        assert_eq!(source_refusal(&src, &plan), None, "{what}");
+        match source_refusal(&src, &plan) {
+            None => {}
+            // GDAL's fast path: still compared, through the replica.
+            Some("no invalid pixels") => {}
+            Some(why) => panic!("{what}: refused ({why})"),
+        }
         let (mine, took) = warp(&src, &plan).unwrap_or_else(|e| panic!("{what}: {e:?}"));
         let options = WarpOptions::new(&args).unwrap();
         let gdals = gdal_warp(&[&src], &options).unwrap_or_else(|e| panic!("{what}: {e:?}"));
