@@ -214,11 +214,7 @@ fn outputs_warped_to_disk_are_copied_to_their_format_with_gdalwarps_pixels() {
             1,
         ));
         assert_eq!(report.items.done, 1, "{report}");
-        let reproject = report
-            .stages
-            .iter()
-            .find(|s| s.kind == "reproject")
-            .unwrap();
+        let reproject = crate::common::reproject_stage(&report);
         assert_eq!(reproject.paths.get("disk"), Some(&1), "{report}");
         assert!(!reproject.paths.contains_key("memory"), "{report}");
         common::assert_same_raster(&out.join("RGB.byte.tif"), &theirs, write.as_str());

@@ -432,3 +432,12 @@ pub fn assert_success(out: &std::process::Output) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The report of the pipeline's `reproject` stage.
+pub fn reproject_stage(report: &warpline::RunReport) -> &warpline::engine::report::StageReport {
+    report
+        .stages
+        .iter()
+        .find(|s| s.kind == "reproject")
+        .expect("a reproject stage in the report")
+}

@@ -51,11 +51,7 @@ fn every_tile_of_the_mixed_corpus_equals_gdalwarp() {
     assert_eq!(report.items.done, tiles.len() as u64, "{report}");
     // warpline's own resampling loop took the tiles with nodata, a mask or
     // an alpha band, so the comparison below proves it on them.
-    let reproject = report
-        .stages
-        .iter()
-        .find(|s| s.kind == "reproject")
-        .unwrap();
+    let reproject = crate::common::reproject_stage(&report);
     eprintln!("reproject paths: {:?}", reproject.paths);
     let ours = reproject.paths.get("warpline-kernel").copied().unwrap_or(0);
     assert!(ours >= OURS_AT_LEAST, "{:?}", reproject.paths);
@@ -93,11 +89,7 @@ fn the_kernel_key_chooses_the_loop_and_not_the_pixels() {
         );
         let report = run(&toml);
         assert_eq!(report.items.done, 1, "{report}");
-        let reproject = report
-            .stages
-            .iter()
-            .find(|s| s.kind == "reproject")
-            .unwrap();
+        let reproject = crate::common::reproject_stage(&report);
         assert_eq!(
             reproject.paths.get(path),
             Some(&1),

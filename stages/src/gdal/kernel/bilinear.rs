@@ -158,13 +158,7 @@ impl<T: Sample> Chunk<'_, T> {
         let mut at: Vec<Corners> = Vec::with_capacity(w);
         let mut found = vec![false; w];
         for row in 0..self.dst_size.1 {
-            for (i, xi) in x.iter_mut().enumerate() {
-                *xi = i as f64 + 0.5 + f64::from(self.dst_off.0);
-            }
-            let line = row as f64 + 0.5 + f64::from(self.dst_off.1);
-            y.fill(line);
-            z.fill(0.0);
-            tr.transform(&mut x, &mut y, &mut z, &mut ok);
+            self.source_coordinates(tr, row, [&mut x, &mut y, &mut z], &mut ok);
             at.clear();
             for col in 0..w {
                 if let Some(c) = self.corners(tr, row, col, &mut x, &mut y, &mut ok) {
@@ -177,6 +171,23 @@ impl<T: Sample> Chunk<'_, T> {
             }
             self.overlay_row(row, &at, &found);
         }
+    }
+
+    /// The source pixel/line of each pixel centre of destination row
+    /// `row`, by the warp's transformer, as GDAL's loops compute them.
+    pub(super) fn source_coordinates(
+        &self,
+        tr: &mut impl Transform,
+        row: usize,
+        [x, y, z]: [&mut [f64]; 3],
+        ok: &mut [i32],
+    ) {
+        for (i, xi) in x.iter_mut().enumerate() {
+            *xi = i as f64 + 0.5 + f64::from(self.dst_off.0);
+        }
+        y.fill(row as f64 + 0.5 + f64::from(self.dst_off.1));
+        z.fill(0.0);
+        tr.transform(x, y, z, ok);
     }
 
     /// Where the samples of destination pixel `col` are, or None when the
@@ -521,19 +532,9 @@ impl<T: Sample> Source<'_, T> {
     #[inline(always)]
     fn pixel_row(&self, offset: usize) -> Option<([f64; 2], [f64; 2])> {
         let mut d = [1.0f64, 1.0];
-        if let Some(m) = self.unified_valid {
-            let (a, b) = (bit(m, offset), bit(m, offset + 1));
-            if !a {
-                d[0] = 0.0;
-            }
-            if !b {
-                d[1] = 0.0;
-            }
-            if !(a || b) {
-                return None;
-            }
-        }
-        if let Some(m) = self.band_valid {
+        // The unified mask, then the band's: each zeroes the density of
+        // an invalid pixel, and fails the row when neither is valid.
+        for m in [self.unified_valid, self.band_valid].into_iter().flatten() {
             let (a, b) = (bit(m, offset), bit(m, offset + 1));
             if !a {
                 d[0] = 0.0;

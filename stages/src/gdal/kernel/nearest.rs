@@ -54,13 +54,7 @@ impl<T: Nearest> Chunk<'_, T> {
         let mut z = vec![0f64; w];
         let mut ok = vec![0i32; w];
         for row in 0..self.dst_size.1 {
-            for (i, xi) in x.iter_mut().enumerate() {
-                *xi = i as f64 + 0.5 + f64::from(self.dst_off.0);
-            }
-            let line = row as f64 + 0.5 + f64::from(self.dst_off.1);
-            y.fill(line);
-            z.fill(0.0);
-            tr.transform(&mut x, &mut y, &mut z, &mut ok);
+            self.source_coordinates(tr, row, [&mut x, &mut y, &mut z], &mut ok);
             for col in 0..w {
                 let Some(offset) = self.source_offset(tr, row, col, &mut x, &mut y, &mut ok) else {
                     continue;

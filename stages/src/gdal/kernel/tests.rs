@@ -312,58 +312,18 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
 
 #[test]
 fn plans_only_the_arguments_the_replica_makes() {
-    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let plan = Plan::from_args(&args(&[
-        "-t_srs",
-        "EPSG:3857",
-        "-r",
-        "bilinear",
-        "-et",
-        "0.125",
-        "-wm",
-        "64",
-    ]))
-    .unwrap();
-    assert_eq!(plan.warp_memory, 64.0 * 1024.0 * 1024.0);
-    assert_eq!(
-        Plan::from_args(&args(&[
-            "-t_srs",
-            "EPSG:3857",
-            "-r",
-            "cubic",
-            "-et",
-            "0.125",
-            "-wm",
-            "64"
-        ])),
-        None
-    );
-    assert_eq!(
-        Plan::from_args(&args(&[
-            "-t_srs",
-            "EPSG:3857",
-            "-r",
-            "bilinear",
-            "-et",
-            "0",
-            "-wm",
-            "64"
-        ])),
-        None
-    );
-    assert_eq!(
-        Plan::from_args(&args(&[
-            "-t_srs",
-            "EPSG:3857",
-            "-r",
-            "bilinear",
-            "-et",
-            "0.125",
-            "-wm",
-            "64",
-            "-dstnodata",
-            "0"
-        ])),
-        None
-    );
+    // The stage's arguments with `method` and `et`, then `extra`.
+    let plan = |method: &str, et: &str, extra: &[&str]| {
+        let mut a = vec!["-t_srs", "EPSG:3857", "-r", method, "-et", et, "-wm", "64"];
+        a.extend(extra);
+        Plan::from_args(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    };
+    let p = plan("bilinear", "0.125", &[]).unwrap();
+    assert_eq!(p.warp_memory, 64.0 * 1024.0 * 1024.0);
+    assert_eq!(p.method, gdal_sys::GDALResampleAlg::GRA_Bilinear);
+    let near = plan("near", "0.125", &[]).unwrap();
+    assert_eq!(near.method, gdal_sys::GDALResampleAlg::GRA_NearestNeighbour);
+    assert_eq!(plan("cubic", "0.125", &[]), None);
+    assert_eq!(plan("bilinear", "0", &[]), None);
+    assert_eq!(plan("bilinear", "0.125", &["-dstnodata", "0"]), None);
 }
