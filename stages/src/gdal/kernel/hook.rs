@@ -77,8 +77,10 @@ pub(super) fn layout_known() -> bool {
 /// What the hook did with a warp's chunks, and what it needs to know.
 #[derive(Debug, Default)]
 pub(super) struct Hook {
-    /// The warp's band count, to check the kernel read is the one meant.
+    /// The warp's band count and output size, to check that the kernel
+    /// read through [`WarpKernel`] is the one meant.
     pub(super) bands: i32,
+    pub(super) output: (i32, i32),
     /// Chunks warpline warped.
     pub(super) ours: u32,
     /// Chunks left to GDAL, and why (the last reason).
@@ -96,7 +98,7 @@ pub(super) unsafe extern "C" fn pre_chunk(
         // not used by anyone else during the call) and our own `Hook`
         // (alive for the whole warp, see `super::warp`).
         let (wk, hook) = unsafe { (&mut *(kernel as *mut WarpKernel), &mut *(arg as *mut Hook)) };
-        match refusal(wk, hook.bands) {
+        match refusal(wk, hook) {
             Some(why) => {
                 hook.theirs += 1;
                 hook.why = Some(why);
@@ -121,12 +123,12 @@ pub(super) unsafe extern "C" fn pre_chunk(
 /// check is a condition under which `PerformWarp` would not run
 /// `GWKRealCaseThread` with the bilinear 4-sample formula, or one of its
 /// templated nearest loops (`GWKNearestThread<T>`) with masks.
-fn refusal(wk: &WarpKernel, bands: i32) -> Option<&'static str> {
+fn refusal(wk: &WarpKernel, hook: &Hook) -> Option<&'static str> {
     use sys::GDALDataType::{
         GDT_Byte as BYTE, GDT_Float32 as F32, GDT_Float64 as F64, GDT_Int16 as I16,
         GDT_UInt16 as U16,
     };
-    if wk.bands != bands || wk.bands < 1 || wk.src_image.is_null() || wk.dst_image.is_null() {
+    if !layout_matches(wk, hook) {
         return Some("unexpected kernel");
     }
     let near = wk.resample == sys::GDALResampleAlg::GRA_NearestNeighbour;
@@ -185,6 +187,30 @@ fn refusal(wk: &WarpKernel, bands: i32) -> Option<&'static str> {
         return Some("no transformer");
     }
     None
+}
+
+/// Whether what [`WarpKernel`] reads is the chunk of this warp: its band
+/// count, buffers, the warp options (which name the `ERROR_THRESHOLD`
+/// that `super::output` put there), a destination chunk inside the
+/// output, and a known resampling method. A layout other than GDAL
+/// 3.6's would fail these long before anything is written.
+fn layout_matches(wk: &WarpKernel, hook: &Hook) -> bool {
+    let (w, h) = hook.output;
+    wk.bands == hook.bands
+        && wk.bands >= 1
+        && !wk.src_image.is_null()
+        && !wk.dst_image.is_null()
+        && !wk.options.is_null()
+        && option(wk, "ERROR_THRESHOLD")
+        && wk.dst_x_off >= 0
+        && wk.dst_y_off >= 0
+        && wk.dst_x_size >= 0
+        && wk.dst_y_size >= 0
+        && i64::from(wk.dst_x_off) + i64::from(wk.dst_x_size) <= i64::from(w)
+        && i64::from(wk.dst_y_off) + i64::from(wk.dst_y_size) <= i64::from(h)
+        && wk.src_x_off >= 0
+        && wk.src_y_off >= 0
+        && wk.resample <= sys::GDALResampleAlg::GRA_Sum
 }
 
 /// Whether the warp options name `key`.

@@ -209,6 +209,7 @@ pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took), WarpEr
     let nodata = setup_nodata(src, &dst, bands);
     let mut hook = hook::Hook {
         bands: i32::try_from(bands.warped).unwrap_or(0),
+        output: (pixels, lines),
         ..hook::Hook::default()
     };
     let options = WarpSetup::new(src, &dst, plan, &approx, bands, &nodata, &mut hook)?;
