@@ -421,7 +421,7 @@ struct Source<'a, T> {
 /// `GWKSetPixelValueReal`: `value` mixed with what the destination
 /// pixel `i` holds (`current`) where the density is partial, then stored.
 #[inline(always)]
-fn mixed<T: Sample>(
+pub(super) fn mixed<T: Sample>(
     current: T,
     i: usize,
     density: f64,

@@ -15,6 +15,7 @@ use std::ffi::{c_void, CStr};
 use gdal_sys as sys;
 
 use super::bilinear::{Chunk, Sample, Transform};
+use super::downsample::Filter;
 
 /// `GDALWarpKernel` of GDAL 3.6 (gdalwarper.h), field for field, after the
 /// vtable pointer of its virtual destructor.
@@ -174,14 +175,10 @@ fn refusal(wk: &WarpKernel, hook: &Hook) -> Option<&'static str> {
         }
     }
     // Nearest takes no scale into account; bilinear's 4-sample formula
-    // only from 0.95 up.
+    // applies from 0.95 up, its filter window below (`downsample.rs`).
     let (xs, ys) = scales(wk);
     if !near && ys / xs > 100.0 {
         return Some("scale from grid sampling");
-    }
-    let four_samples = xs >= 0.95 && ys >= 0.95;
-    if !near && !four_samples {
-        return Some("downsampling");
     }
     if wk.transformer.is_none() {
         return Some("no transformer");
@@ -295,13 +292,26 @@ unsafe fn run(wk: &mut WarpKernel) {
         }
         return;
     }
+    let (xs, ys) = scales(wk);
+    if xs >= 0.95 && ys >= 0.95 {
+        // SAFETY (each arm): as for `chunk`.
+        match wk.working_type {
+            BYTE => unsafe { chunk::<u8>(wk) }.run(&mut tr),
+            U16 => unsafe { chunk::<u16>(wk) }.run(&mut tr),
+            I16 => unsafe { chunk::<i16>(wk) }.run(&mut tr),
+            F64 => unsafe { chunk::<f64>(wk) }.run(&mut tr),
+            _ => unsafe { chunk::<f32>(wk) }.run(&mut tr),
+        }
+        return;
+    }
+    let f = Filter::new((xs, ys));
     // SAFETY (each arm): as for `chunk`.
     match wk.working_type {
-        BYTE => unsafe { chunk::<u8>(wk) }.run(&mut tr),
-        U16 => unsafe { chunk::<u16>(wk) }.run(&mut tr),
-        I16 => unsafe { chunk::<i16>(wk) }.run(&mut tr),
-        F64 => unsafe { chunk::<f64>(wk) }.run(&mut tr),
-        _ => unsafe { chunk::<f32>(wk) }.run(&mut tr),
+        BYTE => unsafe { chunk::<u8>(wk) }.run_scaled(&mut tr, f),
+        U16 => unsafe { chunk::<u16>(wk) }.run_scaled(&mut tr, f),
+        I16 => unsafe { chunk::<i16>(wk) }.run_scaled(&mut tr, f),
+        F64 => unsafe { chunk::<f64>(wk) }.run_scaled(&mut tr, f),
+        _ => unsafe { chunk::<f32>(wk) }.run_scaled(&mut tr, f),
     }
 }
 

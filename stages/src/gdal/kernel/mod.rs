@@ -8,8 +8,8 @@
 //! makes the same calls in the same order, for the settings and inputs
 //! [`Plan::from_args`] and [`source_refusal`] accept, and adds one thing:
 //! a pre-warp chunk processor (`hook.rs`) where warpline's loops
-//! (`bilinear.rs`, `nearest.rs`) warp the chunks they are proven equal
-//! on. Everything else falls back: the stage then calls `GDALWarp` as
+//! (`bilinear.rs`, `downsample.rs`, `nearest.rs`) warp the chunks they
+//! are proven equal on. Everything else falls back: the stage then calls `GDALWarp` as
 //! before.
 //!
 //! Proven means: every tile of the mixed real corpus and randomized
@@ -28,6 +28,7 @@ use super::warp::{classify, WarpError};
 use super::{last_error, reset_error, string_list};
 
 mod bilinear;
+mod downsample;
 mod hook;
 mod nearest;
 #[cfg(test)]
