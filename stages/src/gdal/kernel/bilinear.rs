@@ -190,6 +190,28 @@ impl<T: Sample> Chunk<'_, T> {
         tr.transform(x, y, z, ok);
     }
 
+    /// The unified density of source pixel `offset` (1 without one), or
+    /// None when the pixel is transparent or invalid in the unified mask:
+    /// GDAL's loops then leave the destination pixel alone.
+    #[inline(always)]
+    pub(super) fn source_density(&self, offset: usize) -> Option<f64> {
+        if self.unified_valid.is_some_and(|m| !bit(m, offset)) {
+            return None;
+        }
+        match self.unified_density {
+            Some(d) => {
+                let d = f64::from(d[offset]);
+                // As GDAL's `< threshold` test (a NaN density passes).
+                if d < SRC_DENSITY_THRESHOLD {
+                    None
+                } else {
+                    Some(d)
+                }
+            }
+            None => Some(1.0),
+        }
+    }
+
     /// Where the samples of destination pixel `col` are, or None when the
     /// pixel takes nothing (off the source, or its source pixel invalid).
     #[inline(always)]
@@ -203,18 +225,7 @@ impl<T: Sample> Chunk<'_, T> {
         ok: &mut [i32],
     ) -> Option<Corners> {
         let offset = self.source_offset(tr, row, col, x, y, ok)?;
-        let mut density = 1.0f64;
-        if let Some(d) = self.unified_density {
-            density = f64::from(d[offset]);
-            if density < SRC_DENSITY_THRESHOLD {
-                return None;
-            }
-        }
-        if let Some(m) = self.unified_valid {
-            if !bit(m, offset) {
-                return None;
-            }
-        }
+        let density = self.source_density(offset)?;
         let sx = x[col] - f64::from(self.src_off.0);
         let sy = y[col] - f64::from(self.src_off.1);
         let mut c = Corners::new(sx, sy, self.src_size, col, density);

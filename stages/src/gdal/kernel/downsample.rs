@@ -71,16 +71,9 @@ impl<T: Sample> Chunk<'_, T> {
         f: Filter,
         buf: &mut RowBuf,
     ) {
-        let mut density = 1.0f64;
-        if let Some(d) = self.unified_density {
-            density = f64::from(d[offset]);
-            if density < SRC_DENSITY_THRESHOLD {
-                return;
-            }
-        }
-        if self.unified_valid.is_some_and(|m| !bit(m, offset)) {
+        let Some(density) = self.source_density(offset) else {
             return;
-        }
+        };
         let mut found = false;
         for band in 0..self.src.len() {
             let (d, v) = self.resample(band, s, f, buf);

@@ -6,7 +6,7 @@
 //! The source coordinates and the source offset are the bilinear loop's
 //! (`Chunk::source_offset`, GDAL's `GWKCheckAndComputeSrcOffsets`).
 
-use super::bilinear::{bit, set_bit, Chunk, Sample, Transform, SRC_DENSITY_THRESHOLD};
+use super::bilinear::{bit, set_bit, Chunk, Sample, Transform};
 
 /// A sample type of GDAL's nearest loops: stepped off the destination
 /// nodata as `GWKSetPixelValueRealT` steps (`numeric_limits<T>::min()`
@@ -67,18 +67,8 @@ impl<T: Nearest> Chunk<'_, T> {
     /// One destination pixel `at` from source pixel `offset`.
     #[inline(always)]
     fn nearest_pixel(&mut self, offset: usize, at: usize) {
-        if self.unified_valid.is_some_and(|m| !bit(m, offset)) {
+        let Some(density) = self.source_density(offset) else {
             return;
-        }
-        let density = match self.unified_density {
-            Some(d) => {
-                let d = f64::from(d[offset]);
-                if d < SRC_DENSITY_THRESHOLD {
-                    return;
-                }
-                d
-            }
-            None => 1.0,
         };
         for band in 0..self.src.len() {
             // `GWKGetPixelT`: the unified mask again, then the band's.
