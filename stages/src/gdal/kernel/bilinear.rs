@@ -583,20 +583,3 @@ impl<T: Sample> Source<'_, T> {
         valid.then_some((d, v))
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::Sample;
-
-    #[test]
-    fn integers_round_clamp_and_step_off_nodata_as_gdal() {
-        assert_eq!(u8::store(254.5, None), 255);
-        assert_eq!(u8::store(300.0, None), 255);
-        assert_eq!(u8::store(-3.0, None), 0);
-        assert_eq!(u8::store(0.2, Some(0.0)), 1);
-        assert_eq!(i16::store(-2.5, None), -2);
-        assert_eq!(i16::store(-32768.0, Some(-32768.0)), -32767);
-        assert_eq!(u16::store(7.4, Some(7.0)), 6);
-        assert!(f32::store(f64::NAN, Some(0.0)).is_nan());
-    }
-}

@@ -326,3 +326,16 @@ fn plans_only_the_arguments_the_replica_makes() {
     assert_eq!(plan("bilinear", "0", &[]), None);
     assert_eq!(plan("bilinear", "0.125", &["-dstnodata", "0"]), None);
 }
+
+#[test]
+fn integers_round_clamp_and_step_off_nodata_as_gdal() {
+    use super::bilinear::Sample;
+    assert_eq!(u8::store(254.5, None), 255);
+    assert_eq!(u8::store(300.0, None), 255);
+    assert_eq!(u8::store(-3.0, None), 0);
+    assert_eq!(u8::store(0.2, Some(0.0)), 1);
+    assert_eq!(i16::store(-2.5, None), -2);
+    assert_eq!(i16::store(-32768.0, Some(-32768.0)), -32767);
+    assert_eq!(u16::store(7.4, Some(7.0)), 6);
+    assert!(f32::store(f64::NAN, Some(0.0)).is_nan());
+}
