@@ -132,6 +132,8 @@ pub(crate) struct Chunk<'a, T> {
     /// The destination chunk: size and offset in the output.
     pub(crate) dst_size: (usize, usize),
     pub(crate) dst_off: (i32, i32),
+    /// Cubic (`GWKCubicResample4Sample`, `cubic.rs`) instead of bilinear.
+    pub(crate) cubic: bool,
 }
 
 /// The warp's transformer, destination pixel/line to source: the x, y
@@ -255,7 +257,11 @@ impl<T: Sample> Chunk<'_, T> {
         let dst_valid = self.dst_valid.as_deref();
         let dst = &mut *self.dst[band];
         for c in at {
-            let (density, value) = view.bilinear(c);
+            let (density, value) = if self.cubic {
+                view.cubic(c)
+            } else {
+                view.bilinear(c)
+            };
             if density < BAND_DENSITY_THRESHOLD {
                 continue;
             }
@@ -369,7 +375,7 @@ fn floor(v: f64) -> f64 {
 /// (shifted back by one where GDAL shifts to stay inside the array), and
 /// the four weights, as `GWKBilinearResample4Sample` computes them; and
 /// the destination pixel (its column) with its source density.
-struct Corners {
+pub(super) struct Corners {
     x: i32,
     y: i32,
     offset: isize,
@@ -382,6 +388,8 @@ struct Corners {
     inside: bool,
     col: usize,
     density: f64,
+    /// The source point itself (for cubic).
+    pub(super) at: (f64, f64),
 }
 
 impl Corners {
@@ -416,17 +424,18 @@ impl Corners {
             bottom: (rx * (1.0 - ry), (1.0 - rx) * (1.0 - ry)),
             col,
             density,
+            at: (sx, sy),
         }
     }
 }
 
 /// One band of the source window, with the masks that apply to it.
-struct Source<'a, T> {
-    src: &'a [T],
-    band_valid: Option<&'a [u32]>,
-    unified_valid: Option<&'a [u32]>,
-    unified_density: Option<&'a [f32]>,
-    size: (isize, isize),
+pub(super) struct Source<'a, T> {
+    pub(super) src: &'a [T],
+    pub(super) band_valid: Option<&'a [u32]>,
+    pub(super) unified_valid: Option<&'a [u32]>,
+    pub(super) unified_density: Option<&'a [f32]>,
+    pub(super) size: (isize, isize),
 }
 
 /// `GWKSetPixelValueReal`: `value` mixed with what the destination
@@ -462,7 +471,7 @@ pub(super) fn mixed<T: Sample>(
 impl<T: Sample> Source<'_, T> {
     /// `GWKBilinearResample4Sample` for this band: (density, value).
     #[inline(always)]
-    fn bilinear(&self, at: &Corners) -> (f64, f64) {
+    pub(super) fn bilinear(&self, at: &Corners) -> (f64, f64) {
         if let Some(v) = self.all_valid(at) {
             return v;
         }

@@ -133,8 +133,18 @@ fn refusal(wk: &WarpKernel, hook: &Hook) -> Option<&'static str> {
         return Some("unexpected kernel");
     }
     let near = wk.resample == sys::GDALResampleAlg::GRA_NearestNeighbour;
-    if !near && wk.resample != sys::GDALResampleAlg::GRA_Bilinear {
+    let cubic = wk.resample == sys::GDALResampleAlg::GRA_Cubic;
+    if !near && !cubic && wk.resample != sys::GDALResampleAlg::GRA_Bilinear {
         return Some("resampling");
+    }
+    // Cubic with only a density (an alpha band) has loops of its own in
+    // GDAL (GWKCubicResampleSrcMaskIsDensity4Sample*), not taken here.
+    if cubic
+        && wk.unified_src_valid.is_null()
+        && wk.band_src_valid.is_null()
+        && !wk.unified_src_density.is_null()
+    {
+        return Some("cubic with a density mask");
     }
     // GDAL's templated nearest loops take these types; the bilinear real
     // case Float64 too.
@@ -179,6 +189,9 @@ fn refusal(wk: &WarpKernel, hook: &Hook) -> Option<&'static str> {
     let (xs, ys) = scales(wk);
     if !near && ys / xs > 100.0 {
         return Some("scale from grid sampling");
+    }
+    if cubic && !(xs >= 0.95 && ys >= 0.95) {
+        return Some("cubic downsampling");
     }
     if wk.transformer.is_none() {
         return Some("no transformer");
@@ -362,6 +375,7 @@ unsafe fn chunk<'a, T: Sample>(wk: &'a mut WarpKernel) -> Chunk<'a, T> {
             src_off: (wk.src_x_off, wk.src_y_off),
             dst_size: (dw, dh),
             dst_off: (wk.dst_x_off, wk.dst_y_off),
+            cubic: wk.resample == sys::GDALResampleAlg::GRA_Cubic,
         }
     }
 }

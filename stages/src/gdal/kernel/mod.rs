@@ -28,6 +28,7 @@ use super::warp::{classify, WarpError};
 use super::{last_error, reset_error, string_list};
 
 mod bilinear;
+mod cubic;
 mod downsample;
 mod hook;
 mod nearest;
@@ -74,6 +75,7 @@ impl Plan {
         let method = match method {
             Some("bilinear") => sys::GDALResampleAlg::GRA_Bilinear,
             Some("near") => sys::GDALResampleAlg::GRA_NearestNeighbour,
+            Some("cubic") => sys::GDALResampleAlg::GRA_Cubic,
             _ => return None,
         };
         if et.is_nan() || et <= 0.0 || digits > 15 {
