@@ -87,6 +87,16 @@ pub(super) struct Hook {
     /// Chunks left to GDAL, and why (the last reason).
     pub(super) theirs: u32,
     pub(super) why: Option<&'static str>,
+    /// A failure of warpline's loop (a bug: it panicked), said in the
+    /// item's error instead of unwinding into GDAL.
+    pub(super) failed: Option<String>,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Makes warpline's loop panic on this thread (for the test that a
+    /// panic is an item's error, not an unwind through GDAL).
+    pub(super) static PANIC_IN_LOOP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The pre-warp chunk processor. Never unwinds into GDAL.
@@ -105,6 +115,10 @@ pub(super) unsafe extern "C" fn pre_chunk(
                 hook.why = Some(why);
             }
             None => {
+                #[cfg(test)]
+                if PANIC_IN_LOOP.with(std::cell::Cell::get) {
+                    panic!("a panic the test asked for");
+                }
                 // SAFETY: `refusal` checked the type and the buffers.
                 unsafe { run(wk) };
                 // GDAL's own "empty source window" case: PerformWarp
@@ -116,7 +130,17 @@ pub(super) unsafe extern "C" fn pre_chunk(
     }));
     match outcome {
         Ok(()) => sys::CPLErr::CE_None,
-        Err(_) => sys::CPLErr::CE_Failure,
+        Err(panic) => {
+            // SAFETY: as above; the closure that held the reference is gone.
+            let hook = unsafe { &mut *(arg as *mut Hook) };
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            hook.failed = Some(what);
+            sys::CPLErr::CE_Failure
+        }
     }
 }
 

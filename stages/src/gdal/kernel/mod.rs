@@ -230,6 +230,11 @@ pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took), WarpEr
     };
     drop(options);
     drop(approx);
+    if let Some(what) = hook.failed.take() {
+        return Err(WarpError::Failed(format!(
+            "warpline's resampling loop failed ({what}); kernel = \"gdal\" warps with GDAL's"
+        )));
+    }
     if err != sys::CPLErr::CE_None {
         // SAFETY: reads this thread's last error number.
         let number = unsafe { sys::CPLGetLastErrorNo() };

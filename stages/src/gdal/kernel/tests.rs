@@ -335,3 +335,44 @@ fn integers_round_clamp_and_step_off_nodata_as_gdal() {
     assert_eq!(u16::store(7.4, Some(7.0)), 6);
     assert!(f32::store(f64::NAN, Some(0.0)).is_nan());
 }
+
+/// A panic in warpline's loop (a bug) fails the warp with an error saying
+/// so and how to go on, and never unwinds through GDAL's C frames.
+#[test]
+fn a_panic_in_the_loop_is_the_warps_error() {
+    init();
+    let mut rng = Rng(7);
+    let (src, what) = loop {
+        let (src, what) = raster(&mut rng, 0);
+        if what.contains("Nodata") {
+            break (src, what);
+        }
+    };
+    let args: Vec<String> = [
+        "-t_srs",
+        "EPSG:3857",
+        "-r",
+        "near",
+        "-et",
+        "0.125",
+        "-wm",
+        "64",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let plan = Plan::from_args(&args).unwrap();
+    super::hook::PANIC_IN_LOOP.with(|p| p.set(true));
+    let result = warp(&src, &plan);
+    super::hook::PANIC_IN_LOOP.with(|p| p.set(false));
+    match result {
+        Err(crate::gdal::WarpError::Failed(m)) => {
+            assert!(
+                m.contains("warpline's resampling loop failed"),
+                "{what}: {m}"
+            );
+            assert!(m.contains("kernel = \"gdal\""), "{m}");
+        }
+        other => panic!("{what}: {:?}", other.map(|(_, t)| t)),
+    }
+}
