@@ -186,25 +186,9 @@ fn a_window_read_equals_the_whole_read() {
         az.url("in/*.tif"),
         az.endpoint
     );
-    let n = tiles.len() as u64;
-    let mut outs = Vec::new();
-    for read in ["whole", "window"] {
-        let out = work.path().join(read);
-        let write = format!("dir = \"{}\"", out.display());
-        let toml = pipeline(&glob, &write, &az.endpoint).replace(
-            "memory = \"memory\"\nendpoint",
-            &format!("memory = \"memory\"\nread = \"{read}\"\nendpoint"),
-        );
-        assert!(toml.contains(&format!("read = \"{read}\"")), "{toml}");
-        let (report, text) = az.run(work.path(), &toml, &az.secret, 0);
-        assert_eq!(items(&report), [n, n, 0, 0], "{read}: {text}");
-        outs.push(out);
-    }
-    for t in &tiles {
-        let name = t.file_name().unwrap();
-        let what = name.to_string_lossy();
-        common::assert_same_raster(&outs[1].join(name), &outs[0].join(name), &what);
-    }
+    server::window_equals_whole(work.path(), &glob, &az.endpoint, &tiles, |toml| {
+        az.run(work.path(), toml, &az.secret, 0)
+    });
 }
 
 /// A wrong account key fails every item once, permanently, naming the

@@ -223,25 +223,9 @@ fn a_window_read_equals_the_whole_read() {
         gs.url("in/*.tif"),
         gs.endpoint
     );
-    let n = tiles.len() as u64;
-    let mut outs = Vec::new();
-    for read in ["whole", "window"] {
-        let out = work.path().join(read);
-        let write = format!("dir = \"{}\"", out.display());
-        let toml = pipeline(&glob, &write, &gs.endpoint).replace(
-            "memory = \"memory\"\nendpoint",
-            &format!("memory = \"memory\"\nread = \"{read}\"\nendpoint"),
-        );
-        assert!(toml.contains(&format!("read = \"{read}\"")), "{toml}");
-        let (report, text) = gs.run(work.path(), &toml, &gs.secret, 0);
-        assert_eq!(items(&report), [n, n, 0, 0], "{read}: {text}");
-        outs.push(out);
-    }
-    for t in &tiles {
-        let name = t.file_name().unwrap();
-        let what = name.to_string_lossy();
-        common::assert_same_raster(&outs[1].join(name), &outs[0].join(name), &what);
-    }
+    server::window_equals_whole(work.path(), &glob, &gs.endpoint, &tiles, |toml| {
+        gs.run(work.path(), toml, &gs.secret, 0)
+    });
 }
 
 /// The emulator takes any credentials, so a missing bucket stands in for
@@ -325,11 +309,7 @@ fn a_gs_output_is_refused_before_the_run() {
         .arg(&file)
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = crate::binary::said(&out);
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("dir"), "{text}");
     assert!(text.contains("gs:// is read, not written"), "{text}");

@@ -305,3 +305,34 @@ pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     // A test that failed holding it left nothing to protect.
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Runs the pipeline over `glob` twice, with fetch's `read = "whole"` and
+/// `"window"` (`run` runs a pipeline file's text against the store), and
+/// asserts every tile was done both ways with the same pixels.
+pub fn window_equals_whole(
+    work: &Path,
+    glob: &str,
+    endpoint: &str,
+    tiles: &[std::path::PathBuf],
+    run: impl Fn(&str) -> (serde_json::Value, String),
+) {
+    let n = tiles.len() as u64;
+    let mut outs = Vec::new();
+    for read in ["whole", "window"] {
+        let out = work.join(read);
+        let write = format!("dir = \"{}\"", out.display());
+        let toml = pipeline(glob, &write, endpoint).replace(
+            "memory = \"memory\"\nendpoint",
+            &format!("memory = \"memory\"\nread = \"{read}\"\nendpoint"),
+        );
+        assert!(toml.contains(&format!("read = \"{read}\"")), "{toml}");
+        let (report, text) = run(&toml);
+        assert_eq!(items(&report), [n, n, 0, 0], "{read}: {text}");
+        outs.push(out);
+    }
+    for t in tiles {
+        let name = t.file_name().unwrap();
+        let what = name.to_string_lossy();
+        crate::common::assert_same_raster(&outs[1].join(name), &outs[0].join(name), &what);
+    }
+}

@@ -66,13 +66,16 @@ pub(super) struct WarpKernel {
 /// Whether the GDAL this process runs is the one [`WarpKernel`] mirrors
 /// and [`super::bilinear`] was proven against (3.6).
 pub(super) fn layout_known() -> bool {
-    let key = c"VERSION_NUM";
-    // SAFETY: GDALVersionInfo returns a pointer to a static string.
-    let v = unsafe { CStr::from_ptr(sys::GDALVersionInfo(key.as_ptr())) };
-    v.to_str()
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-        .is_some_and(|n| (3_060_000..3_070_000).contains(&n))
+    static KNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *KNOWN.get_or_init(|| {
+        let key = c"VERSION_NUM";
+        // SAFETY: GDALVersionInfo returns a pointer to a static string.
+        let v = unsafe { CStr::from_ptr(sys::GDALVersionInfo(key.as_ptr())) };
+        v.to_str()
+            .ok()
+            .and_then(|s| s.parse::<u32>().ok())
+            .is_some_and(|n| (3_060_000..3_070_000).contains(&n))
+    })
 }
 
 /// What the hook did with a warp's chunks, and what it needs to know.

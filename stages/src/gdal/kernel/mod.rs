@@ -204,11 +204,11 @@ impl Bands {
 pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took), WarpError> {
     let gen = Transformer::new(src, &plan.transformer_options())?;
     let (gt, pixels, lines) = output_grid(src, &gen)?;
-    let dst = create_output(src, plan, gt, pixels, lines)?;
+    let bands = Bands::of(src);
+    let dst = create_output(src, plan, gt, (pixels, lines), bands)?;
     // SAFETY: `gen` is a GenImgProj transformer; `gt` six doubles.
     unsafe { sys::GDALSetGenImgProjTransformerDstGeoTransform(gen.0, gt.as_ptr()) };
     let approx = gen.approximate(plan.error_threshold)?;
-    let bands = Bands::of(src);
     let nodata = setup_nodata(src, &dst, bands);
     let mut hook = hook::Hook {
         bands: i32::try_from(bands.warped).unwrap_or(0),

@@ -27,10 +27,9 @@ pub(super) fn create_output(
     src: &Dataset,
     plan: &Plan,
     gt: [f64; 6],
-    pixels: i32,
-    lines: i32,
+    (pixels, lines): (i32, i32),
+    bands: Bands,
 ) -> Result<Dataset, WarpError> {
-    let bands = Bands::of(src);
     let count = bands.count;
     let mem = c_string("MEM")?;
     reset_error();
