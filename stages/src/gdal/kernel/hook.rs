@@ -149,8 +149,9 @@ pub(super) unsafe extern "C" fn pre_chunk(
 
 /// Why warpline's loop does not take this chunk (None: it does). Each
 /// check is a condition under which `PerformWarp` would not run
-/// `GWKRealCaseThread` with the bilinear 4-sample formula, or one of its
-/// templated nearest loops (`GWKNearestThread<T>`) with masks.
+/// `GWKRealCaseThread` (bilinear, cubic), one of its templated nearest
+/// loops (`GWKNearestThread<T>`) or `GWKAverageOrModeThread` (average),
+/// with masks.
 fn refusal(wk: &WarpKernel, hook: &Hook) -> Option<&'static str> {
     use sys::GDALDataType::{
         GDT_Byte as BYTE, GDT_Float32 as F32, GDT_Float64 as F64, GDT_Int16 as I16,
@@ -161,7 +162,8 @@ fn refusal(wk: &WarpKernel, hook: &Hook) -> Option<&'static str> {
     }
     let near = wk.resample == sys::GDALResampleAlg::GRA_NearestNeighbour;
     let cubic = wk.resample == sys::GDALResampleAlg::GRA_Cubic;
-    if !near && !cubic && wk.resample != sys::GDALResampleAlg::GRA_Bilinear {
+    let average = wk.resample == sys::GDALResampleAlg::GRA_Average;
+    if !near && !cubic && !average && wk.resample != sys::GDALResampleAlg::GRA_Bilinear {
         return Some("resampling");
     }
     // Cubic with only a density (an alpha band) has loops of its own in
@@ -192,7 +194,7 @@ fn refusal(wk: &WarpKernel, hook: &Hook) -> Option<&'static str> {
         return Some("no masks");
     }
     // GDAL's bilinear loop samples single-row windows as nearest.
-    let small = if near { 1 } else { 2 };
+    let small = if near || average { 1 } else { 2 };
     if wk.src_x_size < small || wk.src_y_size < small || wk.dst_x_size < 1 || wk.dst_y_size < 1 {
         return Some("window too small");
     }
@@ -322,6 +324,18 @@ unsafe fn run(wk: &mut WarpKernel) {
         },
         None => return,
     };
+    let (xs, ys) = scales(wk);
+    if wk.resample == sys::GDALResampleAlg::GRA_Average {
+        // SAFETY (each arm): as for `chunk`.
+        match wk.working_type {
+            BYTE => unsafe { chunk::<u8>(wk) }.run_average(&mut tr, (xs, ys)),
+            U16 => unsafe { chunk::<u16>(wk) }.run_average(&mut tr, (xs, ys)),
+            I16 => unsafe { chunk::<i16>(wk) }.run_average(&mut tr, (xs, ys)),
+            F64 => unsafe { chunk::<f64>(wk) }.run_average(&mut tr, (xs, ys)),
+            _ => unsafe { chunk::<f32>(wk) }.run_average(&mut tr, (xs, ys)),
+        }
+        return;
+    }
     if wk.resample == sys::GDALResampleAlg::GRA_NearestNeighbour {
         // SAFETY (each arm): as for `chunk`; GDAL's nearest loop reads
         // UInt16 as Int16 (GWKNearestShort), and so does this.
@@ -332,7 +346,6 @@ unsafe fn run(wk: &mut WarpKernel) {
         }
         return;
     }
-    let (xs, ys) = scales(wk);
     if xs >= 0.95 && ys >= 0.95 {
         // SAFETY (each arm): as for `chunk`.
         match wk.working_type {

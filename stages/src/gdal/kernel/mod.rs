@@ -8,9 +8,9 @@
 //! makes the same calls in the same order, for the settings and inputs
 //! [`Plan::from_args`] and [`source_refusal`] accept, and adds one thing:
 //! a pre-warp chunk processor (`hook.rs`) where warpline's loops
-//! (`bilinear.rs`, `downsample.rs`, `nearest.rs`) warp the chunks they
-//! are proven equal on. Everything else falls back: the stage then calls `GDALWarp` as
-//! before.
+//! (`bilinear.rs`, `downsample.rs`, `cubic.rs`, `nearest.rs`,
+//! `average.rs`) warp the chunks they are proven equal on. Everything
+//! else falls back: the stage then calls `GDALWarp` as before.
 //!
 //! Proven means: every tile of the mixed real corpus and randomized
 //! grids, CRS pairs and nodata patterns equal `gdalwarp` to the bit
@@ -27,6 +27,7 @@ use gdal_sys as sys;
 use super::warp::{classify, WarpError};
 use super::{last_error, reset_error, string_list};
 
+mod average;
 mod bilinear;
 mod cubic;
 mod downsample;
@@ -36,11 +37,12 @@ mod nearest;
 mod tests;
 
 /// What the reproject stage's settings ask of a warp, when the loop can
-/// take it: `gdalwarp -t_srs S -r bilinear|near -et E -wm M [-to AOI]`.
+/// take it: `gdalwarp -t_srs S -r near|bilinear|cubic|average -et E -wm M
+/// [-to AOI]`.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Plan {
     pub(crate) dst_srs: String,
-    /// `GRA_Bilinear` or `GRA_NearestNeighbour`.
+    /// `GRA_Bilinear`, `GRA_NearestNeighbour`, `GRA_Cubic` or `GRA_Average`.
     pub(crate) method: sys::GDALResampleAlg::Type,
     pub(crate) aoi: Option<String>,
     pub(crate) error_threshold: f64,
@@ -76,6 +78,7 @@ impl Plan {
             Some("bilinear") => sys::GDALResampleAlg::GRA_Bilinear,
             Some("near") => sys::GDALResampleAlg::GRA_NearestNeighbour,
             Some("cubic") => sys::GDALResampleAlg::GRA_Cubic,
+            Some("average") => sys::GDALResampleAlg::GRA_Average,
             _ => return None,
         };
         if et.is_nan() || et <= 0.0 || digits > 15 {

@@ -259,6 +259,8 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
         .unwrap_or(0x005e_ed0f_3a11);
     let mut rng = Rng(seed);
     let (mut ours, mut theirs) = (0, 0);
+    let methods = ["near", "bilinear", "cubic", "average"];
+    let mut ours_by = [0usize; 4];
     let cases = std::env::var("WARPLINE_KERNEL_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -266,7 +268,8 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
     for case in 0..cases {
         let (src, what) = raster(&mut rng, case);
         let target = TARGETS[rng.below(TARGETS.len() as u64) as usize];
-        let method = ["near", "bilinear", "cubic"][rng.below(3) as usize];
+        let m = rng.below(methods.len() as u64) as usize;
+        let method = methods[m];
         let args: Vec<String> = [
             "-t_srs", target, "-r", method, "-et", "0.125", "-wm", "67108864",
         ]
@@ -289,20 +292,30 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
             &format!("{what} -> {target} {method} ({took:?})"),
         );
         match took {
-            Took::Ours => ours += 1,
+            Took::Ours => {
+                ours += 1;
+                ours_by[m] += 1;
+            }
             Took::Theirs(why) => {
                 eprintln!("{what} -> {target} {method}: GDAL's loop ({why})");
                 theirs += 1
             }
         }
     }
-    eprintln!("warpline's loop: {ours} cases, GDAL's: {theirs}");
+    eprintln!("warpline's loop: {ours} cases ({methods:?}: {ours_by:?}), GDAL's: {theirs}");
     // Four of five cases have nodata, a mask or alpha (GDAL's loop for the
     // others, and for a few data types and windows).
     assert!(
         ours >= cases / 4,
         "warpline's loop took only {ours} of {cases} cases"
     );
+    // Each method's loop is exercised, not only compared where GDAL's ran.
+    for (method, n) in methods.iter().zip(ours_by) {
+        assert!(
+            n >= cases / 20,
+            "warpline's {method} loop took only {n} of {cases} cases"
+        );
+    }
 }
 
 #[test]
