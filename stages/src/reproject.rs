@@ -450,7 +450,14 @@ impl Reproject {
             tracing::debug!("{id}: GDAL's warp ({why})");
             return Ok(None);
         }
-        let (out, took) = kernel_warp(srcs[0], &plan).map_err(|e| warp_failure(id, e))?;
+        let (out, took, checks) = kernel_warp(srcs[0], &plan).map_err(|e| warp_failure(id, e))?;
+        if checks.skipped + checks.kept > 0 {
+            tracing::debug!(
+                "{id}: gdalwarp's inverse projection check proven to pass for {} points, run for {}",
+                checks.skipped,
+                checks.kept
+            );
+        }
         Ok(Some(match took {
             Took::Ours => (out, "warpline-kernel"),
             Took::Theirs(why) => {

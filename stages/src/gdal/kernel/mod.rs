@@ -32,6 +32,8 @@ mod bilinear;
 mod cubic;
 mod downsample;
 mod hook;
+mod limb;
+pub(crate) use limb::Checks;
 mod nearest;
 #[cfg(test)]
 mod tests;
@@ -203,15 +205,16 @@ impl Bands {
 }
 
 /// `gdalwarp` of `src` with `plan` to a new MEM dataset, with warpline's
-/// loop where it is proven; which loop ran is returned with it.
-pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took), WarpError> {
+/// loop where it is proven; which loop ran is returned with it, and how
+/// many points skipped gdalwarp's inverse check (`limb.rs`).
+pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took, Checks), WarpError> {
     let gen = Transformer::new(src, &plan.transformer_options())?;
-    let (gt, pixels, lines) = output_grid(src, &gen)?;
+    let (gt, pixels, lines, checked) = output_grid(src, &gen)?;
     let bands = Bands::of(src);
     let dst = create_output(src, plan, gt, (pixels, lines), bands)?;
     // SAFETY: `gen` is a GenImgProj transformer; `gt` six doubles.
     unsafe { sys::GDALSetGenImgProjTransformerDstGeoTransform(gen.0, gt.as_ptr()) };
-    let approx = gen.approximate(plan.error_threshold)?;
+    let (approx, shortcut) = approximate(src, plan, gen, gt, checked)?;
     let nodata = setup_nodata(src, &dst, bands);
     let mut hook = hook::Hook {
         bands: i32::try_from(bands.warped).unwrap_or(0),
@@ -250,7 +253,42 @@ pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took), WarpEr
         (n, 0) if n > 0 => Took::Ours,
         _ => Took::Theirs(hook.why.unwrap_or("no chunk")),
     };
-    Ok((dst, took))
+    let checks = shortcut.map(|s| s.counts()).unwrap_or_default();
+    Ok((dst, took, checks))
+}
+
+/// The warp's approximating transformer over gdalwarp's (`gen`), or, when
+/// `gen` checks each point with the inverse projection and [`limb`]
+/// applies, over the shortcut that skips the check where it surely
+/// passes (returned too: it must outlive the approximating transformer).
+fn approximate(
+    src: &Dataset,
+    plan: &Plan,
+    gen: Transformer,
+    gt: [f64; 6],
+    checked: bool,
+) -> Result<(Transformer, Option<Box<limb::Shortcut>>), WarpError> {
+    let geometry = checked.then(|| limb::Geometry::of(src, plan, gt)).flatten();
+    let Some(geometry) = geometry else {
+        return Ok((gen.approximate(plan.error_threshold)?, None));
+    };
+    // Made as gdalwarp made `gen`, with the option now unset: no check.
+    let plain = Transformer::new(src, &plan.transformer_options())?;
+    // SAFETY: `plain` is a GenImgProj transformer; `gt` six doubles.
+    unsafe { sys::GDALSetGenImgProjTransformerDstGeoTransform(plain.0, gt.as_ptr()) };
+    let shortcut = Box::new(limb::Shortcut::new(gen, plain, geometry));
+    let arg = &*shortcut as *const limb::Shortcut as *mut std::ffi::c_void;
+    // SAFETY: the shortcut is boxed (its address stays) and returned with
+    // the approximating transformer, which does not own it.
+    let a = unsafe {
+        sys::GDALCreateApproxTransformer(Some(limb::transform), arg, plan.error_threshold)
+    };
+    if a.is_null() {
+        return Err(WarpError::Failed(last_error(
+            "cannot approximate the transformer",
+        )));
+    }
+    Ok((Transformer(a), Some(shortcut)))
 }
 
 /// A GDAL transformer, destroyed on drop.
@@ -338,13 +376,15 @@ impl Transformer {
 /// The output's geotransform and size, as `GDALWarpCreateOutput` works
 /// them out for one source and no `-te`/`-tr`/`-ts`: the suggestion, again
 /// with `CHECK_WITH_INVERT_PROJ` when the suggested edges do not round
-/// trip (which leaves the option in the transformer the warp then uses).
-fn output_grid(src: &Dataset, gen: &Transformer) -> Result<([f64; 6], i32, i32), WarpError> {
+/// trip (which leaves the option in the transformer the warp then uses:
+/// the last value returned says so).
+fn output_grid(src: &Dataset, gen: &Transformer) -> Result<([f64; 6], i32, i32, bool), WarpError> {
     let (mut gt, px, ln, mut ext) = gen.suggest(src)?;
     let key = c"CHECK_WITH_INVERT_PROJ";
     // SAFETY: reads a configuration option (a pointer GDAL owns).
     let set = !unsafe { sys::CPLGetConfigOption(key.as_ptr(), ptr::null()) }.is_null();
-    if !set && !round_trips(gen, ext, px, ln) {
+    let retry = !set && !round_trips(gen, ext, px, ln);
+    if retry {
         // SAFETY: thread-local options, set and cleared around one call.
         unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), c"TRUE".as_ptr()) };
         let again = gen.suggest(src);
@@ -355,7 +395,7 @@ fn output_grid(src: &Dataset, gen: &Transformer) -> Result<([f64; 6], i32, i32),
     let (rx, ry) = (gt[1], gt[5].abs());
     let pixels = ((ext[2] - ext[0]) / rx + 0.5) as i32;
     let lines = ((ext[3] - ext[1]) / ry + 0.5) as i32;
-    Ok(([ext[0], rx, 0.0, ext[3], 0.0, -ry], pixels, lines))
+    Ok(([ext[0], rx, 0.0, ext[3], 0.0, -ry], pixels, lines, retry))
 }
 
 /// gdalwarp's check that the suggested edges lie in the target

@@ -211,7 +211,7 @@ fn bits(ds: &Dataset) -> Vec<Vec<u64>> {
         .collect()
 }
 
-fn same(ours: &Dataset, theirs: &Dataset, what: &str) {
+pub(super) fn same(ours: &Dataset, theirs: &Dataset, what: &str) {
     assert_eq!(ours.raster_size(), theirs.raster_size(), "{what}: size");
     assert_eq!(
         ours.geo_transform().unwrap(),
@@ -283,7 +283,7 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
             Some("no invalid pixels") => {}
             Some(why) => panic!("{what}: refused ({why})"),
         }
-        let (mine, took) = warp(&src, &plan).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        let (mine, took, _) = warp(&src, &plan).unwrap_or_else(|e| panic!("{what}: {e:?}"));
         let options = WarpOptions::new(&args).unwrap();
         let gdals = gdal_warp(&[&src], &options).unwrap_or_else(|e| panic!("{what}: {e:?}"));
         same(
@@ -386,6 +386,6 @@ fn a_panic_in_the_loop_is_the_warps_error() {
             );
             assert!(m.contains("kernel = \"gdal\""), "{m}");
         }
-        other => panic!("{what}: {:?}", other.map(|(_, t)| t)),
+        other => panic!("{what}: {:?}", other.map(|(_, t, _)| t)),
     }
 }
