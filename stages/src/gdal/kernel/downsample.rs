@@ -74,9 +74,11 @@ impl<T: Sample> Chunk<'_, T> {
         let Some(density) = self.source_density(offset) else {
             return;
         };
+        let win = Window::new(s, f, self.src_size);
+        self.prepare(&win, f, buf);
         let mut found = false;
         for band in 0..self.src.len() {
-            let (d, v) = self.resample(band, s, f, buf);
+            let (d, v) = self.resample(band, &win, buf);
             if d < BAND_DENSITY_THRESHOLD {
                 continue;
             }
@@ -106,64 +108,84 @@ impl<T: Sample> Chunk<'_, T> {
         }
     }
 
-    /// `GWKResample` for one band at source point `(sx, sy)`: (density,
-    /// value).
-    fn resample(
-        &self,
-        band: usize,
-        (sx, sy): (f64, f64),
-        f: Filter,
-        buf: &mut RowBuf,
-    ) -> (f64, f64) {
-        let (w, h) = (self.src_size.0 as i32, self.src_size.1 as i32);
-        let ix = (sx - 0.5).floor() as i32;
-        let iy = (sy - 0.5).floor() as i32;
-        let offset = i64::from(ix) + i64::from(iy) * i64::from(w);
-        let dx = sx - 0.5 - f64::from(ix);
-        let dy = sy - 0.5 - f64::from(iy);
+    /// What every band of one pixel shares: the filter's weights, and each
+    /// window row's densities by the unified mask and density alone
+    /// (`GWKGetPixelRow`'s band-independent half).
+    fn prepare(&self, win: &Window, f: Filter, buf: &mut RowBuf) {
         let (xs, ys) = f.scale;
-        let (mut j, mut j_max) = (-f.radius.1, f.radius.1);
-        if iy + j < 0 {
-            j = -iy;
+        buf.clear(win);
+        for i in win.i.0..=win.i.1 {
+            buf.wx.push(if xs < 1.0 {
+                weight((f64::from(i) - win.dx) * xs)
+            } else {
+                weight(f64::from(i) - win.dx)
+            });
         }
-        if iy + j_max >= h {
-            j_max = h - iy - 1;
+        let n = win.n;
+        for (r, j) in (win.j.0..=win.j.1).enumerate() {
+            buf.wy.push(if ys < 1.0 {
+                weight((f64::from(j) - win.dy) * ys)
+            } else {
+                weight(f64::from(j) - win.dy)
+            });
+            let row = win.row(r);
+            let mut any = self.unified_valid.is_none();
+            let mut valid = false;
+            for k in 0..n {
+                let ok = self.unified_valid.is_none_or(|m| bit(m, row + k));
+                any |= ok;
+                let d = if !ok {
+                    0.0
+                } else {
+                    self.unified_density.map_or(1.0, |ud| f64::from(ud[row + k]))
+                };
+                valid |= d > SRC_DENSITY_THRESHOLD;
+                buf.unified.push(d);
+            }
+            buf.rows.push(Row { any, valid });
         }
-        let (mut i_min, mut i_max) = (-f.radius.0, f.radius.0);
-        if ix + i_min < 0 {
-            i_min = -ix;
-        }
-        if ix + i_max >= w {
-            i_max = w - ix - 1;
-        }
+    }
+
+    /// `GWKResample` for one band over the prepared window: (density,
+    /// value). The sums run in GDAL's order, row by row.
+    fn resample(&self, band: usize, win: &Window, buf: &mut RowBuf) -> (f64, f64) {
         let (mut real, mut dens, mut total) = (0.0f64, 0.0f64, 0.0f64);
-        let mut row = offset + i64::from(j - 1) * i64::from(w) + i64::from(i_min);
-        let half = (i_max - i_min + 2) / 2;
-        while j <= j_max {
-            row += i64::from(w);
-            let j_now = j;
-            j += 1;
-            if !self.row_of(band, row as usize, half as usize * 2, buf) {
+        let src = self.src[band];
+        let band_valid = self.band_valid.as_ref().and_then(|v| v[band]);
+        let (n, m) = (win.n, (win.i.1 - win.i.0) as usize + 1);
+        for r in 0..buf.rows.len() {
+            let info = buf.rows[r];
+            if !info.any {
                 continue;
             }
-            let w1 = if ys < 1.0 {
-                weight((f64::from(j_now) - dy) * ys)
-            } else {
-                weight(f64::from(j_now) - dy)
+            let row = win.row(r);
+            let unified = &buf.unified[r * n..(r + 1) * n];
+            let density: &[f64] = match band_valid {
+                None if !info.valid => continue,
+                None => unified,
+                Some(mask) => {
+                    let (mut any, mut valid) = (false, false);
+                    for (k, (out, &u)) in buf.density.iter_mut().zip(unified).enumerate() {
+                        let ok = bit(mask, row + k);
+                        any |= ok;
+                        *out = if ok { u } else { 0.0 };
+                        valid |= *out > SRC_DENSITY_THRESHOLD;
+                    }
+                    if !any || !valid {
+                        continue;
+                    }
+                    &buf.density[..n]
+                }
             };
+            let w1 = buf.wy[r];
             let (mut real_l, mut dens_l, mut total_l) = (0.0f64, 0.0f64, 0.0f64);
-            for i in i_min..=i_max {
-                let k = (i - i_min) as usize;
-                if buf.density[k] < SRC_DENSITY_THRESHOLD {
+            for k in 0..m {
+                if density[k] < SRC_DENSITY_THRESHOLD {
                     continue;
                 }
-                let w2 = if xs < 1.0 {
-                    weight((f64::from(i) - dx) * xs)
-                } else {
-                    weight(f64::from(i) - dx)
-                };
-                real_l += buf.real[k] * w2;
-                dens_l += buf.density[k] * w2;
+                let w2 = buf.wx[k];
+                real_l += src[row + k].value() * w2;
+                dens_l += density[k] * w2;
                 total_l += w2;
             }
             real += real_l * w1;
@@ -179,57 +201,101 @@ impl<T: Sample> Chunk<'_, T> {
             (dens, real)
         }
     }
+}
 
-    /// `GWKGetPixelRow` for `n` pixels from `offset` into `buf`: false
-    /// when none is valid.
-    fn row_of(&self, band: usize, offset: usize, n: usize, buf: &mut RowBuf) -> bool {
-        buf.density[..n].fill(1.0);
-        let band_valid = self.band_valid.as_ref().and_then(|v| v[band]);
-        for m in [self.unified_valid, band_valid].into_iter().flatten() {
-            let mut any = false;
-            for k in 0..n {
-                if bit(m, offset + k) {
-                    any = true;
-                } else {
-                    buf.density[k] = 0.0;
-                }
-            }
-            if !any {
-                return false;
-            }
+/// Where one pixel's filter window lies in the source window.
+struct Window {
+    dx: f64,
+    dy: f64,
+    /// The window's columns and rows relative to the pixel, clipped to
+    /// the source window.
+    i: (i32, i32),
+    j: (i32, i32),
+    /// The offset of its first row's first pixel, and the row stride.
+    first: i64,
+    stride: i64,
+    /// Pixels `GWKGetPixelRow` reads a row (whole pairs).
+    n: usize,
+}
+
+impl Window {
+    fn new((sx, sy): (f64, f64), f: Filter, (w, h): (usize, usize)) -> Window {
+        let (w, h) = (w as i32, h as i32);
+        let ix = (sx - 0.5).floor() as i32;
+        let iy = (sy - 0.5).floor() as i32;
+        let offset = i64::from(ix) + i64::from(iy) * i64::from(w);
+        let dx = sx - 0.5 - f64::from(ix);
+        let dy = sy - 0.5 - f64::from(iy);
+        let (mut j, mut j_max) = (-f.radius.1, f.radius.1);
+        if iy + j < 0 {
+            j = -iy;
         }
-        let src = self.src[band];
-        for k in 0..n {
-            buf.real[k] = src[offset + k].value();
+        if iy + j_max >= h {
+            j_max = h - iy - 1;
         }
-        let mut valid = false;
-        for k in 0..n {
-            if buf.density[k] > SRC_DENSITY_THRESHOLD {
-                buf.density[k] = match self.unified_density {
-                    Some(ud) => f64::from(ud[offset + k]),
-                    None => 1.0,
-                };
-            }
-            if buf.density[k] > SRC_DENSITY_THRESHOLD {
-                valid = true;
-            }
+        let (mut i_min, mut i_max) = (-f.radius.0, f.radius.0);
+        if ix + i_min < 0 {
+            i_min = -ix;
         }
-        valid
+        if ix + i_max >= w {
+            i_max = w - ix - 1;
+        }
+        let half = (i_max - i_min + 2) / 2;
+        Window {
+            dx,
+            dy,
+            i: (i_min, i_max),
+            j: (j, j_max),
+            first: offset + i64::from(j) * i64::from(w) + i64::from(i_min),
+            stride: i64::from(w),
+            n: (half.max(0) * 2) as usize,
+        }
+    }
+
+    /// The offset of window row `r` (0 for the first).
+    #[inline(always)]
+    fn row(&self, r: usize) -> usize {
+        (self.first + r as i64 * self.stride) as usize
     }
 }
 
-/// One row of the filter window: densities and values.
+/// A window row's densities by the unified mask alone: whether any pixel
+/// of it is valid there, and whether any has a density above the
+/// threshold.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    any: bool,
+    valid: bool,
+}
+
+/// The prepared window of one pixel, and one band's densities.
 pub(super) struct RowBuf {
+    wx: Vec<f64>,
+    wy: Vec<f64>,
+    unified: Vec<f64>,
+    rows: Vec<Row>,
     density: Vec<f64>,
-    real: Vec<f64>,
 }
 
 impl RowBuf {
     fn new(f: Filter) -> RowBuf {
         let n = ((f.radius.0 + 1) * 2) as usize + 2;
         RowBuf {
+            wx: Vec::with_capacity(n),
+            wy: Vec::new(),
+            unified: Vec::new(),
+            rows: Vec::new(),
             density: vec![0.0; n],
-            real: vec![0.0; n],
+        }
+    }
+
+    fn clear(&mut self, win: &Window) {
+        self.wx.clear();
+        self.wy.clear();
+        self.unified.clear();
+        self.rows.clear();
+        if self.density.len() < win.n {
+            self.density.resize(win.n, 0.0);
         }
     }
 }

@@ -309,10 +309,12 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
         ours >= cases / 4,
         "warpline's loop took only {ours} of {cases} cases"
     );
-    // Each method's loop is exercised, not only compared where GDAL's ran.
+    // Each method's loop is exercised, not only compared where GDAL's ran
+    // (cubic the least: GDAL keeps its own loops for cubic with only an
+    // alpha band and for cubic downsampling).
     for (method, n) in methods.iter().zip(ours_by) {
         assert!(
-            n >= cases / 20,
+            n >= (cases / 40).max(1),
             "warpline's {method} loop took only {n} of {cases} cases"
         );
     }
