@@ -137,7 +137,8 @@ impl<T: Sample> Chunk<'_, T> {
                 let d = if !ok {
                     0.0
                 } else {
-                    self.unified_density.map_or(1.0, |ud| f64::from(ud[row + k]))
+                    self.unified_density
+                        .map_or(1.0, |ud| f64::from(ud[row + k]))
                 };
                 valid |= d > SRC_DENSITY_THRESHOLD;
                 buf.unified.push(d);
