@@ -29,6 +29,8 @@
 //!
 //! Every other point, and every point of a batch where anything else
 //! happens, goes through gdalwarp's own transformer, with the check.
+//! Before a warp uses the shortcut, it must give what the checked
+//! transformer gives on a sample of the output ([`Shortcut::agrees`]).
 //! What else GDAL reads from a GenImgProj transformer is the same for
 //! both: the poles as special points (never visible from a geostationary
 //! orbit, so never added), the translation-only case (not with a
@@ -84,7 +86,8 @@ pub(super) struct Geometry {
 }
 
 /// A configuration option as GDAL reads it (None: unset).
-fn config(key: &std::ffi::CStr) -> Option<String> {
+fn config(key: &str) -> Option<String> {
+    let key = std::ffi::CString::new(key).ok()?;
     // SAFETY: reads an option; the pointer is GDAL's, copied at once.
     let p = unsafe { sys::CPLGetConfigOption(key.as_ptr(), std::ptr::null()) };
     // SAFETY: a NUL-terminated string GDAL owns, when not null.
@@ -102,8 +105,14 @@ impl Geometry {
         // A THRESHOLD of the user's could make the check fail anywhere;
         // several threads would clone the transformer, which GDAL cannot
         // do for this one.
-        if config(c"THRESHOLD").is_some()
-            || config(c"GDAL_NUM_THREADS").is_some_and(|n| n.trim() != "1")
+        // With OGR_CT_OP_SELECTION (or OSR_USE_APPROX_TMERC, which sets
+        // it), GDAL picks one PROJ operation per batch, from the batch's
+        // mean point: a point's result then depends on its batch, and the
+        // points the shortcut passes on to the checked transformer are
+        // another batch than gdalwarp's.
+        let unset = ["THRESHOLD", "OGR_CT_OP_SELECTION", "OSR_USE_APPROX_TMERC"];
+        if unset.iter().any(|k| config(k).is_some())
+            || config("GDAL_NUM_THREADS").is_some_and(|n| n.trim() != "1")
         {
             return None;
         }
@@ -239,6 +248,29 @@ impl Shortcut {
         }
     }
 
+    /// Whether the shortcut gives what gdalwarp's checked transformer
+    /// gives, bit for bit, on a sample of the output's `(w, l)` pixel
+    /// centres: 7 rows of 33 points. A guard on what the argument assumes
+    /// of the two transformers (the same PROJ operation, made from the
+    /// same CRS definitions); the counts start again after it.
+    pub(super) fn agrees(&self, (w, l): (i32, i32)) -> bool {
+        let (w, l) = (f64::from(w), f64::from(l));
+        let agree = (0..7).all(|r| {
+            let y = l * (f64::from(r) + 0.5) / 7.0;
+            let start: Vec<(f64, f64, f64)> = (0..33)
+                .map(|c| (w * f64::from(c) / 32.0 + 0.5, y, 0.0))
+                .collect();
+            let mut ours = Points::from(&start);
+            let mut theirs = Points::from(&start);
+            self.dst_to_src(&mut ours.batch(), &start);
+            Self::call(&self.checked, 1, &mut theirs.batch());
+            ours.same(&theirs)
+        });
+        self.skipped.store(0, Relaxed);
+        self.kept.store(0, Relaxed);
+        agree
+    }
+
     /// Points the warp transformed without the check, and with it.
     pub(super) fn counts(&self) -> Checks {
         Checks {
@@ -254,6 +286,44 @@ impl Shortcut {
 pub(crate) struct Checks {
     pub(crate) skipped: u64,
     pub(crate) kept: u64,
+}
+
+/// A batch of points of warpline's own.
+struct Points {
+    x: Vec<f64>,
+    y: Vec<f64>,
+    z: Vec<f64>,
+    ok: Vec<i32>,
+}
+
+impl Points {
+    fn from(start: &[(f64, f64, f64)]) -> Points {
+        Points {
+            x: start.iter().map(|p| p.0).collect(),
+            y: start.iter().map(|p| p.1).collect(),
+            z: start.iter().map(|p| p.2).collect(),
+            ok: vec![0; start.len()],
+        }
+    }
+
+    fn batch(&mut self) -> Batch<'_> {
+        Batch {
+            x: &mut self.x,
+            y: &mut self.y,
+            z: &mut self.z,
+            ok: &mut self.ok,
+        }
+    }
+
+    /// The same successes, and where both succeed the same bits.
+    fn same(&self, other: &Points) -> bool {
+        (0..self.x.len()).all(|i| {
+            self.ok[i] == other.ok[i]
+                && (self.ok[i] == 0
+                    || (self.x[i].to_bits() == other.x[i].to_bits()
+                        && self.y[i].to_bits() == other.y[i].to_bits()))
+        })
+    }
 }
 
 /// Points a batch holds, as GDAL passes them.

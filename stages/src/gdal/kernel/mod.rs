@@ -214,7 +214,7 @@ pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took, Checks)
     let dst = create_output(src, plan, gt, (pixels, lines), bands)?;
     // SAFETY: `gen` is a GenImgProj transformer; `gt` six doubles.
     unsafe { sys::GDALSetGenImgProjTransformerDstGeoTransform(gen.0, gt.as_ptr()) };
-    let (approx, shortcut) = approximate(src, plan, gen, gt, checked)?;
+    let (approx, shortcut) = approximate(src, plan, gen, (gt, (pixels, lines)), checked)?;
     let nodata = setup_nodata(src, &dst, bands);
     let mut hook = hook::Hook {
         bands: i32::try_from(bands.warped).unwrap_or(0),
@@ -265,7 +265,7 @@ fn approximate(
     src: &Dataset,
     plan: &Plan,
     gen: Transformer,
-    gt: [f64; 6],
+    (gt, size): ([f64; 6], (i32, i32)),
     checked: bool,
 ) -> Result<(Transformer, Option<Box<limb::Shortcut>>), WarpError> {
     let geometry = checked.then(|| limb::Geometry::of(src, plan, gt)).flatten();
@@ -277,6 +277,10 @@ fn approximate(
     // SAFETY: `plain` is a GenImgProj transformer; `gt` six doubles.
     unsafe { sys::GDALSetGenImgProjTransformerDstGeoTransform(plain.0, gt.as_ptr()) };
     let shortcut = Box::new(limb::Shortcut::new(gen, plain, geometry));
+    if !shortcut.agrees(size) {
+        let limb::Shortcut { checked, .. } = *shortcut;
+        return Ok((checked.approximate(plan.error_threshold)?, None));
+    }
     let arg = &*shortcut as *const limb::Shortcut as *mut std::ffi::c_void;
     // SAFETY: the shortcut is boxed (its address stays) and returned with
     // the approximating transformer, which does not own it.

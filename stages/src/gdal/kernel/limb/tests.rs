@@ -195,3 +195,53 @@ fn the_shortcut_transforms_every_point_as_the_checked_transformer() {
         "the check was skipped for only {skipped} of {points} points"
     );
 }
+
+/// The shortcut is refused where its argument does not hold: with GDAL
+/// choosing one operation per batch, and when its twin transformer does
+/// not give the checked one's results.
+#[test]
+fn the_shortcut_is_refused_where_its_argument_does_not_hold() {
+    crate::gdal::init();
+    let src = window(DISKS[0], (0.0, 0.0));
+    let args = [
+        "-t_srs",
+        "EPSG:3857",
+        "-r",
+        "bilinear",
+        "-et",
+        "0.125",
+        "-wm",
+        "64",
+    ]
+    .map(String::from);
+    let plan = Plan::from_args(&args).unwrap();
+    let gen = Transformer::new(&src, &plan.transformer_options()).unwrap();
+    let (gt, w, l, checked) = output_grid(&src, &gen).unwrap();
+    assert!(checked, "the limb tile should take the check");
+    assert!(Geometry::of(&src, &plan, gt).is_some());
+    let key = c"OGR_CT_OP_SELECTION";
+    // SAFETY: a thread-local option, set and cleared around one call.
+    unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), c"BEST_ACCURACY".as_ptr()) };
+    let refused = Geometry::of(&src, &plan, gt).is_none();
+    // SAFETY: as above.
+    unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), std::ptr::null()) };
+    assert!(refused, "OGR_CT_OP_SELECTION must turn the shortcut off");
+    // A twin made for another disk (lon_0 1 degree away) disagrees.
+    let geometry = Geometry::of(&src, &plan, gt).unwrap();
+    let other = window(&DISKS[0].replace("-75", "-74"), (0.0, 0.0));
+    let plain = Transformer::new(&other, &plan.transformer_options()).unwrap();
+    for t in [&gen, &plain] {
+        // SAFETY: GenImgProj transformers; six doubles.
+        unsafe { sys::GDALSetGenImgProjTransformerDstGeoTransform(t.0, gt.as_ptr()) };
+    }
+    assert!(!Shortcut::new(gen, plain, geometry).agrees((w, l)));
+    // And the twin made as the warp makes it agrees.
+    let gen = Transformer::new(&src, &plan.transformer_options()).unwrap();
+    let (gt, w, l, _) = output_grid(&src, &gen).unwrap();
+    let plain = Transformer::new(&src, &plan.transformer_options()).unwrap();
+    for t in [&gen, &plain] {
+        // SAFETY: as above.
+        unsafe { sys::GDALSetGenImgProjTransformerDstGeoTransform(t.0, gt.as_ptr()) };
+    }
+    assert!(Shortcut::new(gen, plain, geometry).agrees((w, l)));
+}
