@@ -23,7 +23,9 @@
 //!   the polar radius (every such ray meets the ellipsoid, which holds
 //!   that sphere, well away from grazing it: the ray's angle from nadir
 //!   is at most the root of the sum of the squares of the two scan
-//!   angles, since the cosine of that angle is the product of theirs);
+//!   angles, since the cosine of that angle is the product of theirs),
+//!   or, nearer the limb, the ray's quadratic against the ellipsoid (as
+//!   PROJ's inverse sets it up) has a discriminant well above 0;
 //! - its target point is more than 0.02 rad of longitude inside the
 //!   antimeridian (a web mercator or geographic target only).
 //!
@@ -54,6 +56,9 @@ use super::{Plan, Transformer};
 const LON_MARGIN: f64 = 0.02;
 /// How far inside the polar sphere's cone a view ray must be (relative).
 const CONE_MARGIN: f64 = 1e-4;
+/// The least discriminant of a view ray's quadratic against the
+/// ellipsoid (at most 4, at nadir; 0 where the ray grazes the limb).
+const RAY_MARGIN: f64 = 1e-4;
 
 /// The source's geostationary view: where its rays meet the earth safely.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +70,13 @@ pub(super) struct Disk {
     height: f64,
     /// The square of the largest safe scan-angle radius.
     max2: f64,
+    /// The ray test near the limb: the sweep axis (`+sweep=x`), and in
+    /// units of the semi-major axis the satellite's distance from the
+    /// centre, the polar radius, and the distance squared less one.
+    sweep_x: bool,
+    radius_g: f64,
+    radius_p: f64,
+    c: f64,
 }
 
 /// Which target points are safely inside the antimeridian.
@@ -205,24 +217,56 @@ impl Disk {
             return None;
         }
         let max = (b / (a + height)).asin() * (1.0 - CONE_MARGIN);
+        let radius_g = 1.0 + height / a;
         Some(Disk {
             gt,
             to_m,
             false_en,
             height,
             max2: max * max,
+            sweep_x: sweep_x(&srs)?,
+            radius_g,
+            radius_p: b / a,
+            c: radius_g * radius_g - 1.0,
         })
     }
 
-    /// Whether source pixel `(sx, sy)` views the earth inside the cone.
+    /// Whether source pixel `(sx, sy)` views the earth safely: inside the
+    /// polar sphere's cone (no trigonometry), or else by the ray's own
+    /// test, PROJ's (`geos.cpp`, the ellipsoidal inverse): the quadratic
+    /// of the view ray against the ellipsoid has a discriminant above
+    /// [`RAY_MARGIN`] (its two roots are then at least 64 km apart, and
+    /// rounding moves the near one by well under a metre).
     #[inline]
     fn inside(&self, sx: f64, sy: f64) -> bool {
         let g = &self.gt;
         let x = (g[0] + sx * g[1] + sy * g[2]) * self.to_m - self.false_en.0;
         let y = (g[3] + sx * g[4] + sy * g[5]) * self.to_m - self.false_en.1;
         let (ax, ay) = (x / self.height, y / self.height);
-        ax * ax + ay * ay < self.max2
+        if ax * ax + ay * ay < self.max2 {
+            return true;
+        }
+        let (vy, vz) = if self.sweep_x {
+            let vz = ay.tan();
+            (ax.tan() * 1f64.hypot(vz), vz)
+        } else {
+            let vy = ax.tan();
+            (vy, ay.tan() * 1f64.hypot(vy))
+        };
+        let vx = -1.0f64;
+        let z = vz / self.radius_p;
+        let qa = vy * vy + z * z + vx * vx;
+        let qb = 2.0 * self.radius_g * vx;
+        let det = qb * qb - 4.0 * qa * self.c;
+        det.is_finite() && det > RAY_MARGIN
     }
+}
+
+/// The sweep axis of a geostationary CRS, as PROJ reads it (`y` unless
+/// the definition says `+sweep=x`), or None when it cannot be read.
+fn sweep_x(srs: &SpatialRef) -> Option<bool> {
+    let proj4 = srs.to_proj4().ok()?;
+    Some(proj4.split_whitespace().any(|t| t == "+sweep=x"))
 }
 
 /// The warp's base transformer: gdalwarp's checked one, and its twin

@@ -69,7 +69,7 @@ fn limb_tiles_warp_to_gdalwarps_pixels_through_the_shortcut() {
             crate::gdal::kernel::tests::same(&mine, &gdals, &what);
             assert_eq!(took, crate::gdal::kernel::Took::Ours, "{what}");
             assert!(
-                checks.skipped > 4 * checks.kept && checks.kept > 0,
+                checks.skipped > 10 * checks.kept && checks.kept > 0,
                 "{what}: {checks:?}"
             );
         }
@@ -191,7 +191,7 @@ fn the_shortcut_transforms_every_point_as_the_checked_transformer() {
     assert!(caught > 0, "no point where the check matters");
     assert!(windows >= 8, "only {windows} windows took the check");
     assert!(
-        skipped * 10 >= points * 8,
+        skipped * 100 >= points * 95,
         "the check was skipped for only {skipped} of {points} points"
     );
 }
