@@ -1,10 +1,10 @@
-//! warpline's bilinear loop where the warp downsamples (a resampling
-//! scale under 0.95 on either axis): GDAL 3.6.2's `GWKRealCaseThread`
-//! with `GWKResample` and its `GWKBilinear` weights over a window of
-//! `ceil(1 / scale)` source pixels each side (alg/gdalwarpkernel.cpp), with
-//! `GWKGetPixelRow` over whole rows of that window. The rest (source
-//! coordinates and offsets, densities, the value's store) is the 4-sample
-//! loop's.
+//! warpline's bilinear and cubic loops where the warp downsamples (a
+//! resampling scale under 0.95 on either axis): GDAL 3.6.2's
+//! `GWKRealCaseThread` with `GWKResample` and its `GWKBilinear` or
+//! `GWKCubic` weights over a window of `ceil(radius / scale)` source
+//! pixels each side (alg/gdalwarpkernel.cpp), with `GWKGetPixelRow` over
+//! whole rows of that window. The rest (source coordinates and offsets,
+//! densities, the value's store) is the 4-sample loop's.
 
 use super::bilinear::{bit, mixed, set_bit, Chunk, Sample, Transform, SRC_DENSITY_THRESHOLD};
 
@@ -13,7 +13,7 @@ const BAND_DENSITY_THRESHOLD: f64 = 0.0000000001;
 
 /// `GWKBilinear`: the triangle filter.
 #[inline(always)]
-fn weight(x: f64) -> f64 {
+fn bilinear(x: f64) -> f64 {
     let a = x.abs();
     if a <= 1.0 {
         1.0 - a
@@ -22,19 +22,59 @@ fn weight(x: f64) -> f64 {
     }
 }
 
-/// The filter of one warp: `PerformWarp`'s scales and radii for bilinear.
+/// `GWKCubic`: Catmull-Rom (a = -0.5), GDAL's expression.
+#[inline(always)]
+fn cubic(x: f64) -> f64 {
+    let a = x.abs();
+    if a <= 1.0 {
+        let x2 = x * x;
+        x2 * (1.5 * a - 2.5) + 1.0
+    } else if a <= 2.0 {
+        let x2 = x * x;
+        x2 * (-0.5 * a + 2.5) - 4.0 * a + 2.0
+    } else {
+        0.0
+    }
+}
+
+/// The filter of one warp: `PerformWarp`'s scales, radii (`nXRadius`)
+/// and window starts (`nFiltInitX`) for bilinear or cubic.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Filter {
     pub(super) scale: (f64, f64),
     radius: (i32, i32),
+    init: (i32, i32),
+    cubic: bool,
 }
 
 impl Filter {
-    pub(super) fn new(scale: (f64, f64)) -> Filter {
-        let r = |s: f64| if s < 1.0 { (1.0 / s).ceil() as i32 } else { 1 };
+    pub(super) fn new(scale: (f64, f64), cubic: bool) -> Filter {
+        // `anGWKFilterRadius`: 1 for bilinear, 2 for cubic.
+        let filter = if cubic { 2 } else { 1 };
+        let r = |s: f64| {
+            if s < 1.0 {
+                (f64::from(filter) / s).ceil() as i32
+            } else {
+                filter
+            }
+        };
+        let radius = (r(scale.0), r(scale.1));
+        let parity = (filter + 1) % 2;
         Filter {
             scale,
-            radius: (r(scale.0), r(scale.1)),
+            radius,
+            init: (parity - radius.0, parity - radius.1),
+            cubic,
+        }
+    }
+
+    /// The filter's weight at `x`.
+    #[inline(always)]
+    fn weight(&self, x: f64) -> f64 {
+        if self.cubic {
+            cubic(x)
+        } else {
+            bilinear(x)
         }
     }
 }
@@ -116,17 +156,17 @@ impl<T: Sample> Chunk<'_, T> {
         buf.clear(win);
         for i in win.i.0..=win.i.1 {
             buf.wx.push(if xs < 1.0 {
-                weight((f64::from(i) - win.dx) * xs)
+                f.weight((f64::from(i) - win.dx) * xs)
             } else {
-                weight(f64::from(i) - win.dx)
+                f.weight(f64::from(i) - win.dx)
             });
         }
         let n = win.n;
         for (r, j) in (win.j.0..=win.j.1).enumerate() {
             buf.wy.push(if ys < 1.0 {
-                weight((f64::from(j) - win.dy) * ys)
+                f.weight((f64::from(j) - win.dy) * ys)
             } else {
-                weight(f64::from(j) - win.dy)
+                f.weight(f64::from(j) - win.dy)
             });
             let row = win.row(r);
             let mut any = self.unified_valid.is_none();
@@ -227,14 +267,14 @@ impl Window {
         let offset = i64::from(ix) + i64::from(iy) * i64::from(w);
         let dx = sx - 0.5 - f64::from(ix);
         let dy = sy - 0.5 - f64::from(iy);
-        let (mut j, mut j_max) = (-f.radius.1, f.radius.1);
+        let (mut j, mut j_max) = (f.init.1, f.radius.1);
         if iy + j < 0 {
             j = -iy;
         }
         if iy + j_max >= h {
             j_max = h - iy - 1;
         }
-        let (mut i_min, mut i_max) = (-f.radius.0, f.radius.0);
+        let (mut i_min, mut i_max) = (f.init.0, f.radius.0);
         if ix + i_min < 0 {
             i_min = -ix;
         }

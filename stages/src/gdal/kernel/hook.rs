@@ -166,9 +166,13 @@ fn refusal(wk: &WarpKernel, hook: &Hook) -> Option<&'static str> {
     if !near && !cubic && !average && wk.resample != sys::GDALResampleAlg::GRA_Bilinear {
         return Some("resampling");
     }
-    // Cubic with only a density (an alpha band) has loops of its own in
-    // GDAL (GWKCubicResampleSrcMaskIsDensity4Sample*), not taken here.
+    // Cubic with only a density (an alpha band) has 4-sample loops of its
+    // own in GDAL (GWKCubicResampleSrcMaskIsDensity4Sample*), not taken
+    // here; downsampled, it is `GWKResample` like the rest.
+    let (xs, ys) = scales(wk);
     if cubic
+        && xs >= 0.95
+        && ys >= 0.95
         && wk.unified_src_valid.is_null()
         && wk.band_src_valid.is_null()
         && !wk.unified_src_density.is_null()
@@ -213,14 +217,11 @@ fn refusal(wk: &WarpKernel, hook: &Hook) -> Option<&'static str> {
             return Some("warp option");
         }
     }
-    // Nearest takes no scale into account; bilinear's 4-sample formula
-    // applies from 0.95 up, its filter window below (`downsample.rs`).
-    let (xs, ys) = scales(wk);
+    // Nearest takes no scale into account; the bilinear and cubic 4-sample
+    // formulas apply from 0.95 up, their filter windows below
+    // (`downsample.rs`); a scale from grid sampling is GDAL's to work out.
     if !near && ys / xs > 100.0 {
         return Some("scale from grid sampling");
-    }
-    if cubic && !(xs >= 0.95 && ys >= 0.95) {
-        return Some("cubic downsampling");
     }
     if wk.transformer.is_none() {
         return Some("no transformer");
@@ -357,7 +358,7 @@ unsafe fn run(wk: &mut WarpKernel) {
         }
         return;
     }
-    let f = Filter::new((xs, ys));
+    let f = Filter::new((xs, ys), wk.resample == sys::GDALResampleAlg::GRA_Cubic);
     // SAFETY (each arm): as for `chunk`.
     match wk.working_type {
         BYTE => unsafe { chunk::<u8>(wk) }.run_scaled(&mut tr, f),
