@@ -16,73 +16,8 @@ pub(super) const SRC_DENSITY_THRESHOLD: f64 = 0.000000001f32 as f64;
 /// `BAND_DENSITY_THRESHOLD`.
 const BAND_DENSITY_THRESHOLD: f64 = 0.0000000001;
 
-/// A sample type of the working buffers.
-pub(crate) trait Sample: Copy + PartialEq {
-    fn value(self) -> f64;
-    /// `GWKSetPixelValueReal`'s store: clamped and rounded for integers
-    /// (`CLAMP`), a plain cast for `f32`; an integer equal to the
-    /// destination's nodata is moved one step off it.
-    fn store(v: f64, nodata: Option<f64>) -> Self;
-}
-
-macro_rules! integer_sample {
-    ($t:ty, $signed:expr) => {
-        impl Sample for $t {
-            #[inline(always)]
-            fn value(self) -> f64 {
-                f64::from(self)
-            }
-            #[inline(always)]
-            fn store(v: f64, nodata: Option<f64>) -> Self {
-                let mut out = if v < f64::from(<$t>::MIN) {
-                    <$t>::MIN
-                } else if v > f64::from(<$t>::MAX) {
-                    <$t>::MAX
-                } else if $signed {
-                    floor(v + 0.5) as $t
-                } else {
-                    (v + 0.5) as $t
-                };
-                if nodata == Some(f64::from(out)) {
-                    out = if out == <$t>::MIN {
-                        <$t>::MIN + 1
-                    } else {
-                        out - 1
-                    };
-                }
-                out
-            }
-        }
-    };
-}
-
-integer_sample!(u8, false);
-integer_sample!(u16, false);
-integer_sample!(i16, true);
-
-impl Sample for f32 {
-    #[inline(always)]
-    fn value(self) -> f64 {
-        f64::from(self)
-    }
-    #[inline(always)]
-    fn store(v: f64, _nodata: Option<f64>) -> Self {
-        v as f32
-    }
-}
-
-/// The working type GDAL picks when a nodata value does not fit the
-/// bands' type (gdalwarp's placeholder for bands without one, say).
-impl Sample for f64 {
-    #[inline(always)]
-    fn value(self) -> f64 {
-        self
-    }
-    #[inline(always)]
-    fn store(v: f64, _nodata: Option<f64>) -> Self {
-        v
-    }
-}
+use super::sample::floor;
+pub(crate) use super::sample::Sample;
 
 /// `CPLMaskGet`.
 #[inline(always)]
@@ -132,8 +67,20 @@ pub(crate) struct Chunk<'a, T> {
     /// The destination chunk: size and offset in the output.
     pub(crate) dst_size: (usize, usize),
     pub(crate) dst_off: (i32, i32),
-    /// Cubic (`GWKCubicResample4Sample`, `cubic.rs`) instead of bilinear.
-    pub(crate) cubic: bool,
+    /// How a band's value at a source point is found.
+    pub(crate) sampler: Sampler,
+}
+
+/// The value of a band at a source point, as `GWKRealCaseThread` finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sampler {
+    /// `GWKBilinearResample4Sample`.
+    Bilinear,
+    /// `GWKCubicResample4Sample` and its alpha-only twins (`cubic.rs`).
+    Cubic,
+    /// `GWKGetPixelValueReal` at the source pixel (`nearest.rs`): nearest
+    /// for a working type without a templated nearest loop.
+    Nearest,
 }
 
 /// The warp's transformer, destination pixel/line to source: the x, y
@@ -230,7 +177,7 @@ impl<T: Sample> Chunk<'_, T> {
         let density = self.source_density(offset)?;
         let sx = x[col] - f64::from(self.src_off.0);
         let sy = y[col] - f64::from(self.src_off.1);
-        let mut c = Corners::new(sx, sy, self.src_size, col, density);
+        let mut c = Corners::new((sx, sy), offset, self.src_size, col, density);
         // The band-independent half of `Source::all_valid`'s test.
         c.inside = c.inside
             && self.unified_density.is_none()
@@ -257,10 +204,10 @@ impl<T: Sample> Chunk<'_, T> {
         let dst_valid = self.dst_valid.as_deref();
         let dst = &mut *self.dst[band];
         for c in at {
-            let (density, value) = if self.cubic {
-                view.cubic(c)
-            } else {
-                view.bilinear(c)
+            let (density, value) = match self.sampler {
+                Sampler::Bilinear => view.bilinear(c),
+                Sampler::Cubic => view.cubic(c),
+                Sampler::Nearest => view.nearest_real(c),
             };
             if density < BAND_DENSITY_THRESHOLD {
                 continue;
@@ -359,18 +306,6 @@ impl<T: Sample> Chunk<'_, T> {
     }
 }
 
-/// `floor`, exactly, for the source coordinates (well inside the range
-/// of an `i64`): without SSE4.1 `f64::floor` is a call into libm.
-#[inline(always)]
-fn floor(v: f64) -> f64 {
-    let t = v as i64 as f64;
-    if t > v {
-        t - 1.0
-    } else {
-        t
-    }
-}
-
 /// Where a bilinear sample falls: the top-left source pixel, its offset
 /// (shifted back by one where GDAL shifts to stay inside the array), and
 /// the four weights, as `GWKBilinearResample4Sample` computes them; and
@@ -388,13 +323,20 @@ pub(super) struct Corners {
     inside: bool,
     col: usize,
     density: f64,
-    /// The source point itself (for cubic).
+    /// The source point itself (for cubic), and its pixel (for nearest).
     pub(super) at: (f64, f64),
+    pub(super) pixel: usize,
 }
 
 impl Corners {
     #[inline(always)]
-    fn new(sx: f64, sy: f64, (w, h): (usize, usize), col: usize, density: f64) -> Corners {
+    fn new(
+        (sx, sy): (f64, f64),
+        pixel: usize,
+        (w, h): (usize, usize),
+        col: usize,
+        density: f64,
+    ) -> Corners {
         let mut x = floor(sx - 0.5) as i32;
         let mut y = floor(sy - 0.5) as i32;
         let mut rx = 1.5 - (sx - f64::from(x));
@@ -425,6 +367,7 @@ impl Corners {
             col,
             density,
             at: (sx, sy),
+            pixel,
         }
     }
 }

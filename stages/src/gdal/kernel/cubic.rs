@@ -3,7 +3,9 @@
 //! `GWKCubicComputeWeights`, rows summed by `CONVOL4`, alg/gdalwarpkernel.cpp)
 //! inside the bilinear loop's walk (`bilinear.rs`): where any of the 16
 //! samples is off the window or invalid, GDAL falls back to its bilinear
-//! 4-sample formula, and so does this.
+//! 4-sample formula, and so does this. With an alpha band alone it is
+//! `GWKCubicResampleSrcMaskIsDensity4SampleReal` (the same operations) or,
+//! for Byte and UInt16, its template, which reads the densities directly.
 
 use super::bilinear::{bit, Corners, Sample, Source, SRC_DENSITY_THRESHOLD};
 
@@ -44,8 +46,20 @@ impl<T: Sample> Source<'_, T> {
         }
         let cx = weights(dx);
         let (mut dens, mut real) = ([0f64; 4], [0f64; 4]);
+        // An alpha band alone, for Byte and UInt16: GDAL's template reads
+        // the densities as they are (no `GWKGetPixelRow`).
+        let template = T::DENSITY_TEMPLATE
+            && self.unified_valid.is_none()
+            && self.band_valid.is_none()
+            && self.unified_density.is_some();
         for i in -1..3isize {
-            let Some((d, v)) = self.pixel_row4((offset + i * w - 1) as usize) else {
+            let row = (offset + i * w - 1) as usize;
+            let pixels = if template {
+                Some(self.density_row4(row))
+            } else {
+                self.pixel_row4(row)
+            };
+            let Some((d, v)) = pixels else {
                 return self.bilinear(at);
             };
             if d.iter().any(|x| *x < SRC_DENSITY_THRESHOLD) {
@@ -56,6 +70,18 @@ impl<T: Sample> Source<'_, T> {
         }
         let cy = weights(dy);
         (convol4(&cy, &dens), convol4(&cy, &real))
+    }
+
+    /// Four pixels from `offset` with their unified densities, as
+    /// `GWKCubicResampleSrcMaskIsDensity4SampleRealT` reads them.
+    #[inline(always)]
+    fn density_row4(&self, offset: usize) -> ([f64; 4], [f64; 4]) {
+        let s = &self.src[offset..offset + 4];
+        let d = self.unified_density.map_or([1.0; 4], |ud| {
+            let u = &ud[offset..offset + 4];
+            [u[0], u[1], u[2], u[3]].map(f64::from)
+        });
+        (d, [s[0].value(), s[1].value(), s[2].value(), s[3].value()])
     }
 
     /// `GWKGetPixelRow` for four pixels from `offset`.

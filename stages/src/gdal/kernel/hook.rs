@@ -14,7 +14,7 @@ use std::ffi::{c_void, CStr};
 
 use gdal_sys as sys;
 
-use super::bilinear::{Chunk, Sample, Transform};
+use super::bilinear::{Chunk, Sample, Sampler, Transform};
 use super::downsample::Filter;
 
 /// `GDALWarpKernel` of GDAL 3.6 (gdalwarper.h), field for field, after the
@@ -166,26 +166,10 @@ fn refusal(wk: &WarpKernel, hook: &Hook) -> Option<&'static str> {
     if !near && !cubic && !average && wk.resample != sys::GDALResampleAlg::GRA_Bilinear {
         return Some("resampling");
     }
-    // Cubic with only a density (an alpha band) has 4-sample loops of its
-    // own in GDAL (GWKCubicResampleSrcMaskIsDensity4Sample*), not taken
-    // here; downsampled, it is `GWKResample` like the rest.
     let (xs, ys) = scales(wk);
-    if cubic
-        && xs >= 0.95
-        && ys >= 0.95
-        && wk.unified_src_valid.is_null()
-        && wk.band_src_valid.is_null()
-        && !wk.unified_src_density.is_null()
-    {
-        return Some("cubic with a density mask");
-    }
-    // GDAL's templated nearest loops take these types; the bilinear real
-    // case Float64 too.
-    let types_ok = if near {
-        matches!(wk.working_type, BYTE | U16 | I16 | F32)
-    } else {
-        matches!(wk.working_type, BYTE | U16 | I16 | F32 | F64)
-    };
+    // GDAL's templated nearest loops take Byte, UInt16, Int16 and Float32;
+    // its real case Float64 (for nearest too).
+    let types_ok = matches!(wk.working_type, BYTE | U16 | I16 | F32 | F64);
     if !types_ok {
         return Some("data type");
     }
@@ -337,6 +321,12 @@ unsafe fn run(wk: &mut WarpKernel) {
         }
         return;
     }
+    if wk.resample == sys::GDALResampleAlg::GRA_NearestNeighbour && wk.working_type == F64 {
+        // GDAL's real case: no templated nearest loop for Float64.
+        // SAFETY: as for `chunk`.
+        unsafe { chunk::<f64>(wk) }.run(&mut tr);
+        return;
+    }
     if wk.resample == sys::GDALResampleAlg::GRA_NearestNeighbour {
         // SAFETY (each arm): as for `chunk`; GDAL's nearest loop reads
         // UInt16 as Int16 (GWKNearestShort), and so does this.
@@ -416,7 +406,11 @@ unsafe fn chunk<'a, T: Sample>(wk: &'a mut WarpKernel) -> Chunk<'a, T> {
             src_off: (wk.src_x_off, wk.src_y_off),
             dst_size: (dw, dh),
             dst_off: (wk.dst_x_off, wk.dst_y_off),
-            cubic: wk.resample == sys::GDALResampleAlg::GRA_Cubic,
+            sampler: match wk.resample {
+                sys::GDALResampleAlg::GRA_Cubic => Sampler::Cubic,
+                sys::GDALResampleAlg::GRA_NearestNeighbour => Sampler::Nearest,
+                _ => Sampler::Bilinear,
+            },
         }
     }
 }

@@ -35,6 +35,7 @@ mod hook;
 mod limb;
 pub(crate) use limb::Checks;
 mod nearest;
+mod sample;
 #[cfg(test)]
 mod tests;
 

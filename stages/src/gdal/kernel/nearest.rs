@@ -6,7 +6,7 @@
 //! The source coordinates and the source offset are the bilinear loop's
 //! (`Chunk::source_offset`, GDAL's `GWKCheckAndComputeSrcOffsets`).
 
-use super::bilinear::{bit, set_bit, Chunk, Sample, Transform};
+use super::bilinear::{bit, set_bit, Chunk, Corners, Sample, Source, Transform};
 
 /// A sample type of GDAL's nearest loops: stepped off the destination
 /// nodata as `GWKSetPixelValueRealT` steps (`numeric_limits<T>::min()`
@@ -128,5 +128,20 @@ impl<T: Nearest> Chunk<'_, T> {
         {
             dst[at] = dst[at].step_off();
         }
+    }
+}
+
+impl<T: Sample> Source<'_, T> {
+    /// `GWKGetPixelValueReal` at the source pixel under the point, as
+    /// `GWKRealCaseThread`'s nearest takes it: (density, value), density 0
+    /// where the band's mask says invalid.
+    #[inline(always)]
+    pub(super) fn nearest_real(&self, at: &Corners) -> (f64, f64) {
+        let i = at.pixel;
+        if self.band_valid.is_some_and(|m| !bit(m, i)) {
+            return (0.0, 0.0);
+        }
+        let density = self.unified_density.map_or(1.0, |d| f64::from(d[i]));
+        (density, self.src[i].value())
     }
 }
