@@ -10,9 +10,11 @@
 //! target, 0.1 degree for a geographic one) fails. The check changes
 //! nothing else: a point either keeps its forward result or fails.
 //!
-//! For a geostationary source the check can fail only where the forward
-//! result is near the limb (the inverse then misses the ellipsoid, or
-//! lands far from a point it cannot tell apart) or where the longitude
+//! For a geostationary source on an ellipsoid (on a sphere PROJ's forward
+//! tests no visibility, and the shortcut is not used) the check can fail
+//! only where the forward result is near the limb (the inverse then misses
+//! the ellipsoid, or lands far from a point it cannot tell apart) or where
+//! the longitude
 //! wraps (a target point beyond the antimeridian comes back 360 degrees
 //! away). [`Shortcut`] warps with two transformers made alike, one
 //! without the check: each batch goes through the one without, and a
@@ -190,7 +192,10 @@ impl Disk {
             )
         };
         let gt = src.geo_transform().ok()?;
-        let sane = err_a == 0 && err_b == 0 && height > 0.0 && b > 0.0 && b <= a && to_m > 0.0;
+        // An ellipsoid, not a sphere: on a sphere PROJ's geos forward
+        // (`geos_s_forward`) has no visibility test, so far-side points
+        // project onto the disk and only the inverse check rejects them.
+        let sane = err_a == 0 && err_b == 0 && height > 0.0 && b > 0.0 && b < a && to_m > 0.0;
         if !sane || gt.iter().any(|v| !v.is_finite()) {
             return None;
         }
@@ -235,7 +240,7 @@ impl Disk {
     /// polar sphere's cone (no trigonometry), or else by the ray's own
     /// test, PROJ's (`geos.cpp`, the ellipsoidal inverse): the quadratic
     /// of the view ray against the ellipsoid has a discriminant above
-    /// [`RAY_MARGIN`] (its two roots are then at least 64 km apart, and
+    /// [`RAY_MARGIN`] (its two roots are then some 60 km apart, and
     /// rounding moves the near one by well under a metre).
     #[inline]
     fn inside(&self, sx: f64, sy: f64) -> bool {

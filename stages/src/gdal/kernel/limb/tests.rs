@@ -226,6 +226,15 @@ fn the_shortcut_is_refused_where_its_argument_does_not_hold() {
     // SAFETY: as above.
     unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), std::ptr::null()) };
     assert!(refused, "OGR_CT_OP_SELECTION must turn the shortcut off");
+    // A sphere: PROJ's spherical geos forward tests no visibility.
+    let sphere = window(
+        "+proj=geos +h=35785831 +R=6378137 +sweep=x +units=m +no_defs",
+        (0.0, 0.0),
+    );
+    assert!(
+        Geometry::of(&sphere, &plan, gt).is_none(),
+        "a spherical source"
+    );
     // A twin made for another disk (lon_0 1 degree away) disagrees.
     let geometry = Geometry::of(&src, &plan, gt).unwrap();
     let other = window(&DISKS[0].replace("-75", "-74"), (0.0, 0.0));
