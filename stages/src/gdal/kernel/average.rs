@@ -11,10 +11,7 @@
 //! sample read, which leaves the pixel as it was unless that density is
 //! NaN); the destination density is overlaid with 1.
 
-use super::bilinear::{bit, mixed, set_bit, Chunk, Sample, Transform};
-
-/// `BAND_DENSITY_THRESHOLD`.
-const BAND_DENSITY_THRESHOLD: f64 = 0.0000000001;
+use super::bilinear::{bit, Chunk, Sample, Transform, BAND_DENSITY_THRESHOLD};
 
 /// `dfDensity` of `GWKAverageOrModeThread`, never changed for average.
 const PIXEL_DENSITY: f64 = 1.0;
@@ -172,28 +169,11 @@ impl<T: Sample> Chunk<'_, T> {
             }
             if found {
                 let d = density.unwrap_or_else(|| self.last_density(band, f));
-                let nodata = self.dst_nodata.as_ref().map(|n| n[band]);
-                let current = self.dst[band][at];
-                self.dst[band][at] = mixed(
-                    current,
-                    at,
-                    d,
-                    value,
-                    self.dst_density.as_deref(),
-                    self.dst_valid.as_deref(),
-                    nodata,
-                );
+                self.store(band, at, d, value);
             }
         }
-        if !found {
-            return;
-        }
-        // `GWKOverlayDensity` with the pixel's density, always 1 here.
-        if let Some(d) = self.dst_density.as_deref_mut() {
-            d[at] = (1.0 - (1.0 - PIXEL_DENSITY) * (1.0 - f64::from(d[at]))) as f32;
-        }
-        if let Some(m) = self.dst_valid.as_deref_mut() {
-            set_bit(m, at);
+        if found {
+            self.overlay(at, PIXEL_DENSITY);
         }
     }
 

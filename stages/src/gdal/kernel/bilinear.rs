@@ -14,7 +14,7 @@
 /// `SRC_DENSITY_THRESHOLD` (a float in GDAL, compared as a double).
 pub(super) const SRC_DENSITY_THRESHOLD: f64 = 0.000000001f32 as f64;
 /// `BAND_DENSITY_THRESHOLD`.
-const BAND_DENSITY_THRESHOLD: f64 = 0.0000000001;
+pub(super) const BAND_DENSITY_THRESHOLD: f64 = 0.0000000001;
 
 use super::sample::floor;
 pub(crate) use super::sample::Sample;
@@ -223,16 +223,40 @@ impl<T: Sample> Chunk<'_, T> {
     fn overlay_row(&mut self, row: usize, at: &[Corners], found: &[bool]) {
         let row_start = row * self.dst_size.0;
         for c in at.iter().filter(|c| found[c.col]) {
-            let i = row_start + c.col;
-            if c.density >= 0.0001 {
-                if let Some(d) = self.dst_density.as_deref_mut() {
-                    d[i] = (1.0 - (1.0 - c.density) * (1.0 - f64::from(d[i]))) as f32;
-                }
-            }
-            if let Some(m) = self.dst_valid.as_deref_mut() {
-                set_bit(m, i);
+            self.overlay(row_start + c.col, c.density);
+        }
+    }
+
+    /// `GWKOverlayDensity` with the source pixel's `density`, then the
+    /// destination validity (`CPLMaskSet`), for destination pixel `at`
+    /// once it took a value: every loop ends a pixel so.
+    #[inline(always)]
+    pub(super) fn overlay(&mut self, at: usize, density: f64) {
+        if density >= 0.0001 {
+            if let Some(d) = self.dst_density.as_deref_mut() {
+                d[at] = (1.0 - (1.0 - density) * (1.0 - f64::from(d[at]))) as f32;
             }
         }
+        if let Some(m) = self.dst_valid.as_deref_mut() {
+            set_bit(m, at);
+        }
+    }
+
+    /// `GWKSetPixelValue(Real)`: band `band`'s `value` at `density` into
+    /// destination pixel `at`, mixed with what it holds ([`mixed`]).
+    #[inline(always)]
+    pub(super) fn store(&mut self, band: usize, at: usize, density: f64, value: f64) {
+        let nodata = self.dst_nodata.as_ref().map(|n| n[band]);
+        let current = self.dst[band][at];
+        self.dst[band][at] = mixed(
+            current,
+            at,
+            density,
+            value,
+            self.dst_density.as_deref(),
+            self.dst_valid.as_deref(),
+            nodata,
+        );
     }
 
     /// `GWKCheckAndComputeSrcOffsets`: the source pixel under the

@@ -6,10 +6,9 @@
 //! whole rows of that window. The rest (source coordinates and offsets,
 //! densities, the value's store) is the 4-sample loop's.
 
-use super::bilinear::{bit, mixed, set_bit, Chunk, Sample, Transform, SRC_DENSITY_THRESHOLD};
-
-/// `BAND_DENSITY_THRESHOLD`.
-const BAND_DENSITY_THRESHOLD: f64 = 0.0000000001;
+use super::bilinear::{
+    bit, Chunk, Sample, Transform, BAND_DENSITY_THRESHOLD, SRC_DENSITY_THRESHOLD,
+};
 
 /// `GWKBilinear`: the triangle filter.
 #[inline(always)]
@@ -123,28 +122,10 @@ impl<T: Sample> Chunk<'_, T> {
                 continue;
             }
             found = true;
-            let nodata = self.dst_nodata.as_ref().map(|n| n[band]);
-            let current = self.dst[band][at];
-            self.dst[band][at] = mixed(
-                current,
-                at,
-                d,
-                v,
-                self.dst_density.as_deref(),
-                self.dst_valid.as_deref(),
-                nodata,
-            );
+            self.store(band, at, d, v);
         }
-        if !found {
-            return;
-        }
-        if density >= 0.0001 {
-            if let Some(d) = self.dst_density.as_deref_mut() {
-                d[at] = (1.0 - (1.0 - density) * (1.0 - f64::from(d[at]))) as f32;
-            }
-        }
-        if let Some(m) = self.dst_valid.as_deref_mut() {
-            set_bit(m, at);
+        if found {
+            self.overlay(at, density);
         }
     }
 

@@ -6,7 +6,7 @@
 //! The source coordinates and the source offset are the bilinear loop's
 //! (`Chunk::source_offset`, GDAL's `GWKCheckAndComputeSrcOffsets`).
 
-use super::bilinear::{bit, set_bit, Chunk, Corners, Sample, Source, Transform};
+use super::bilinear::{bit, Chunk, Corners, Sample, Source, Transform};
 
 /// A sample type of GDAL's nearest loops: stepped off the destination
 /// nodata as `GWKSetPixelValueRealT` steps (`numeric_limits<T>::min()`
@@ -88,14 +88,7 @@ impl<T: Nearest> Chunk<'_, T> {
                 self.dst[band][at] = value;
             }
         }
-        if density >= 0.0001 {
-            if let Some(d) = self.dst_density.as_deref_mut() {
-                d[at] = (1.0 - (1.0 - density) * (1.0 - f64::from(d[at]))) as f32;
-            }
-        }
-        if let Some(m) = self.dst_valid.as_deref_mut() {
-            set_bit(m, at);
-        }
+        self.overlay(at, density);
     }
 
     /// `GWKSetPixelValueRealT`.

@@ -42,6 +42,11 @@ fn window(crs: &str, (i, j): (f64, f64)) -> Dataset {
     ds
 }
 
+/// The reproject stage's gdalwarp arguments to `target` with `method`.
+fn stage_args(target: &str, method: &str) -> [String; 8] {
+    ["-t_srs", target, "-r", method, "-et", "0.125", "-wm", "64"].map(String::from)
+}
+
 /// Tiles at the limb warp through the shortcut to `GDALWarp`'s pixels,
 /// with most points skipping the check.
 #[test]
@@ -50,17 +55,7 @@ fn limb_tiles_warp_to_gdalwarps_pixels_through_the_shortcut() {
     for (crs, at) in [(DISKS[0], (0.0, 0.0)), (DISKS[1], (1024.0, 512.0))] {
         for method in ["bilinear", "near"] {
             let src = window(crs, at);
-            let args = [
-                "-t_srs",
-                "EPSG:3857",
-                "-r",
-                method,
-                "-et",
-                "0.125",
-                "-wm",
-                "64",
-            ]
-            .map(String::from);
+            let args = stage_args("EPSG:3857", method);
             let plan = Plan::from_args(&args).unwrap();
             let (mine, took, checks) = crate::gdal::kernel::warp(&src, &plan).unwrap();
             let options = crate::gdal::WarpOptions::new(&args).unwrap();
@@ -106,13 +101,7 @@ fn the_shortcut_transforms_every_point_as_the_checked_transformer() {
                 (512.0, 512.0),
             ] {
                 let src = window(crs, at);
-                let plan = Plan::from_args(
-                    &[
-                        "-t_srs", target, "-r", "bilinear", "-et", "0.125", "-wm", "64",
-                    ]
-                    .map(String::from),
-                )
-                .unwrap();
+                let plan = Plan::from_args(&stage_args(target, "bilinear")).unwrap();
                 let gen = Transformer::new(&src, &plan.transformer_options()).unwrap();
                 let Ok((gt, w, l, checked)) = output_grid(&src, &gen) else {
                     continue;
@@ -203,18 +192,7 @@ fn the_shortcut_transforms_every_point_as_the_checked_transformer() {
 fn the_shortcut_is_refused_where_its_argument_does_not_hold() {
     crate::gdal::init();
     let src = window(DISKS[0], (0.0, 0.0));
-    let args = [
-        "-t_srs",
-        "EPSG:3857",
-        "-r",
-        "bilinear",
-        "-et",
-        "0.125",
-        "-wm",
-        "64",
-    ]
-    .map(String::from);
-    let plan = Plan::from_args(&args).unwrap();
+    let plan = Plan::from_args(&stage_args("EPSG:3857", "bilinear")).unwrap();
     let gen = Transformer::new(&src, &plan.transformer_options()).unwrap();
     let (gt, w, l, checked) = output_grid(&src, &gen).unwrap();
     assert!(checked, "the limb tile should take the check");
