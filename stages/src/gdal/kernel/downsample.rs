@@ -5,6 +5,13 @@
 //! pixels each side (alg/gdalwarpkernel.cpp), with `GWKGetPixelRow` over
 //! whole rows of that window. The rest (source coordinates and offsets,
 //! densities, the value's store) is the 4-sample loop's.
+//!
+//! GDAL's window is `ceil(radius / scale)` wide whatever the weights, so
+//! at a scale just under 1 most of its taps weigh `+0.0`. For integer
+//! data those at the window's ends are left out where that provably
+//! changes no sum ([`RowBuf::trim`]), and where every density is 0 or 1
+//! the valid taps of a row are read as bits of the masks: the sums are
+//! still GDAL's, operation for operation, over the taps that count.
 
 use super::bilinear::{
     bit, Chunk, Sample, Transform, BAND_DENSITY_THRESHOLD, SRC_DENSITY_THRESHOLD,
@@ -78,10 +85,19 @@ impl Filter {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Chunks warped by [`Chunk::run_scaled`] on this thread (for the
+    /// property test's count of downsampling cases).
+    pub(super) static SCALED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 impl<T: Sample> Chunk<'_, T> {
     /// The whole chunk, row by row, pixel by pixel, band by band, as
     /// `GWKRealCaseThread` when the 4-sample formula does not apply.
     pub(crate) fn run_scaled(&mut self, tr: &mut impl Transform, filter: Filter) {
+        #[cfg(test)]
+        SCALED.with(|c| c.set(c.get() + 1));
         let (w, _) = self.dst_size;
         let mut x = vec![0f64; w];
         let mut y = vec![0f64; w];
@@ -131,25 +147,51 @@ impl<T: Sample> Chunk<'_, T> {
 
     /// What every band of one pixel shares: the filter's weights, and each
     /// window row's densities by the unified mask and density alone
-    /// (`GWKGetPixelRow`'s band-independent half).
+    /// (`GWKGetPixelRow`'s band-independent half). Where zero weights may
+    /// be left out (see [`RowBuf::trim`]), the rows before the first of
+    /// nonzero weight are not read: every band leaves them out.
     fn prepare(&self, win: &Window, f: Filter, buf: &mut RowBuf) {
         let (xs, ys) = f.scale;
-        buf.clear(win);
+        buf.clear();
+        let scaled = |s: f64, x: f64| {
+            if s < 1.0 {
+                f.weight(x * s)
+            } else {
+                f.weight(x)
+            }
+        };
         for i in win.i.0..=win.i.1 {
-            buf.wx.push(if xs < 1.0 {
-                f.weight((f64::from(i) - win.dx) * xs)
-            } else {
-                f.weight(f64::from(i) - win.dx)
-            });
+            buf.wx.push(scaled(xs, f64::from(i) - win.dx));
         }
+        for j in win.j.0..=win.j.1 {
+            buf.wy.push(scaled(ys, f64::from(j) - win.dy));
+        }
+        // Densities are 0 or 1 without a unified density: finite.
+        let lead = T::FINITE && self.unified_density.is_none();
+        let first = if lead { nonzero(&buf.wy).0 } else { 0 };
         let n = win.n;
-        for (r, j) in (win.j.0..=win.j.1).enumerate() {
-            buf.wy.push(if ys < 1.0 {
-                f.weight((f64::from(j) - win.dy) * ys)
-            } else {
-                f.weight(f64::from(j) - win.dy)
-            });
+        buf.bits = self.unified_density.is_none() && n <= 32;
+        for r in 0..buf.wy.len() {
+            if r < first {
+                buf.unified.extend(std::iter::repeat_n(0.0, n));
+                buf.valid.push(0);
+                buf.rows.push(Row {
+                    any: false,
+                    valid: false,
+                });
+                continue;
+            }
             let row = win.row(r);
+            if buf.bits {
+                // Densities of 0 or 1: the unified mask's bits say them.
+                let u = self
+                    .unified_valid
+                    .map_or(ones(n), |m| window_bits(m, row, n));
+                buf.valid.push(u);
+                let any = self.unified_valid.is_none() || u != 0;
+                buf.rows.push(Row { any, valid: u != 0 });
+                continue;
+            }
             let mut any = self.unified_valid.is_none();
             let mut valid = false;
             for k in 0..n {
@@ -166,50 +208,75 @@ impl<T: Sample> Chunk<'_, T> {
             }
             buf.rows.push(Row { any, valid });
         }
+        buf.trim = lead || (T::FINITE && buf.unified.iter().all(|d| d.is_finite()));
+        buf.cols = nonzero(&buf.wx);
     }
 
     /// `GWKResample` for one band over the prepared window: (density,
-    /// value). The sums run in GDAL's order, row by row.
-    fn resample(&self, band: usize, win: &Window, buf: &mut RowBuf) -> (f64, f64) {
+    /// value). The sums run in GDAL's order, row by row; where
+    /// [`RowBuf::trim`] allows, without the taps and rows of zero weight
+    /// at the window's ends.
+    fn resample(&self, band: usize, win: &Window, buf: &RowBuf) -> (f64, f64) {
         let (mut real, mut dens, mut total) = (0.0f64, 0.0f64, 0.0f64);
         let src = self.src[band];
         let band_valid = self.band_valid.as_ref().and_then(|v| v[band]);
-        let (n, m) = (win.n, (win.i.1 - win.i.0) as usize + 1);
+        let n = win.n;
+        let cols = if buf.trim {
+            buf.cols
+        } else {
+            (0, buf.wx.len())
+        };
         for r in 0..buf.rows.len() {
             let info = buf.rows[r];
             if !info.any {
                 continue;
             }
+            let w1 = buf.wy[r];
+            if buf.trim && w1.to_bits() == 0 && !negative_zero([real, dens, total]) {
+                continue;
+            }
             let row = win.row(r);
+            if buf.bits {
+                let valid = match band_valid {
+                    None if !info.valid => continue,
+                    None => buf.valid[r],
+                    Some(mask) => {
+                        // `GWKGetPixelRow`'s test: a pixel valid in the
+                        // band's mask, one valid in both (density 1).
+                        let b = window_bits(mask, row, n);
+                        if b == 0 || b & buf.valid[r] == 0 {
+                            continue;
+                        }
+                        b & buf.valid[r]
+                    }
+                };
+                let [real_l, weight_l] = bit_row_sums(src, row, &buf.wx, cols, valid);
+                real += real_l * w1;
+                // The density sum is the weight sum: each density is 1.
+                dens += weight_l * w1;
+                total += weight_l * w1;
+                continue;
+            }
             let unified = &buf.unified[r * n..(r + 1) * n];
-            let density: &[f64] = match band_valid {
+            let [real_l, dens_l, total_l] = match band_valid {
                 None if !info.valid => continue,
-                None => unified,
+                None => row_sums(src, row, &buf.wx, cols, |k| unified[k]),
                 Some(mask) => {
+                    // `GWKGetPixelRow`'s test, over the whole row: a pixel
+                    // valid in the band's mask, one above the threshold.
                     let (mut any, mut valid) = (false, false);
-                    for (k, (out, &u)) in buf.density.iter_mut().zip(unified).enumerate() {
+                    for (k, &u) in unified.iter().enumerate() {
                         let ok = bit(mask, row + k);
                         any |= ok;
-                        *out = if ok { u } else { 0.0 };
-                        valid |= *out > SRC_DENSITY_THRESHOLD;
+                        valid |= ok && u > SRC_DENSITY_THRESHOLD;
                     }
                     if !any || !valid {
                         continue;
                     }
-                    &buf.density[..n]
+                    let density = |k: usize| if bit(mask, row + k) { unified[k] } else { 0.0 };
+                    row_sums(src, row, &buf.wx, cols, density)
                 }
             };
-            let w1 = buf.wy[r];
-            let (mut real_l, mut dens_l, mut total_l) = (0.0f64, 0.0f64, 0.0f64);
-            for k in 0..m {
-                if density[k] < SRC_DENSITY_THRESHOLD {
-                    continue;
-                }
-                let w2 = buf.wx[k];
-                real_l += src[row + k].value() * w2;
-                dens_l += density[k] * w2;
-                total_l += w2;
-            }
             real += real_l * w1;
             dens += dens_l * w1;
             total += total_l * w1;
@@ -223,6 +290,93 @@ impl<T: Sample> Chunk<'_, T> {
             (dens, real)
         }
     }
+}
+
+/// One window row's sums (value, density, weight) in GDAL's order, from
+/// tap `cols.0`; the taps from `cols.1` on only while a sum is `-0.0`
+/// (the caller leaves out only taps of weight `+0.0`).
+#[inline(always)]
+fn row_sums<T: Sample>(
+    src: &[T],
+    row: usize,
+    wx: &[f64],
+    cols: (usize, usize),
+    density: impl Fn(usize) -> f64,
+) -> [f64; 3] {
+    let (mut real, mut dens, mut total) = (0.0f64, 0.0f64, 0.0f64);
+    for (k, &w2) in wx.iter().enumerate().skip(cols.0) {
+        if k == cols.1 && !negative_zero([real, dens, total]) {
+            break;
+        }
+        let d = density(k);
+        if d < SRC_DENSITY_THRESHOLD {
+            continue;
+        }
+        real += src[row + k].value() * w2;
+        dens += d * w2;
+        total += w2;
+    }
+    [real, dens, total]
+}
+
+/// [`row_sums`] where each tap's density is 1 (bit `k` of `valid` set)
+/// or 0: (value sum, weight sum), the density sum being the weight sum
+/// (`1.0 * w` is `w`).
+#[inline(always)]
+fn bit_row_sums<T: Sample>(
+    src: &[T],
+    row: usize,
+    wx: &[f64],
+    cols: (usize, usize),
+    valid: u64,
+) -> [f64; 2] {
+    let (mut real, mut total) = (0.0f64, 0.0f64);
+    for (k, &w2) in wx.iter().enumerate().skip(cols.0) {
+        if k == cols.1 && !negative_zero([real, total, total]) {
+            break;
+        }
+        if (valid >> k) & 1 == 0 {
+            continue;
+        }
+        real += src[row + k].value() * w2;
+        total += w2;
+    }
+    [real, total]
+}
+
+/// Bits `start..start + n` of `mask` (`n` at most 32, so that they lie
+/// in two words), bit `k` of the result being bit `start + k`.
+#[inline(always)]
+fn window_bits(mask: &[u32], start: usize, n: usize) -> u64 {
+    let (w, s) = (start >> 5, start & 31);
+    let word = |i: usize| u64::from(mask.get(i).copied().unwrap_or(0));
+    ((word(w) | word(w + 1) << 32) >> s) & ones(n)
+}
+
+/// The low `n` bits set (`n` at most 32).
+#[inline(always)]
+fn ones(n: usize) -> u64 {
+    (1u64 << n) - 1
+}
+
+/// The range of `weights` outside which every weight is `+0.0`: (first
+/// nonzero, one past the last; both `len` when none is).
+fn nonzero(weights: &[f64]) -> (usize, usize) {
+    let first = weights.iter().position(|w| w.to_bits() != 0);
+    match first {
+        None => (weights.len(), weights.len()),
+        Some(lo) => {
+            let last = weights.iter().rposition(|w| w.to_bits() != 0);
+            (lo, last.map_or(lo, |l| l + 1))
+        }
+    }
+}
+
+/// Whether any of these sums is `-0.0`: the one value a sum of zeros
+/// can change (`-0.0 + 0.0` is `+0.0`).
+#[inline(always)]
+fn negative_zero(sums: [f64; 3]) -> bool {
+    sums.iter().any(|s| s.to_bits() == (-0.0f64).to_bits())
 }
 
 /// Where one pixel's filter window lies in the source window.
@@ -292,32 +446,46 @@ struct Row {
 
 /// The prepared window of one pixel, and one band's densities.
 pub(super) struct RowBuf {
+    /// Whether taps and rows of weight `+0.0` at the window's ends may be
+    /// left out: every value and density is finite. Such a tap or row
+    /// then adds `±0.0` to each sum, which changes no sum but `-0.0`
+    /// (`-0.0 + 0.0` is `+0.0`): the sums start at `+0.0`, so the leading
+    /// ones never count, and the trailing ones are added while a sum is
+    /// `-0.0`.
+    trim: bool,
+    /// The window's columns of nonzero weight (first, one past the last).
+    cols: (usize, usize),
+    /// Whether densities are 0 or 1 (no unified density) and a window
+    /// row is at most 32 taps: then each row's valid taps are the bits of
+    /// `valid`, and `unified` is not filled.
+    bits: bool,
+    valid: Vec<u64>,
     wx: Vec<f64>,
     wy: Vec<f64>,
     unified: Vec<f64>,
     rows: Vec<Row>,
-    density: Vec<f64>,
 }
 
 impl RowBuf {
     fn new(f: Filter) -> RowBuf {
         let n = ((f.radius.0 + 1) * 2) as usize + 2;
         RowBuf {
+            trim: false,
+            cols: (0, 0),
+            bits: false,
+            valid: Vec::new(),
             wx: Vec::with_capacity(n),
             wy: Vec::new(),
             unified: Vec::new(),
             rows: Vec::new(),
-            density: vec![0.0; n],
         }
     }
 
-    fn clear(&mut self, win: &Window) {
+    fn clear(&mut self) {
         self.wx.clear();
         self.wy.clear();
         self.unified.clear();
         self.rows.clear();
-        if self.density.len() < win.n {
-            self.density.resize(win.n, 0.0);
-        }
+        self.valid.clear();
     }
 }

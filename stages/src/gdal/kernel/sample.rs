@@ -6,6 +6,9 @@ pub(crate) trait Sample: Copy + PartialEq {
     /// Whether GDAL's cubic loop for an alpha-only source is its template
     /// (`GWKCubicResampleSrcMaskIsDensity4SampleRealT`: Byte, UInt16).
     const DENSITY_TEMPLATE: bool = false;
+    /// Whether every value is finite (an integer type): then a value
+    /// times a zero weight is a zero.
+    const FINITE: bool = false;
     fn value(self) -> f64;
     /// `GWKSetPixelValueReal`'s store: clamped and rounded for integers
     /// (`CLAMP`), a plain cast for `f32`; an integer equal to the
@@ -17,6 +20,7 @@ macro_rules! integer_sample {
     ($t:ty, $signed:expr, $template:expr) => {
         impl Sample for $t {
             const DENSITY_TEMPLATE: bool = $template;
+            const FINITE: bool = true;
             #[inline(always)]
             fn value(self) -> f64 {
                 f64::from(self)

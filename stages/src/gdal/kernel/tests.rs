@@ -51,6 +51,10 @@ enum Invalid {
     Mask,
     /// The last band is alpha: 0 in the holes, partial or full elsewhere.
     Alpha,
+    /// A per-dataset mask with holes of its own, and a nodata value on
+    /// some bands (GDAL 3.6 then warps by the nodata alone: its unified
+    /// mask is the union of the bands', the mask unread).
+    MaskAndNodata,
 }
 
 fn fill<T: GdalType + Copy>(
@@ -79,7 +83,7 @@ fn fill<T: GdalType + Copy>(
         let mut band = ds.rasterband(b).unwrap();
         let hole_here = match invalid {
             Invalid::Nodata => true,
-            Invalid::SomeBands => b % 2 == 1,
+            Invalid::SomeBands | Invalid::MaskAndNodata => b % 2 == 1,
             _ => false,
         };
         if hole_here {
@@ -116,11 +120,15 @@ fn fill<T: GdalType + Copy>(
         band.write((0, 0), (w, h), &mut Buffer::new((w, h), data))
             .unwrap();
     }
-    if let Invalid::Mask = invalid {
+    if let Invalid::Mask | Invalid::MaskAndNodata = invalid {
+        let own: Vec<bool> = match invalid {
+            Invalid::Mask => holes,
+            _ => (0..w * h).map(|_| rng.unit() < 0.3).collect(),
+        };
         let mut band = ds.rasterband(1).unwrap();
         band.create_mask_band(true).unwrap();
         let mut mask = band.open_mask_band().unwrap();
-        let data: Vec<u8> = holes.iter().map(|h| if *h { 0 } else { 255 }).collect();
+        let data: Vec<u8> = own.iter().map(|h| if *h { 0 } else { 255 }).collect();
         mask.write((0, 0), (w, h), &mut Buffer::new((w, h), data))
             .unwrap();
     }
@@ -137,7 +145,8 @@ fn raster(rng: &mut Rng, case: usize) -> (Dataset, String) {
         Invalid::SomeBands,
         Invalid::Mask,
         Invalid::Alpha,
-    ][rng.below(5) as usize];
+        Invalid::MaskAndNodata,
+    ][rng.below(6) as usize];
     let kind = rng.below(4);
     let mem = DriverManager::get_driver_by_name("MEM").unwrap();
     let ds = match kind {
@@ -261,6 +270,8 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
     let (mut ours, mut theirs) = (0, 0);
     let methods = ["near", "bilinear", "cubic", "average"];
     let mut ours_by = [0usize; 4];
+    // Cases warpline's downsampling loop took (a chunk or more).
+    let mut scaled = 0;
     let cases = std::env::var("WARPLINE_KERNEL_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -283,6 +294,7 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
             Some("no invalid pixels") => {}
             Some(why) => panic!("{what}: refused ({why})"),
         }
+        super::downsample::SCALED.with(|c| c.set(0));
         let (mine, took, _) = warp(&src, &plan).unwrap_or_else(|e| panic!("{what}: {e:?}"));
         let options = WarpOptions::new(&args).unwrap();
         let gdals = gdal_warp(&[&src], &options).unwrap_or_else(|e| panic!("{what}: {e:?}"));
@@ -295,6 +307,7 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
             Took::Ours => {
                 ours += 1;
                 ours_by[m] += 1;
+                scaled += usize::from(super::downsample::SCALED.with(|c| c.replace(0)) > 0);
             }
             Took::Theirs(why) => {
                 eprintln!("{what} -> {target} {method}: GDAL's loop ({why})");
@@ -302,7 +315,9 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
             }
         }
     }
-    eprintln!("warpline's loop: {ours} cases ({methods:?}: {ours_by:?}), GDAL's: {theirs}");
+    eprintln!(
+        "warpline's loop: {ours} cases ({methods:?}: {ours_by:?}; downsampling: {scaled}), GDAL's: {theirs}"
+    );
     // Four of five cases have nodata, a mask or alpha (GDAL's loop for the
     // others, and for a few data types and windows).
     assert!(
