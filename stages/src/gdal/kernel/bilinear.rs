@@ -180,7 +180,6 @@ impl<T: Sample> Chunk<'_, T> {
         let mut c = Corners::new((sx, sy), offset, self.src_size, col, density);
         // The band-independent half of `Source::all_valid`'s test.
         c.inside = c.inside
-            && self.unified_density.is_none()
             && self
                 .unified_valid
                 .is_none_or(|m| four(m, c.offset as usize, self.src_size.0));
@@ -342,8 +341,8 @@ pub(super) struct Corners {
     /// Top row's weights (left, right), then the bottom row's.
     top: (f64, f64),
     bottom: (f64, f64),
-    /// Whether all four samples lie inside the window (not shifted), with
-    /// no density and valid in the unified mask (if any).
+    /// Whether all four samples lie inside the window (not shifted), valid
+    /// in the unified mask (if any).
     inside: bool,
     col: usize,
     density: f64,
@@ -482,10 +481,11 @@ impl<T: Sample> Source<'_, T> {
     }
 
     /// The common case, where all four samples are inside the window and
-    /// valid, with no density: GDAL's sums (from 0.0, in the same order:
-    /// top left, top right, bottom left, bottom right) without its
-    /// per-sample tests. Every density is then 1, so the density sum is
-    /// the divisor and the result's density is exactly 1.
+    /// valid (with a density above the threshold, if any): GDAL's sums
+    /// (from 0.0, in the same order: top left, top right, bottom left,
+    /// bottom right) without its per-sample tests. Without a density
+    /// every density is 1, so the density sum is the divisor and the
+    /// result's density is exactly 1.
     #[inline(always)]
     fn all_valid(&self, at: &Corners) -> Option<(f64, f64)> {
         if !at.inside {
@@ -505,12 +505,28 @@ impl<T: Sample> Source<'_, T> {
             + top[1].value() * m2
             + bottom[0].value() * m3
             + bottom[1].value() * m4;
+        let Some(ud) = self.unified_density else {
+            return Some(if divisor == 1.0 {
+                (1.0, real)
+            } else if divisor < 0.00001 {
+                (0.0, 0.0)
+            } else {
+                (1.0, real / divisor)
+            });
+        };
+        // `GWKGetPixelRow` takes a sample whose density is above the
+        // threshold (a NaN is not): then all four, as here.
+        let d = [ud[o], ud[o + 1], ud[o + w], ud[o + w + 1]].map(f64::from);
+        if !d.iter().all(|&d| d > SRC_DENSITY_THRESHOLD) {
+            return None;
+        }
+        let dens = 0.0 + d[0] * m1 + d[1] * m2 + d[2] * m3 + d[3] * m4;
         Some(if divisor == 1.0 {
-            (1.0, real)
+            (dens, real)
         } else if divisor < 0.00001 {
             (0.0, 0.0)
         } else {
-            (1.0, real / divisor)
+            (dens / divisor, real / divisor)
         })
     }
 
