@@ -89,21 +89,37 @@ pub(crate) trait Transform {
     fn transform(&mut self, x: &mut [f64], y: &mut [f64], z: &mut [f64], ok: &mut [i32]);
 }
 
-impl<T: Sample> Chunk<'_, T> {
+impl<'a, T: Sample> Chunk<'a, T> {
     /// The whole chunk, row by row, as `GWKRealCaseThread` for bilinear
     /// with the 4-sample formula. GDAL goes pixel by pixel and, in each,
     /// band by band; here each row goes pixel by pixel once (where each
     /// pixel's samples are and with which weights, the same for every
     /// band), then band by band over the row's pixels, then once more for
-    /// the destination's density and validity. A destination pixel is
-    /// only ever touched by its own source samples, so the order changes
-    /// no value.
+    /// the destination's density and validity (with one band, each pixel
+    /// is done at once, as GDAL goes). A destination pixel is only ever
+    /// touched by its own source samples, so the order changes no value.
     pub(crate) fn run(&mut self, tr: &mut impl Transform) {
         let (w, _) = self.dst_size;
         let mut x = vec![0f64; w];
         let mut y = vec![0f64; w];
         let mut z = vec![0f64; w];
         let mut ok = vec![0i32; w];
+        if self.src.len() == 1 {
+            // One band: each pixel at once, as GDAL goes.
+            let view = self.view(0);
+            for row in 0..self.dst_size.1 {
+                self.source_coordinates(tr, row, [&mut x, &mut y, &mut z], &mut ok);
+                for col in 0..w {
+                    if let Some(c) = self.corners(tr, row, col, &mut x, &mut y, &mut ok) {
+                        let at = row * w + col;
+                        if self.sample_into(&view, 0, at, &c) {
+                            self.overlay(at, c.density);
+                        }
+                    }
+                }
+            }
+            return;
+        }
         let mut at: Vec<Corners> = Vec::with_capacity(w);
         let mut found = vec![false; w];
         for row in 0..self.dst_size.1 {
@@ -186,35 +202,47 @@ impl<T: Sample> Chunk<'_, T> {
         Some(c)
     }
 
-    /// One band over a row's pixels: `GWKBilinearResample4Sample`, then
-    /// `GWKSetPixelValueReal` where a value was found.
-    #[inline(always)]
-    fn band_row(&mut self, band: usize, row: usize, at: &[Corners], found: &mut [bool]) {
-        let view = Source {
+    /// Band `band` of the source window, with the masks that apply to it.
+    fn view(&self, band: usize) -> Source<'a, T> {
+        Source {
             src: self.src[band],
             band_valid: self.band_valid.as_ref().and_then(|v| v[band]),
             unified_valid: self.unified_valid,
             unified_density: self.unified_density,
             size: (self.src_size.0 as isize, self.src_size.1 as isize),
-        };
-        let nodata = self.dst_nodata.as_ref().map(|n| n[band]);
-        let row_start = row * self.dst_size.0;
-        let dst_density = self.dst_density.as_deref();
-        let dst_valid = self.dst_valid.as_deref();
-        let dst = &mut *self.dst[band];
-        for c in at {
-            let (density, value) = match self.sampler {
-                Sampler::Bilinear => view.bilinear(c),
-                Sampler::Cubic => view.cubic(c),
-                Sampler::Nearest => view.nearest_real(c),
-            };
-            if density < BAND_DENSITY_THRESHOLD {
-                continue;
-            }
-            found[c.col] = true;
-            let i = row_start + c.col;
-            dst[i] = mixed(dst[i], i, density, value, dst_density, dst_valid, nodata);
         }
+    }
+
+    /// One band over a row's pixels ([`Chunk::sample_into`] each).
+    #[inline(always)]
+    fn band_row(&mut self, band: usize, row: usize, at: &[Corners], found: &mut [bool]) {
+        let view = self.view(band);
+        let row_start = row * self.dst_size.0;
+        for c in at {
+            if self.sample_into(&view, band, row_start + c.col, c) {
+                found[c.col] = true;
+            }
+        }
+    }
+
+    /// Band `band`'s value at `c` (`GWKBilinearResample4Sample` or the
+    /// sampler's), stored into destination pixel `at` by
+    /// `GWKSetPixelValueReal`; whether it took one.
+    #[inline(always)]
+    fn sample_into(&mut self, view: &Source<'a, T>, band: usize, at: usize, c: &Corners) -> bool {
+        let (density, value) = match self.sampler {
+            Sampler::Bilinear => view.bilinear(c),
+            Sampler::Cubic => view.cubic(c),
+            Sampler::Nearest => view.nearest_real(c),
+        };
+        if density < BAND_DENSITY_THRESHOLD {
+            return false;
+        }
+        let nodata = self.dst_nodata.as_ref().map(|n| n[band]);
+        let (dst_density, dst_valid) = (self.dst_density.as_deref(), self.dst_valid.as_deref());
+        let dst = &mut *self.dst[band];
+        dst[at] = mixed(dst[at], at, density, value, dst_density, dst_valid, nodata);
+        true
     }
 
     /// `GWKOverlayDensity` and the destination validity, for the pixels
