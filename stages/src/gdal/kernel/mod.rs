@@ -8,8 +8,9 @@
 //! makes the same calls in the same order, for the settings and inputs
 //! [`Plan::from_args`] and [`source_refusal`] accept, and adds one thing:
 //! a pre-warp chunk processor (`hook.rs`) where warpline's loops
-//! (`bilinear.rs`, `downsample.rs`, `cubic.rs`, `nearest.rs`,
-//! `average.rs`) warp the chunks they are proven equal on. Everything
+//! (`bilinear.rs` with its 4-sample formula in `four.rs`, `downsample.rs`,
+//! `cubic.rs`, `nearest.rs`, `average.rs`) warp the chunks they are
+//! proven equal on. Everything
 //! else falls back: the stage then calls `GDALWarp` as before.
 //!
 //! Proven means: every tile of the mixed real corpus and randomized
@@ -31,6 +32,7 @@ mod average;
 mod bilinear;
 mod cubic;
 mod downsample;
+mod four;
 mod hook;
 mod limb;
 pub(crate) use limb::Checks;
