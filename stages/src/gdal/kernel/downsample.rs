@@ -373,7 +373,8 @@ fn nonzero(weights: &[f64]) -> (usize, usize) {
 }
 
 /// Whether any of these sums is `-0.0`: the one value a sum of zeros
-/// can change (`-0.0 + 0.0` is `+0.0`).
+/// can change (`-0.0 + 0.0` is `+0.0`), and one GDAL's sums, started at
+/// `+0.0`, never take (see [`RowBuf::trim`]).
 #[inline(always)]
 fn negative_zero(sums: [f64; 3]) -> bool {
     sums.iter().any(|s| s.to_bits() == (-0.0f64).to_bits())
@@ -449,9 +450,11 @@ pub(super) struct RowBuf {
     /// Whether taps and rows of weight `+0.0` at the window's ends may be
     /// left out: every value and density is finite. Such a tap or row
     /// then adds `±0.0` to each sum, which changes no sum but `-0.0`
-    /// (`-0.0 + 0.0` is `+0.0`): the sums start at `+0.0`, so the leading
-    /// ones never count, and the trailing ones are added while a sum is
-    /// `-0.0`.
+    /// (`-0.0 + 0.0` is `+0.0`). A sum started at `+0.0` is never `-0.0`
+    /// (rounding to nearest, a sum is `-0.0` only when both terms are),
+    /// so nothing is ever changed; the trailing taps are still added
+    /// while a sum is `-0.0`, a guard that costs one test and keeps the
+    /// argument local.
     trim: bool,
     /// The window's columns of nonzero weight (first, one past the last).
     cols: (usize, usize),
