@@ -321,7 +321,9 @@ fn row_sums<T: Sample>(
 
 /// [`row_sums`] where each tap's density is 1 (bit `k` of `valid` set)
 /// or 0: (value sum, weight sum), the density sum being the weight sum
-/// (`1.0 * w` is `w`).
+/// (`1.0 * w` is `w`). Kept apart from `row_sums` on purpose: folded into
+/// it (a density closure of 1 or 0), the downsampling loop of a GOES
+/// tile ran 12% more instructions (358 M, then 402 M).
 #[inline(always)]
 fn bit_row_sums<T: Sample>(
     src: &[T],

@@ -43,13 +43,7 @@ impl<T: Sample> Source<'_, T> {
                 dens += d[1] * m2;
             }
         }
-        if divisor == 1.0 {
-            (dens, real)
-        } else if divisor < 0.00001 {
-            (0.0, 0.0)
-        } else {
-            (dens / divisor, real / divisor)
-        }
+        weighed(divisor, dens, real)
     }
 
     /// The common case, where all four samples are inside the window and
@@ -78,13 +72,8 @@ impl<T: Sample> Source<'_, T> {
             + bottom[0].value() * m3
             + bottom[1].value() * m4;
         let Some(ud) = self.unified_density else {
-            return Some(if divisor == 1.0 {
-                (1.0, real)
-            } else if divisor < 0.00001 {
-                (0.0, 0.0)
-            } else {
-                (1.0, real / divisor)
-            });
+            // Every density 1: the density sum is the divisor.
+            return Some(weighed(divisor, divisor, real));
         };
         // `GWKGetPixelRow` takes a sample whose density is above the
         // threshold (a NaN is not): then all four, as here.
@@ -93,13 +82,7 @@ impl<T: Sample> Source<'_, T> {
             return None;
         }
         let dens = 0.0 + d[0] * m1 + d[1] * m2 + d[2] * m3 + d[3] * m4;
-        Some(if divisor == 1.0 {
-            (dens, real)
-        } else if divisor < 0.00001 {
-            (0.0, 0.0)
-        } else {
-            (dens / divisor, real / divisor)
-        })
+        Some(weighed(divisor, dens, real))
     }
 
     /// `GWKGetPixelRow` for two pixels from `offset`: their densities and
@@ -145,5 +128,19 @@ impl<T: Sample> Source<'_, T> {
             }
         }
         valid.then_some((d, v))
+    }
+}
+
+/// `GWKBilinearResample4Sample`'s end: the sums of density and value
+/// divided by the sum of the weights taken, unless it is 1 (then as they
+/// are) or nearly 0 (then nothing).
+#[inline(always)]
+fn weighed(divisor: f64, dens: f64, real: f64) -> (f64, f64) {
+    if divisor == 1.0 {
+        (dens, real)
+    } else if divisor < 0.00001 {
+        (0.0, 0.0)
+    } else {
+        (dens / divisor, real / divisor)
     }
 }
