@@ -10,8 +10,8 @@
 //! a pre-warp chunk processor (`hook.rs`) where warpline's loops
 //! (`bilinear.rs` with its 4-sample formula in `four.rs`, `downsample.rs`,
 //! `cubic.rs`, `nearest.rs`, `average.rs`) warp the chunks they are
-//! proven equal on. Everything
-//! else falls back: the stage then calls `GDALWarp` as before.
+//! proven equal on. Everything else falls back: the stage then calls
+//! `GDALWarp` as before.
 //!
 //! Proven means: every tile of the mixed real corpus and randomized
 //! grids, CRS pairs and nodata patterns equal `gdalwarp` to the bit
