@@ -52,7 +52,7 @@ use gdal::spatial_ref::SpatialRef;
 use gdal::Dataset;
 use gdal_sys as sys;
 
-use super::{Plan, Transformer};
+use super::{config, one_thread, Plan, Transformer};
 
 /// How far inside the antimeridian a target point must be (radians).
 const LON_MARGIN: f64 = 0.02;
@@ -99,19 +99,6 @@ pub(super) struct Geometry {
     dst_gt: [f64; 6],
 }
 
-/// A configuration option as GDAL reads it (None: unset).
-fn config(key: &str) -> Option<String> {
-    let key = std::ffi::CString::new(key).ok()?;
-    // SAFETY: reads an option; the pointer is GDAL's, copied at once.
-    let p = unsafe { sys::CPLGetConfigOption(key.as_ptr(), std::ptr::null()) };
-    // SAFETY: a NUL-terminated string GDAL owns, when not null.
-    (!p.is_null()).then(|| {
-        unsafe { std::ffi::CStr::from_ptr(p) }
-            .to_string_lossy()
-            .into_owned()
-    })
-}
-
 impl Geometry {
     /// The geometry of this warp, or None when the shortcut does not
     /// apply (then the warp keeps gdalwarp's checked transformer alone).
@@ -125,9 +112,7 @@ impl Geometry {
         // points the shortcut passes on to the checked transformer are
         // another batch than gdalwarp's.
         let unset = ["THRESHOLD", "OGR_CT_OP_SELECTION", "OSR_USE_APPROX_TMERC"];
-        if unset.iter().any(|k| config(k).is_some())
-            || config("GDAL_NUM_THREADS").is_some_and(|n| n.trim() != "1")
-        {
+        if unset.iter().any(|k| config(k).is_some()) || !one_thread() {
             return None;
         }
         let disk = Disk::of(src)?;

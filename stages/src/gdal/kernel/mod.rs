@@ -6,12 +6,16 @@
 //! transformer in the approximating one, and let `GDALWarpOperation`
 //! chunk the output, read each source window and build its masks. [`warp`]
 //! makes the same calls in the same order, for the settings and inputs
-//! [`Plan::from_args`] and [`source_refusal`] accept, and adds one thing:
-//! a pre-warp chunk processor (`hook.rs`) where warpline's loops
+//! [`Plan::from_args`] and [`source_refusal`] accept, and adds two things.
+//! One is a pre-warp chunk processor (`hook.rs`) where warpline's loops
 //! (`bilinear.rs` with its 4-sample formula in `four.rs`, `downsample.rs`,
 //! `cubic.rs`, `nearest.rs`, `average.rs`) warp the chunks they are
 //! proven equal on. Everything else falls back: the stage then calls
-//! `GDALWarp` as before.
+//! `GDALWarp` as before. The other: the approximating transformer's base
+//! is gdalwarp's transformer behind a function of warpline's, where that
+//! saves GDAL work and provably changes nothing: `plain.rs` (GDAL then
+//! does not transform the poles for each warp), `limb.rs` (the inverse
+//! check, skipped where it passes).
 //!
 //! Proven means: every tile of the mixed real corpus and randomized
 //! grids, CRS pairs and nodata patterns equal `gdalwarp` to the bit
@@ -37,9 +41,10 @@ mod hook;
 mod limb;
 pub(crate) use limb::Checks;
 mod nearest;
+mod plain;
 mod sample;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 /// What the reproject stage's settings ask of a warp, when the loop can
 /// take it: `gdalwarp -t_srs S -r near|bilinear|cubic|average -et E -wm M
@@ -211,13 +216,43 @@ impl Bands {
 /// loop where it is proven; which loop ran is returned with it, and how
 /// many points skipped gdalwarp's inverse check (`limb.rs`).
 pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took, Checks), WarpError> {
+    match warp_with(src, plan, true)? {
+        Warped::Done(done) => Ok(done),
+        // A point far off the source raster: GDAL's own base could have
+        // retried a source window (`plain.rs`), so warp with it.
+        Warped::Again => match warp_with(src, plan, false).inspect(|_| {
+            #[cfg(test)]
+            AGAIN.with(|n| n.set(n.get() + 1));
+        })? {
+            Warped::Done(done) => Ok(done),
+            Warped::Again => Err(WarpError::Failed("the warp did not settle".to_owned())),
+        },
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Warps done again with GDAL's base on this thread.
+    pub(super) static AGAIN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A warp's result, or word that it must be done again with GDAL's base.
+enum Warped {
+    Done((Dataset, Took, Checks)),
+    Again,
+}
+
+/// [`warp`], with the plain base (`plain.rs`) where it applies if
+/// `allow_plain`.
+fn warp_with(src: &Dataset, plan: &Plan, allow_plain: bool) -> Result<Warped, WarpError> {
     let gen = Transformer::new(src, &plan.transformer_options())?;
     let (gt, pixels, lines, checked) = output_grid(src, &gen)?;
     let bands = Bands::of(src);
     let dst = create_output(src, plan, gt, (pixels, lines), bands)?;
     // SAFETY: `gen` is a GenImgProj transformer; `gt` six doubles.
     unsafe { sys::GDALSetGenImgProjTransformerDstGeoTransform(gen.0, gt.as_ptr()) };
-    let (approx, shortcut) = approximate(src, plan, gen, (gt, (pixels, lines)), checked)?;
+    let grid = (gt, (pixels, lines));
+    let (approx, base) = approximate(src, plan, gen, grid, checked, allow_plain)?;
     let nodata = setup_nodata(src, &dst, bands);
     let mut hook = hook::Hook {
         bands: i32::try_from(bands.warped).unwrap_or(0),
@@ -239,6 +274,11 @@ pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took, Checks)
     };
     drop(options);
     drop(approx);
+    if let Base::Plain(p) = &base {
+        if p.met_far() {
+            return Ok(Warped::Again);
+        }
+    }
     if let Some(what) = hook.failed.take() {
         return Err(WarpError::Failed(format!(
             "warpline's resampling loop failed ({what}); kernel = \"gdal\" warps with GDAL's"
@@ -256,24 +296,48 @@ pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took, Checks)
         (n, 0) if n > 0 => Took::Ours,
         _ => Took::Theirs(hook.why.unwrap_or("no chunk")),
     };
-    let checks = shortcut.map(|s| s.counts()).unwrap_or_default();
-    Ok((dst, took, checks))
+    let checks = match &base {
+        Base::Limb(s) => s.counts(),
+        _ => Checks::default(),
+    };
+    Ok(Warped::Done((dst, took, checks)))
 }
 
-/// The warp's approximating transformer over gdalwarp's (`gen`), or, when
+/// The approximating transformer's base, when it is not gdalwarp's
+/// transformer itself: it must outlive the approximating transformer.
+enum Base {
+    Gdal,
+    Limb(Box<limb::Shortcut>),
+    Plain(Box<plain::Plain>),
+}
+
+/// The warp's approximating transformer over gdalwarp's (`gen`): when
 /// `gen` checks each point with the inverse projection and [`limb`]
 /// applies, over the shortcut that skips the check where it surely
-/// passes (returned too: it must outlive the approximating transformer).
+/// passes; else, if `allow_plain` and where it applies, over
+/// [`plain::Plain`].
 fn approximate(
     src: &Dataset,
     plan: &Plan,
     gen: Transformer,
     (gt, size): ([f64; 6], (i32, i32)),
     checked: bool,
-) -> Result<(Transformer, Option<Box<limb::Shortcut>>), WarpError> {
+    allow_plain: bool,
+) -> Result<(Transformer, Base), WarpError> {
     let geometry = checked.then(|| limb::Geometry::of(src, plan, gt)).flatten();
     let Some(geometry) = geometry else {
-        return Ok((gen.approximate(plan.error_threshold)?, None));
+        let p = match allow_plain {
+            true => plain::Plain::new(src, plan, gen, size, checked),
+            false => Err(gen),
+        };
+        return match p {
+            Ok(p) => {
+                let arg = &*p as *const plain::Plain as *mut std::ffi::c_void;
+                let a = over(plain::transform, arg, plan)?;
+                Ok((a, Base::Plain(p)))
+            }
+            Err(gen) => Ok((gen.approximate(plan.error_threshold)?, Base::Gdal)),
+        };
     };
     // Made as gdalwarp made `gen`, with the option now unset: no check.
     let plain = Transformer::new(src, &plan.transformer_options())?;
@@ -282,20 +346,55 @@ fn approximate(
     let shortcut = Box::new(limb::Shortcut::new(gen, plain, geometry));
     if !shortcut.agrees(size) {
         let limb::Shortcut { checked, .. } = *shortcut;
-        return Ok((checked.approximate(plan.error_threshold)?, None));
+        return Ok((checked.approximate(plan.error_threshold)?, Base::Gdal));
     }
     let arg = &*shortcut as *const limb::Shortcut as *mut std::ffi::c_void;
-    // SAFETY: the shortcut is boxed (its address stays) and returned with
-    // the approximating transformer, which does not own it.
-    let a = unsafe {
-        sys::GDALCreateApproxTransformer(Some(limb::transform), arg, plan.error_threshold)
-    };
+    Ok((over(limb::transform, arg, plan)?, Base::Limb(shortcut)))
+}
+
+/// A base transformer of warpline's.
+type BaseFn = unsafe extern "C" fn(
+    *mut std::ffi::c_void,
+    i32,
+    i32,
+    *mut f64,
+    *mut f64,
+    *mut f64,
+    *mut i32,
+) -> i32;
+
+/// The approximating transformer over `f` and `arg`, which it does not
+/// own: the caller keeps `arg` alive (boxed, its address fixed) as long.
+fn over(f: BaseFn, arg: *mut std::ffi::c_void, plan: &Plan) -> Result<Transformer, WarpError> {
+    // SAFETY: `f` takes `arg` as the caller promises; the approximating
+    // transformer only calls it.
+    let a = unsafe { sys::GDALCreateApproxTransformer(Some(f), arg, plan.error_threshold) };
     if a.is_null() {
         return Err(WarpError::Failed(last_error(
             "cannot approximate the transformer",
         )));
     }
-    Ok((Transformer(a), Some(shortcut)))
+    Ok(Transformer(a))
+}
+
+/// A configuration option as GDAL reads it (None: unset).
+fn config(key: &str) -> Option<String> {
+    let key = std::ffi::CString::new(key).ok()?;
+    // SAFETY: reads an option; the pointer is GDAL's, copied at once.
+    let p = unsafe { sys::CPLGetConfigOption(key.as_ptr(), std::ptr::null()) };
+    // SAFETY: a NUL-terminated string GDAL owns, when not null.
+    (!p.is_null()).then(|| {
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
+/// Whether GDAL warps in one thread (`GDAL_NUM_THREADS` unset or 1):
+/// several would clone the transformer, which GDAL cannot do for a base
+/// of warpline's.
+fn one_thread() -> bool {
+    config("GDAL_NUM_THREADS").is_none_or(|n| n.trim() == "1")
 }
 
 /// A GDAL transformer, destroyed on drop.

@@ -35,6 +35,9 @@ const SOURCES: &[(&str, f64, f64, f64)] = &[
     ("EPSG:3857", -8_300_000.0, 4_900_000.0, 40.0),
     ("EPSG:3035", 4_300_000.0, 3_200_000.0, 60.0),
     ("EPSG:32612", 400_000.0, 3_700_000.0, 25.0),
+    // A user-defined UTM CRS on a datum without a code (the corpus's
+    // `masked` tiles): PROJ looks for it by name.
+    (super::plain::tests::NAMED_UTM, 500_000.0, 4_500_000.0, 30.0),
 ];
 
 const TARGETS: &[&str] = &["EPSG:3857", "EPSG:4326", "EPSG:32618", "EPSG:3035"];
@@ -270,8 +273,9 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
     let (mut ours, mut theirs) = (0, 0);
     let methods = ["near", "bilinear", "cubic", "average"];
     let mut ours_by = [0usize; 4];
-    // Cases warpline's downsampling loop took (a chunk or more).
-    let mut scaled = 0;
+    // Cases warpline's downsampling loop took (a chunk or more), and
+    // cases warped over the plain base (`plain.rs`).
+    let (mut scaled, mut plain) = (0, 0);
     let cases = std::env::var("WARPLINE_KERNEL_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -295,7 +299,9 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
             Some(why) => panic!("{what}: refused ({why})"),
         }
         super::downsample::SCALED.with(|c| c.set(0));
+        super::plain::TOOK.with(|c| c.set(0));
         let (mine, took, _) = warp(&src, &plan).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        plain += super::plain::TOOK.with(|c| c.get());
         let options = WarpOptions::new(&args).unwrap();
         let gdals = gdal_warp(&[&src], &options).unwrap_or_else(|e| panic!("{what}: {e:?}"));
         same(
@@ -316,7 +322,7 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
         }
     }
     eprintln!(
-        "warpline's loop: {ours} cases ({methods:?}: {ours_by:?}; downsampling: {scaled}), GDAL's: {theirs}"
+        "warpline's loop: {ours} cases ({methods:?}: {ours_by:?}; downsampling: {scaled}), GDAL's: {theirs}; plain base: {plain}"
     );
     // Four of five cases have nodata, a mask or alpha (GDAL's loop for the
     // others, and for a few data types and windows).
@@ -338,6 +344,11 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
     assert!(
         scaled >= (cases / 40).max(1),
         "warpline's downsampling loop took only {scaled} of {cases} cases"
+    );
+    // Most projected sources to another CRS warp over the plain base.
+    assert!(
+        plain >= cases / 10,
+        "the plain base took only {plain} of {cases} cases"
     );
 }
 
