@@ -38,12 +38,20 @@
 //!   GDAL's base (the approximating transformer's points lie between
 //!   points its base gave, so no sample lands farther than those);
 //! - several warp threads clone the transformer, which GDAL cannot do for
-//!   this one: `Plain` is not used then.
+//!   this one: `Plain` is not used then;
+//! - warpline's pole transformation comes from GDAL's cache, whose key
+//!   leaves out options a transformation reads when it is made
+//!   (`THRESHOLD`, `OGR_CT_OP_SELECTION`, `OSR_USE_APPROX_TMERC`): `Plain`
+//!   is not used when one is set.
+//!
+//! A test warps web mercator's top band to polar stereographic, where the
+//! north pole lies inside the output: over `Plain` without the pole test
+//! 100 of its pixels would differ from gdalwarp's.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-use gdal::spatial_ref::{AxisMappingStrategy, CoordTransform, SpatialRef};
+use gdal::spatial_ref::{AxisMappingStrategy, SpatialRef};
 use gdal::Dataset;
 use gdal_sys as sys;
 
@@ -86,7 +94,15 @@ impl Plain {
         output: (i32, i32),
         checked: bool,
     ) -> Result<Box<Plain>, Transformer> {
-        if checked || !one_thread() || !reprojects(src, plan) || !poles_outside(src, &gen, output) {
+        // Options a transformation reads when made that GDAL's cache key
+        // leaves out: one kept from an earlier warp could differ.
+        let unkept = ["THRESHOLD", "OGR_CT_OP_SELECTION", "OSR_USE_APPROX_TMERC"];
+        if checked
+            || !one_thread()
+            || unkept.iter().any(|k| config(k).is_some())
+            || !reprojects(src, plan)
+            || !poles_outside(src, &gen, output)
+        {
             return Err(gen);
         }
         let (w, h) = src.raster_size();
@@ -159,17 +175,24 @@ fn poles_outside(src: &Dataset, gen: &Transformer, (w, h): (i32, i32)) -> bool {
         return false;
     }
     let _quiet = Quiet::new();
-    let Ok(ct) = with_check(|| CoordTransform::new(&geog, &srs)) else {
-        return false;
+    let ct = {
+        let _check = Check::on();
+        // SAFETY: two valid SRS handles, only read; the transformation
+        // made is destroyed by `Ct`'s drop (into GDAL's cache).
+        Ct(unsafe { sys::OCTNewCoordinateTransformation(geog.to_c_hsrs(), srs.to_c_hsrs()) })
     };
+    if ct.0.is_null() {
+        return false;
+    }
     let (w, h) = (f64::from(w), f64::from(h));
     [-89.9999f64, 89.9999].iter().all(|&lat| {
-        let (mut x, mut y) = ([0.0f64], [lat]);
-        if ct.transform_coords(&mut x, &mut y, &mut []).is_err() {
+        let (mut x, mut y) = (0.0f64, lat);
+        // SAFETY: a valid transformation; one point, no z.
+        if unsafe { sys::OCTTransform(ct.0, 1, &mut x, &mut y, std::ptr::null_mut()) } == 0 {
             return false;
         }
-        let mut px = inv[0] + x[0] * inv[1] + y[0] * inv[2];
-        let mut py = inv[3] + x[0] * inv[4] + y[0] * inv[5];
+        let mut px = inv[0] + x * inv[1] + y * inv[2];
+        let mut py = inv[3] + x * inv[4] + y * inv[5];
         if !gen.point(false, &mut px, &mut py) || !px.is_finite() || !py.is_finite() {
             return false;
         }
@@ -178,24 +201,49 @@ fn poles_outside(src: &Dataset, gen: &Transformer, (w, h): (i32, i32)) -> bool {
     })
 }
 
-/// `f` with `CHECK_WITH_INVERT_PROJ` on in this thread, as GDAL sets it
-/// around the poles' transformation (and clears it after, unless it was on).
-fn with_check<T>(f: impl FnOnce() -> T) -> T {
-    let key = c"CHECK_WITH_INVERT_PROJ";
-    let on = config("CHECK_WITH_INVERT_PROJ").is_some_and(|v| {
-        // SAFETY: a NUL-free copy of the value; CPLTestBool only reads it.
-        std::ffi::CString::new(v).is_ok_and(|c| unsafe { sys::CPLTestBool(c.as_ptr()) })
-    });
-    if !on {
-        // SAFETY: a thread-local option, set and cleared around one call.
-        unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), c"YES".as_ptr()) };
+/// `CHECK_WITH_INVERT_PROJ` on in this thread while it lives, as GDAL
+/// sets it around the poles' transformation (and clears it after, unless
+/// it was on before).
+struct Check {
+    set: bool,
+}
+
+impl Check {
+    fn on() -> Check {
+        let on = config("CHECK_WITH_INVERT_PROJ").is_some_and(|v| {
+            // SAFETY: a NUL-free copy of the value; CPLTestBool only reads it.
+            std::ffi::CString::new(v).is_ok_and(|c| unsafe { sys::CPLTestBool(c.as_ptr()) })
+        });
+        if !on {
+            // SAFETY: a thread-local option, cleared by drop.
+            unsafe { sys::CPLSetThreadLocalConfigOption(CHECK.as_ptr(), c"YES".as_ptr()) };
+        }
+        Check { set: !on }
     }
-    let out = f();
-    if !on {
-        // SAFETY: as above.
-        unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), std::ptr::null()) };
+}
+
+impl Drop for Check {
+    fn drop(&mut self) {
+        if self.set {
+            // SAFETY: clears the thread-local option `on` set.
+            unsafe { sys::CPLSetThreadLocalConfigOption(CHECK.as_ptr(), std::ptr::null()) };
+        }
     }
-    out
+}
+
+const CHECK: &std::ffi::CStr = c"CHECK_WITH_INVERT_PROJ";
+
+/// A coordinate transformation of GDAL's, destroyed on drop (which hands
+/// it to GDAL's cache, where the next warp's finds it).
+struct Ct(sys::OGRCoordinateTransformationH);
+
+impl Drop for Ct {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: made by OCTNewCoordinateTransformation, destroyed once.
+            unsafe { sys::OCTDestroyCoordinateTransformation(self.0) };
+        }
+    }
 }
 
 /// GDAL's messages silenced on this thread while it lives (a pole that

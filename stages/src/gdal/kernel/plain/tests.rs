@@ -78,6 +78,11 @@ fn projected_sources_to_another_crs_take_the_plain_base() {
 #[test]
 fn a_pole_in_the_output_keeps_gdals_base() {
     init();
+    // Web mercator's top band to polar stereographic: the pole inside
+    // the output, where GDAL's grid sampling gives other source windows
+    // than the edges do (100 pixels differ over the plain base).
+    let band = tile("EPSG:3857", (-20_037_508.0, 19_971_868.0), 250_000.0);
+    assert_eq!(warped(&band, "EPSG:3413", "mercator band"), (0, 0));
     // Polar stereographic north (EPSG:3413), a tile over the pole, to
     // geographic: the north pole lands inside the output, where GDAL
     // samples each chunk's source window on a grid.
@@ -86,6 +91,19 @@ fn a_pole_in_the_output_keeps_gdals_base() {
     // The same CRS 2,000 km from the pole: both poles outside.
     let away = tile("EPSG:3413", (-64_000.0, -2_000_000.0), 2000.0);
     assert_eq!(warped(&away, "EPSG:4326", "away"), (1, 0));
+}
+
+#[test]
+fn several_warp_threads_keep_gdals_base() {
+    init();
+    let key = c"GDAL_NUM_THREADS";
+    // SAFETY: a thread-local option, set and cleared around the warps.
+    unsafe { gdal_sys::CPLSetThreadLocalConfigOption(key.as_ptr(), c"2".as_ptr()) };
+    let src = tile("EPSG:32618", (500_000.0, 4_500_000.0), 30.0);
+    let counts = std::panic::catch_unwind(|| warped(&src, "EPSG:3857", "threads"));
+    // SAFETY: as above.
+    unsafe { gdal_sys::CPLSetThreadLocalConfigOption(key.as_ptr(), std::ptr::null()) };
+    assert_eq!(counts.expect("the warps with two threads"), (0, 0));
 }
 
 #[test]
