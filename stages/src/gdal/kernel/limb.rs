@@ -52,7 +52,7 @@ use gdal::spatial_ref::SpatialRef;
 use gdal::Dataset;
 use gdal_sys as sys;
 
-use super::{config, one_thread, Plan, Transformer};
+use super::{default_config, Plan, Transformer};
 
 /// How far inside the antimeridian a target point must be (radians).
 const LON_MARGIN: f64 = 0.02;
@@ -111,8 +111,7 @@ impl Geometry {
         // mean point: a point's result then depends on its batch, and the
         // points the shortcut passes on to the checked transformer are
         // another batch than gdalwarp's.
-        let unset = ["THRESHOLD", "OGR_CT_OP_SELECTION", "OSR_USE_APPROX_TMERC"];
-        if unset.iter().any(|k| config(k).is_some()) || !one_thread() {
+        if !default_config() {
             return None;
         }
         let disk = Disk::of(src)?;

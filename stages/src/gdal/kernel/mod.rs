@@ -390,11 +390,17 @@ fn config(key: &str) -> Option<String> {
     })
 }
 
-/// Whether GDAL warps in one thread (`GDAL_NUM_THREADS` unset or 1):
-/// several would clone the transformer, which GDAL cannot do for a base
-/// of warpline's.
-fn one_thread() -> bool {
+/// Whether GDAL runs as warpline's own bases (`limb.rs`, `plain.rs`) are
+/// proven for: in one warp thread (`GDAL_NUM_THREADS` unset or 1; several
+/// would clone the transformer, which GDAL cannot do for a base of
+/// warpline's), and with none of the options that change how a
+/// transformation is made or checked set: `THRESHOLD`,
+/// `OGR_CT_OP_SELECTION`, `OSR_USE_APPROX_TMERC` (each module says why
+/// they matter to it).
+fn default_config() -> bool {
+    let unset = ["THRESHOLD", "OGR_CT_OP_SELECTION", "OSR_USE_APPROX_TMERC"];
     config("GDAL_NUM_THREADS").is_none_or(|n| n.trim() == "1")
+        && unset.iter().all(|k| config(k).is_none())
 }
 
 /// A GDAL transformer, destroyed on drop.

@@ -55,7 +55,7 @@ use gdal::spatial_ref::{AxisMappingStrategy, SpatialRef};
 use gdal::Dataset;
 use gdal_sys as sys;
 
-use super::{config, one_thread, string_list, Plan, Transformer};
+use super::{config, default_config, string_list, Plan, Transformer};
 
 /// How far outside the output a pole must land (pixels): far above the
 /// rounding of warpline's path to it against GDAL's.
@@ -94,12 +94,11 @@ impl Plain {
         output: (i32, i32),
         checked: bool,
     ) -> Result<Box<Plain>, Transformer> {
-        // Options a transformation reads when made that GDAL's cache key
-        // leaves out: one kept from an earlier warp could differ.
-        let unkept = ["THRESHOLD", "OGR_CT_OP_SELECTION", "OSR_USE_APPROX_TMERC"];
+        // The options `default_config` reads are ones a transformation
+        // reads when made and GDAL's cache key leaves out: a pole
+        // transformation kept from an earlier warp could differ.
         if checked
-            || !one_thread()
-            || unkept.iter().any(|k| config(k).is_some())
+            || !default_config()
             || !reprojects(src, plan)
             || !poles_outside(src, &gen, output)
         {
