@@ -216,18 +216,16 @@ impl Bands {
 /// loop where it is proven; which loop ran is returned with it, and how
 /// many points skipped gdalwarp's inverse check (`limb.rs`).
 pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took, Checks), WarpError> {
-    match warp_with(src, plan, true)? {
-        Warped::Done(done) => Ok(done),
-        // A point far off the source raster: GDAL's own base could have
-        // retried a source window (`plain.rs`), so warp with it.
-        Warped::Again => match warp_with(src, plan, false).inspect(|_| {
-            #[cfg(test)]
-            AGAIN.with(|n| n.set(n.get() + 1));
-        })? {
-            Warped::Done(done) => Ok(done),
-            Warped::Again => Err(WarpError::Failed("the warp did not settle".to_owned())),
-        },
+    if let Some(done) = warp_with(src, plan, true)? {
+        return Ok(done);
     }
+    // A point far off the source raster: GDAL's own base could have
+    // retried a source window (`plain.rs`), so warp with it.
+    #[cfg(test)]
+    AGAIN.with(|n| n.set(n.get() + 1));
+    warp_with(src, plan, false)?.ok_or_else(|| {
+        WarpError::Failed("the warp without the plain base asked for itself again".to_owned())
+    })
 }
 
 #[cfg(test)]
@@ -236,15 +234,13 @@ thread_local! {
     pub(super) static AGAIN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// A warp's result, or word that it must be done again with GDAL's base.
-enum Warped {
-    Done((Dataset, Took, Checks)),
-    Again,
-}
+/// What a warp gives: the output, which loop ran, the inverse checks.
+type Warped = (Dataset, Took, Checks);
 
 /// [`warp`], with the plain base (`plain.rs`) where it applies if
-/// `allow_plain`.
-fn warp_with(src: &Dataset, plan: &Plan, allow_plain: bool) -> Result<Warped, WarpError> {
+/// `allow_plain`; None when the warp must be done again without it (never
+/// without `allow_plain`).
+fn warp_with(src: &Dataset, plan: &Plan, allow_plain: bool) -> Result<Option<Warped>, WarpError> {
     let gen = Transformer::new(src, &plan.transformer_options())?;
     let (gt, pixels, lines, checked) = output_grid(src, &gen)?;
     let bands = Bands::of(src);
@@ -276,7 +272,7 @@ fn warp_with(src: &Dataset, plan: &Plan, allow_plain: bool) -> Result<Warped, Wa
     drop(approx);
     if let Base::Plain(p) = &base {
         if p.met_far() {
-            return Ok(Warped::Again);
+            return Ok(None);
         }
     }
     if let Some(what) = hook.failed.take() {
@@ -300,7 +296,7 @@ fn warp_with(src: &Dataset, plan: &Plan, allow_plain: bool) -> Result<Warped, Wa
         Base::Limb(s) => s.counts(),
         _ => Checks::default(),
     };
-    Ok(Warped::Done((dst, took, checks)))
+    Ok(Some((dst, took, checks)))
 }
 
 /// The approximating transformer's base, when it is not gdalwarp's

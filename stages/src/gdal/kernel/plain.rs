@@ -55,7 +55,7 @@ use gdal::spatial_ref::{AxisMappingStrategy, SpatialRef};
 use gdal::Dataset;
 use gdal_sys as sys;
 
-use super::{config, default_config, string_list, Plan, Transformer};
+use super::{default_config, string_list, Plan, Transformer};
 
 /// How far outside the output a pole must land (pixels): far above the
 /// rounding of warpline's path to it against GDAL's.
@@ -99,8 +99,9 @@ impl Plain {
         // transformation kept from an earlier warp could differ.
         if checked
             || !default_config()
-            || !reprojects(src, plan)
-            || !poles_outside(src, &gen, output)
+            || !src
+                .spatial_ref()
+                .is_ok_and(|srs| reprojects(&srs, plan) && poles_outside(src, &srs, &gen, output))
         {
             return Err(gen);
         }
@@ -128,11 +129,8 @@ impl Plain {
 /// Whether the source CRS is projected and not the target's: GDAL's
 /// transformer then reprojects. GDAL compares the two with their axis
 /// orders; ignoring them here can only find more pairs the same.
-fn reprojects(src: &Dataset, plan: &Plan) -> bool {
-    let (Ok(s), Ok(d)) = (
-        src.spatial_ref(),
-        SpatialRef::from_definition(&plan.dst_srs),
-    ) else {
+fn reprojects(s: &SpatialRef, plan: &Plan) -> bool {
+    let Ok(d) = SpatialRef::from_definition(&plan.dst_srs) else {
         return false;
     };
     if !s.is_projected() {
@@ -156,10 +154,7 @@ fn reprojects(src: &Dataset, plan: &Plan) -> bool {
 /// (traditional axis order) to the source CRS, made with
 /// `CHECK_WITH_INVERT_PROJ` on, then by the reprojection to the output's
 /// pixels (here through the source's pixels, which GDAL skips).
-fn poles_outside(src: &Dataset, gen: &Transformer, (w, h): (i32, i32)) -> bool {
-    let Ok(srs) = src.spatial_ref() else {
-        return false;
-    };
+fn poles_outside(src: &Dataset, srs: &SpatialRef, gen: &Transformer, (w, h): (i32, i32)) -> bool {
     let Ok(mut geog) = srs.geog_cs() else {
         return false;
     };
@@ -209,10 +204,10 @@ struct Check {
 
 impl Check {
     fn on() -> Check {
-        let on = config("CHECK_WITH_INVERT_PROJ").is_some_and(|v| {
-            // SAFETY: a NUL-free copy of the value; CPLTestBool only reads it.
-            std::ffi::CString::new(v).is_ok_and(|c| unsafe { sys::CPLTestBool(c.as_ptr()) })
-        });
+        // As GDAL reads it (`GetCurrentCheckWithInvertPROJ`).
+        // SAFETY: reads an option; CPLTestBool reads the string GDAL owns.
+        let on =
+            unsafe { sys::CPLTestBool(sys::CPLGetConfigOption(CHECK.as_ptr(), c"NO".as_ptr())) };
         if !on {
             // SAFETY: a thread-local option, cleared by drop.
             unsafe { sys::CPLSetThreadLocalConfigOption(CHECK.as_ptr(), c"YES".as_ptr()) };
