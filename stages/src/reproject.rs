@@ -23,8 +23,8 @@ use warpline_engine::{
 };
 
 use crate::gdal::{
-    dtype_size, init, kernel_warp, pixel_bytes, same_geog_cs, source_refusal, suggested_output,
-    vrt_view, warp, KernelPlan, Raster, Suggested, Took, WarpError, WarpOptions,
+    dtype_size, init, kernel_warp, one_area, pixel_bytes, source_refusal, suggested_output,
+    vrt_view, warp, KernelPlan, OneArea, Raster, Suggested, Took, WarpError, WarpOptions,
 };
 
 mod args;
@@ -50,17 +50,17 @@ pub struct Reproject {
     warp_memory: u64,
     /// Whether the output gets an alpha band (`dst_alpha`).
     dst_alpha: bool,
-    /// By source CRS (WKT): whether it shares its geographic CRS with the
-    /// target, so that one area of interest serves every tile.
-    same_datum: std::sync::Mutex<std::collections::HashMap<String, bool>>,
+    /// By source CRS (WKT): whether one area of interest serves every
+    /// tile warped to the target, and why (`gdal::one_area`).
+    one_area: std::sync::Mutex<std::collections::HashMap<String, OneArea>>,
     /// Whether an output is warped in memory or on disk (`warp_to`).
     disk: disk::Disk,
     /// Whose resampling loop may warp (`kernel`).
     kernel: Kernel,
 }
 
-/// The area of interest given to GDAL's transformers when the source and
-/// the target share their datum (see [`Reproject::area_of_interest`]).
+/// The area of interest given to GDAL's transformers when one serves
+/// every tile (see [`Reproject::area_of_interest`]).
 const WHOLE_WORLD: &str = "AREA_OF_INTEREST=-180,-90,180,90";
 
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
@@ -79,7 +79,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         dst_alpha,
         max_pixels: p.max_pixels,
         warp_memory: p.warp_memory,
-        same_datum: Default::default(),
+        one_area: Default::default(),
         disk: disk::Disk::new(p.warp_to, p.scratch, s),
         kernel: p.kernel,
     }))
@@ -136,35 +136,42 @@ impl Reproject {
         Ok((w.max(1.0) as u64, h.max(1.0) as u64))
     }
 
-    /// GDAL gives each transformer the source's extent as its area of
-    /// interest, so PROJ can pick the best datum transformation there; it
-    /// also keys GDAL's cache of coordinate transformations, so each tile
-    /// (a new extent) makes PROJ search its database again (~1.5 ms). When
-    /// the source and the target share their geographic CRS, no datum
-    /// transformation is involved and every area gives the same
-    /// operation: one area for all tiles then lets the cache serve them.
+    /// GDAL gives each transformer the source's footprint as its area of
+    /// interest, and keys its cache of coordinate transformations on it,
+    /// so each tile makes PROJ build its transformation again (0.3-18 ms).
+    /// Where the area cannot change PROJ's choice (`gdal::one_area`: the
+    /// same datum on both sides, or a CRS PROJ knows only by its PROJ
+    /// string), one area for all tiles lets the cache serve them.
     fn area_of_interest(&self, src: &Dataset) -> Option<&'static str> {
+        // A 3D promotion is not among the cases the argument covers.
+        if self
+            .transformer
+            .iter()
+            .any(|t| t.to_ascii_uppercase().starts_with("PROMOTE_TO_3D="))
+        {
+            return None;
+        }
         let wkt = self
             .transformer
             .iter()
             .find_map(|t| t.strip_prefix("SRC_SRS="))
             .map_or_else(|| src.projection(), str::to_owned);
-        let mut known = self.same_datum.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(same) = known.get(&wkt) {
-            return same.then_some(WHOLE_WORLD);
+        let mut known = self.one_area.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(why) = known.get(&wkt) {
+            return why.holds().then_some(WHOLE_WORLD);
         }
-        let same = match (
+        let why = match (
             gdal::spatial_ref::SpatialRef::from_wkt(&wkt),
             gdal::spatial_ref::SpatialRef::from_wkt(&self.target_wkt),
         ) {
-            (Ok(a), Ok(b)) if !a.is_compound() && !b.is_compound() => same_geog_cs(&a, &b),
-            _ => false,
+            (Ok(a), Ok(b)) => one_area(&a, &b),
+            _ => OneArea::No,
         };
         if known.len() >= 64 {
             known.clear();
         }
-        known.insert(wkt, same);
-        same.then_some(WHOLE_WORLD)
+        known.insert(wkt, why);
+        why.holds().then_some(WHOLE_WORLD)
     }
 
     /// The dataset to warp: the decoded one, or a view of the selected

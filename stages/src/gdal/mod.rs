@@ -14,8 +14,9 @@
 //!   selection, an assumed CRS;
 //! - [`Raster`]: the input as GDAL opened it, or the MEM dataset the warp
 //!   made;
-//! - `warp`: the warp itself, the output size GDAL suggests for it, and
-//!   whether two CRSs share their datum;
+//! - `area`: when one area of interest serves every tile (two CRSs that
+//!   share their datum, a CRS PROJ knows only by its PROJ string);
+//! - `warp`: the warp itself, and the output size GDAL suggests for it;
 //! - `kernel`: warpline's own resampling loop inside GDAL's warp (the
 //!   same calls as `gdalwarp`, with a pre-warp chunk processor);
 //! - `copy`: an output file written by a driver (`GDALCreateCopy`);
@@ -32,6 +33,7 @@ use gdal::cpl::CslStringList;
 use gdal::errors::GdalError;
 use gdal_sys as sys;
 
+mod area;
 mod blocks;
 mod copy;
 mod files;
@@ -42,6 +44,7 @@ mod vsi;
 mod warp;
 mod watch;
 
+pub(crate) use area::{one_area, OneArea};
 pub(crate) use copy::{create_copy, flush};
 pub(crate) use files::{archive_files, vsi_head, MemDir};
 pub(crate) use kernel::{source_refusal, warp as kernel_warp, Plan as KernelPlan, Took};
@@ -50,14 +53,27 @@ pub(crate) use raster::ScratchFile;
 pub use raster::{DataType, Pixel, Raster, RasterError};
 pub(crate) use translate::vrt_view;
 pub(crate) use vsi::{RangeRead, RemoteFile, CACHE_BYTES};
-pub(crate) use warp::{
-    same_geog_cs, suggested_output, warp, warp_into, Suggested, WarpError, WarpOptions,
-};
+pub(crate) use warp::{suggested_output, warp, warp_into, Suggested, WarpError, WarpOptions};
 #[cfg(test)]
 pub(crate) use watch::report_failure;
 pub(crate) use watch::MessageWatch;
 
 static INIT: Once = Once::new();
+
+/// Whether this process runs GDAL 3.6, the one warpline's own loop
+/// mirrors and the arguments of `kernel` and `area` were read from.
+pub(crate) fn gdal_3_6() -> bool {
+    static IS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *IS.get_or_init(|| {
+        let key = c"VERSION_NUM";
+        // SAFETY: GDALVersionInfo returns a pointer to a static string.
+        let v = unsafe { CStr::from_ptr(sys::GDALVersionInfo(key.as_ptr())) };
+        v.to_str()
+            .ok()
+            .and_then(|s| s.parse::<u32>().ok())
+            .is_some_and(|n| (3_060_000..3_070_000).contains(&n))
+    })
+}
 
 /// Sets GDAL up for this process, once, however many pipelines start at the
 /// same time: registers the drivers, installs an error handler that

@@ -5,7 +5,6 @@
 
 use std::ptr;
 
-use gdal::spatial_ref::SpatialRef;
 use gdal::Dataset;
 use gdal_sys as sys;
 
@@ -105,14 +104,6 @@ pub(crate) fn suggested_output(src: &Dataset, options: &[String]) -> Result<Sugg
         lines,
         extent,
     })
-}
-
-/// Whether `a` and `b` share their geographic CRS (datum, ellipsoid,
-/// prime meridian).
-pub(crate) fn same_geog_cs(a: &SpatialRef, b: &SpatialRef) -> bool {
-    // SAFETY: both handles are valid for the call (owned by `a` and `b`);
-    // OSRIsSameGeogCS only reads them.
-    unsafe { sys::OSRIsSameGeogCS(a.to_c_hsrs(), b.to_c_hsrs()) != 0 }
 }
 
 /// Why a warp gave no usable output, with GDAL's message.

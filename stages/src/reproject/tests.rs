@@ -16,7 +16,7 @@ fn to(crs: &str) -> Reproject {
         max_pixels: 1 << 28,
         warp_memory: DEFAULT_WARP_MEMORY,
         dst_alpha: false,
-        same_datum: Default::default(),
+        one_area: Default::default(),
         disk: Default::default(),
         kernel: Kernel::Auto,
     }
@@ -31,7 +31,7 @@ fn tile_in(crs: &str) -> Dataset {
 }
 
 #[test]
-fn tiles_share_one_area_of_interest_only_when_no_datum_shift_is_involved() {
+fn tiles_share_one_area_of_interest_only_when_it_cannot_change_projs_choice() {
     let web = to("EPSG:3857");
     // WGS 84 on both sides: UTM 18N, geographic, a PROJ string.
     for same in ["EPSG:32618", "EPSG:4326", "+proj=robin +datum=WGS84"] {
@@ -52,5 +52,17 @@ fn tiles_share_one_area_of_interest_only_when_no_datum_shift_is_involved() {
     );
     // Heights involved (a compound CRS): never.
     assert_eq!(web.area_of_interest(&tile_in("EPSG:4326+5773")), None);
-    assert_eq!(web.same_datum.lock().unwrap().len(), 7);
+    // A CRS PROJ knows only by its PROJ string (GOES): no database search,
+    // whatever the datum, on either side (gdal/area.rs).
+    let geos = "+proj=geos +sweep=x +lon_0=-75 +h=35786023 +ellps=GRS80 +units=m +no_defs";
+    assert_eq!(web.area_of_interest(&tile_in(geos)), Some(WHOLE_WORLD));
+    assert_eq!(
+        to(geos).area_of_interest(&tile_in("EPSG:26718")),
+        Some(WHOLE_WORLD)
+    );
+    assert_eq!(web.one_area.lock().unwrap().len(), 8);
+    // Unless the transformer promotes the CRSs to 3D.
+    let mut promoted = to("EPSG:3857");
+    promoted.transformer.push("PROMOTE_TO_3D=YES".to_owned());
+    assert_eq!(promoted.area_of_interest(&tile_in("EPSG:32618")), None);
 }

@@ -10,7 +10,7 @@
 //! mirrors its layout in GDAL 3.6 (gdalwarper.h), and is read only when
 //! the running library is 3.6 ([`layout_known`]).
 
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 
 use gdal_sys as sys;
 
@@ -66,16 +66,7 @@ pub(super) struct WarpKernel {
 /// Whether the GDAL this process runs is the one [`WarpKernel`] mirrors
 /// and [`super::bilinear`] was proven against (3.6).
 pub(super) fn layout_known() -> bool {
-    static KNOWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *KNOWN.get_or_init(|| {
-        let key = c"VERSION_NUM";
-        // SAFETY: GDALVersionInfo returns a pointer to a static string.
-        let v = unsafe { CStr::from_ptr(sys::GDALVersionInfo(key.as_ptr())) };
-        v.to_str()
-            .ok()
-            .and_then(|s| s.parse::<u32>().ok())
-            .is_some_and(|n| (3_060_000..3_070_000).contains(&n))
-    })
+    crate::gdal::gdal_3_6()
 }
 
 /// What the hook did with a warp's chunks, and what it needs to know.

@@ -1,0 +1,248 @@
+//! When one area of interest serves every tile of a batch.
+//!
+//! GDAL gives each transformer the source's footprint as PROJ's area of
+//! interest, so that PROJ can pick the best datum transformation there,
+//! and it keys its cache of coordinate transformations on that area. Each
+//! tile (a new footprint) thus makes PROJ build its transformation again:
+//! 0.3 ms for a geographic tile, 2-3 ms for UTM, 13-18 ms for a CRS PROJ
+//! searches its database for by name (measured on the mixed corpus). When
+//! the area cannot change what PROJ picks, the reproject stage gives every
+//! tile the same area (the whole world) and GDAL's cache serves them all.
+//! [`one_area`] says when:
+//!
+//! - **The same geographic CRS on both sides.** No datum transformation is
+//!   involved: PROJ chains the two conversions, whatever the area.
+//! - **A CRS PROJ knows only by its PROJ string** ([`by_proj_string`]), on
+//!   either side, with the GDAL and PROJ this was read from (GDAL 3.6,
+//!   PROJ 9.1) and GDAL's default choice of operation. The argument, from
+//!   their sources:
+//!   1. GDAL hands the area to PROJ only as `proj_create_crs_to_crs_from_pj`'s
+//!      area (ogrct.cpp 1562-1590, for `OGR_CT_OP_SELECTION` unset and
+//!      `OSR_USE_APPROX_TMERC` off); it reads it nowhere else.
+//!   2. PROJ reads the area only in `FilterResults`
+//!      (coordinateoperationfactory.cpp 1016, the one caller of
+//!      `getAreaOfInterest`).
+//!   3. When the source or the target carries a PROJ string extension
+//!      (and, having no identifier and the name `unknown`, is not swapped
+//!      for a database CRS by `getResolvedCRS`, 6218-6300),
+//!      `Private::createOperations` returns at once the single operation
+//!      `createOperationsFromProj4Ext` makes (3147-3160, 3331-3378): no
+//!      database search, so no `FilterResults` on the way.
+//!   4. That operation has no domain, hence no extent (oputils.cpp
+//!      453-470). `filterOut` skips it in its loop and keeps it in its
+//!      fallback whatever the area (1092-1238); `andSort` keeps a lone
+//!      operation. `proj_create_crs_to_crs_from_pj` returns it as is when
+//!      it is the only one (4D_api.cpp 1956-1961).
+//!
+//!   So every area gives the same operation. The GOES tiles of the mixed
+//!   corpus are such a CRS (`+proj=geos +sweep=x`).
+//!
+//! Anything else keeps GDAL's area for each tile, as gdalwarp does.
+
+use std::ffi::{c_char, CStr};
+
+use gdal::spatial_ref::SpatialRef;
+use gdal_sys as sys;
+
+/// Why one area of interest may serve every source in one CRS warped to
+/// another (see the module's notes), as [`one_area`] finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OneArea {
+    /// The same geographic CRS on both sides.
+    SameDatum,
+    /// A CRS PROJ knows only by its PROJ string, on one side: holds with
+    /// GDAL 3.6, PROJ 9.1 and GDAL's default choice of operation, which
+    /// [`OneArea::holds`] reads each time (the configuration may change).
+    ByProjString,
+    /// Neither: each tile keeps its own area.
+    No,
+}
+
+impl OneArea {
+    /// Whether one area serves every tile now.
+    pub(crate) fn holds(self) -> bool {
+        match self {
+            OneArea::SameDatum => true,
+            OneArea::ByProjString => proven(),
+            OneArea::No => false,
+        }
+    }
+}
+
+/// Why one area of interest may serve every source in `src` warped to
+/// `dst`.
+pub(crate) fn one_area(src: &SpatialRef, dst: &SpatialRef) -> OneArea {
+    if src.is_compound() || dst.is_compound() {
+        // Heights are involved: never.
+        OneArea::No
+    } else if same_geog_cs(src, dst) {
+        OneArea::SameDatum
+    } else if by_proj_string(src) || by_proj_string(dst) {
+        OneArea::ByProjString
+    } else {
+        OneArea::No
+    }
+}
+
+/// Whether `a` and `b` share their geographic CRS (datum, ellipsoid,
+/// prime meridian).
+fn same_geog_cs(a: &SpatialRef, b: &SpatialRef) -> bool {
+    // SAFETY: both handles are valid for the call (owned by `a` and `b`);
+    // OSRIsSameGeogCS only reads them.
+    unsafe { sys::OSRIsSameGeogCS(a.to_c_hsrs(), b.to_c_hsrs()) != 0 }
+}
+
+/// Whether PROJ builds every operation from or to `srs` out of its PROJ
+/// string alone (step 3 of the module's argument).
+///
+/// GDAL hands PROJ such a CRS as its PROJ string: when it has no authority
+/// code and its WKT1 root carries `EXTENSION["PROJ4", ...]`
+/// (ogrct.cpp `GetTextRepresentation`, `GetWktOrProjString`). PROJ then
+/// parses that string afresh, and keeps the extension only if the string
+/// says something its CRS model cannot. So the string is parsed here as
+/// GDAL's transformation will parse it, and the CRS that comes back must
+/// itself be a projected CRS with the extension, no identifier and the
+/// name `unknown` or `unnamed`.
+pub(crate) fn by_proj_string(srs: &SpatialRef) -> bool {
+    if srs.auth_name().is_some() || root_extension(srs).is_none() {
+        return false;
+    }
+    let Ok(mut text) = srs.to_proj4() else {
+        return false;
+    };
+    if !text.contains(" +type=crs") {
+        text.push_str(" +type=crs");
+    }
+    // GDAL reads `+init=` with other rules than the transformation does.
+    if text.contains("+init=") {
+        return false;
+    }
+    let Ok(parsed) = SpatialRef::from_proj4(&text) else {
+        return false;
+    };
+    parsed.is_projected()
+        && root_keyword(&parsed).as_deref() == Some("PROJCRS")
+        && parsed.auth_name().is_none()
+        && matches!(parsed.name().as_deref(), Some("unknown" | "unnamed"))
+        && root_extension(&parsed).is_some()
+}
+
+/// Whether this process runs the GDAL and PROJ the argument was read from,
+/// with GDAL's default choice of operation.
+fn proven() -> bool {
+    static VERSIONS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let versions = *VERSIONS.get_or_init(|| {
+        let (mut major, mut minor, mut patch) = (0, 0, 0);
+        // SAFETY: three valid out-pointers for the call.
+        unsafe { sys::OSRGetPROJVersion(&mut major, &mut minor, &mut patch) };
+        super::gdal_3_6() && (major, minor) == (9, 1)
+    });
+    let unset = |key: &CStr| {
+        // SAFETY: a valid key; the value GDAL returns is read at once.
+        let v = unsafe { sys::CPLGetConfigOption(key.as_ptr(), std::ptr::null()) };
+        v.is_null()
+    };
+    let tmerc = c"OSR_USE_APPROX_TMERC";
+    // SAFETY: a valid key; CPLTestBool reads the value GDAL returns at once.
+    let approx = unsafe {
+        let v = sys::CPLGetConfigOption(tmerc.as_ptr(), std::ptr::null());
+        !v.is_null() && sys::CPLTestBool(v)
+    };
+    versions && unset(c"OGR_CT_OP_SELECTION") && !approx
+}
+
+/// The root keyword of `srs`'s WKT2 (`PROJCRS`, `BOUNDCRS`, ...).
+fn root_keyword(srs: &SpatialRef) -> Option<String> {
+    let wkt = export_wkt(srs, c"FORMAT=WKT2_2019")?;
+    wkt.split('[').next().map(|k| k.trim().to_owned())
+}
+
+/// The PROJ string of the `EXTENSION["PROJ4", ...]` among the root's own
+/// children in `srs`'s WKT1, as GDAL's `GetExtension(nullptr, "PROJ4")`
+/// reads it (an extension deeper down does not count).
+fn root_extension(srs: &SpatialRef) -> Option<String> {
+    let wkt = export_wkt(srs, c"FORMAT=WKT1_GDAL")?;
+    let root = wkt1::parse(&wkt)?;
+    root.children.iter().rev().find_map(|c| {
+        let is = c.value.eq_ignore_ascii_case("EXTENSION")
+            && c.children.len() >= 2
+            && c.children[0].value.eq_ignore_ascii_case("PROJ4");
+        is.then(|| c.children[1].value.clone())
+    })
+}
+
+/// `srs` as WKT with one export option, or `None` if GDAL cannot.
+fn export_wkt(srs: &SpatialRef, option: &CStr) -> Option<String> {
+    let options: [*const c_char; 2] = [option.as_ptr(), std::ptr::null()];
+    let mut out: *mut c_char = std::ptr::null_mut();
+    // SAFETY: a valid handle, a null-terminated option list and an
+    // out-pointer; GDAL allocates the result, freed below with VSIFree.
+    let err = unsafe { sys::OSRExportToWktEx(srs.to_c_hsrs(), &mut out, options.as_ptr()) };
+    if out.is_null() {
+        return None;
+    }
+    // SAFETY: GDAL returned a NUL-terminated string, read before the free.
+    let text = unsafe { CStr::from_ptr(out) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: `out` was allocated by GDAL and is not used after this.
+    unsafe { sys::VSIFree(out.cast()) };
+    (err == sys::OGRErr::OGRERR_NONE).then_some(text)
+}
+
+/// WKT1 as GDAL's `OGR_SRSNode` tree reads it: a value (a keyword or a
+/// quoted string, quotes removed), then children in brackets.
+mod wkt1 {
+    pub(super) struct Node {
+        pub(super) value: String,
+        pub(super) children: Vec<Node>,
+    }
+
+    /// The tree of `wkt`, or `None` if it is not well formed.
+    pub(super) fn parse(wkt: &str) -> Option<Node> {
+        let mut rest = wkt.trim();
+        let node = node(&mut rest, 0)?;
+        rest.trim().is_empty().then_some(node)
+    }
+
+    fn node(s: &mut &str, depth: usize) -> Option<Node> {
+        // Real CRSs nest a dozen levels at most.
+        if depth > 64 {
+            return None;
+        }
+        *s = s.trim_start();
+        let value = if let Some(quoted) = s.strip_prefix('"') {
+            let end = quoted.find('"')?;
+            let v = quoted[..end].to_owned();
+            *s = &quoted[end + 1..];
+            v
+        } else {
+            let end = s.find(['[', ']', ',', '(', ')']).unwrap_or(s.len());
+            let v = s[..end].trim().to_owned();
+            *s = &s[end..];
+            v
+        };
+        let mut children = Vec::new();
+        *s = s.trim_start();
+        if let Some(inner) = s.strip_prefix(['[', '(']) {
+            *s = inner;
+            loop {
+                children.push(node(s, depth + 1)?);
+                *s = s.trim_start();
+                if let Some(r) = s.strip_prefix(',') {
+                    *s = r;
+                } else if let Some(r) = s.strip_prefix([']', ')']) {
+                    *s = r;
+                    break;
+                } else {
+                    return None;
+                }
+            }
+        }
+        Some(Node { value, children })
+    }
+}
+
+#[cfg(test)]
+#[path = "area/tests.rs"]
+mod tests;
