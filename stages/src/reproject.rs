@@ -142,7 +142,9 @@ impl Reproject {
     /// Where the area cannot change PROJ's choice (`gdal::one_area`: the
     /// same datum on both sides, or a CRS PROJ knows only by its PROJ
     /// string), one area for all tiles lets the cache serve them.
-    fn area_of_interest(&self, src: &Dataset) -> Option<&'static str> {
+    ///
+    /// A mosaic's inputs each need it (they may be in different CRSs).
+    fn area_of_interest(&self, srcs: &[&Dataset]) -> Option<&'static str> {
         // A 3D promotion is not among the cases the argument covers.
         if self
             .transformer
@@ -151,6 +153,14 @@ impl Reproject {
         {
             return None;
         }
+        srcs.iter()
+            .all(|src| self.one_area_for(src).holds())
+            .then_some(WHOLE_WORLD)
+    }
+
+    /// Why one area may serve `src`'s CRS (the transformer's `SRC_SRS`
+    /// when one is given), found once per CRS.
+    fn one_area_for(&self, src: &Dataset) -> OneArea {
         let wkt = self
             .transformer
             .iter()
@@ -158,7 +168,7 @@ impl Reproject {
             .map_or_else(|| src.projection(), str::to_owned);
         let mut known = self.one_area.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(why) = known.get(&wkt) {
-            return why.holds().then_some(WHOLE_WORLD);
+            return *why;
         }
         let why = match (
             gdal::spatial_ref::SpatialRef::from_wkt(&wkt),
@@ -171,7 +181,7 @@ impl Reproject {
             known.clear();
         }
         known.insert(wkt, why);
-        why.holds().then_some(WHOLE_WORLD)
+        why
     }
 
     /// The dataset to warp: the decoded one, or a view of the selected
@@ -304,7 +314,7 @@ impl warpline_engine::Stage for Reproject {
         let raster = Self::take_raster(item)?;
         let views = self.source_views(&raster, &id)?;
         let srcs = datasets(&raster, &views);
-        let aoi = self.area_of_interest(srcs[0]);
+        let aoi = self.area_of_interest(&srcs);
         let planned = self.plan(&srcs, &raster, aoi, &id);
         drop(srcs);
         drop(views);
