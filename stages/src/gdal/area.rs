@@ -23,8 +23,8 @@
 //!      (coordinateoperationfactory.cpp 1016, the one caller of
 //!      `getAreaOfInterest`).
 //!   3. When the source or the target carries a PROJ string extension
-//!      (and, having no identifier and the name `unknown`, is not swapped
-//!      for a database CRS by `getResolvedCRS`, 6218-6300),
+//!      (and, having no identifier and the name `unknown` or `unnamed`, is
+//!      not swapped for a database CRS by `getResolvedCRS`, 6218-6300),
 //!      `Private::createOperations` returns at once the single operation
 //!      `createOperationsFromProj4Ext` makes (3147-3160, 3331-3378): no
 //!      database search, so no `FilterResults` on the way.
@@ -103,7 +103,7 @@ fn same_geog_cs(a: &SpatialRef, b: &SpatialRef) -> bool {
 /// GDAL's transformation will parse it, and the CRS that comes back must
 /// itself be a projected CRS with the extension, no identifier and the
 /// name `unknown` or `unnamed`.
-pub(crate) fn by_proj_string(srs: &SpatialRef) -> bool {
+fn by_proj_string(srs: &SpatialRef) -> bool {
     if srs.auth_name().is_some() || root_extension(srs).is_none() {
         return false;
     }

@@ -119,3 +119,21 @@ fn the_wkt1_tree_is_read_as_gdal_reads_it() {
         assert!(wkt1::parse(bad).is_none(), "{bad}");
     }
 }
+
+#[test]
+fn another_choice_of_operation_turns_the_proj_string_case_off() {
+    crate::gdal::init();
+    for (key, value) in [
+        (c"OGR_CT_OP_SELECTION", c"BEST_ACCURACY"),
+        (c"OSR_USE_APPROX_TMERC", c"YES"),
+    ] {
+        // SAFETY: valid strings; the option is this thread's, and is
+        // unset again below.
+        unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), value.as_ptr()) };
+        let (by_string, same) = (OneArea::ByProjString.holds(), OneArea::SameDatum.holds());
+        // SAFETY: as above.
+        unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), std::ptr::null()) };
+        assert!(!by_string && same, "{key:?}");
+    }
+    assert!(OneArea::ByProjString.holds());
+}
