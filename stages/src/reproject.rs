@@ -23,8 +23,9 @@ use warpline_engine::{
 };
 
 use crate::gdal::{
-    dtype_size, init, kernel_warp, one_area, pixel_bytes, source_refusal, suggested_output,
-    vrt_view, warp, KernelPlan, OneArea, Raster, Suggested, Took, WarpError, WarpOptions,
+    dtype_size, init, kernel_warp, one_area, pixel_bytes, shared_area, source_refusal,
+    suggested_output, vrt_view, warp, KernelPlan, OneArea, Raster, Suggested, Took, WarpError,
+    WarpOptions,
 };
 
 mod args;
@@ -58,10 +59,6 @@ pub struct Reproject {
     /// Whose resampling loop may warp (`kernel`).
     kernel: Kernel,
 }
-
-/// The area of interest given to GDAL's transformers when one serves
-/// every tile (see [`Reproject::area_of_interest`]).
-const WHOLE_WORLD: &str = "AREA_OF_INTEREST=-180,-90,180,90";
 
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     init();
@@ -155,7 +152,7 @@ impl Reproject {
         }
         srcs.iter()
             .all(|src| self.one_area_for(src).holds())
-            .then_some(WHOLE_WORLD)
+            .then(shared_area)
     }
 
     /// Why one area may serve `src`'s CRS (the transformer's `SRC_SRS`

@@ -38,11 +38,49 @@
 //!   corpus are such a CRS (`+proj=geos +sweep=x`).
 //!
 //! Anything else keeps GDAL's area for each tile, as gdalwarp does.
+//!
+//! GDAL's cache keeps one transformation per key and lends it out
+//! (`FindFromCache` removes it until the user destroys it), so two
+//! workers warping at once with the same area would make the second build
+//! its own. Each thread therefore has an area of its own ([`shared_area`]):
+//! the whole world with the south edge moved by a ten-thousandth of a
+//! degree per thread, which by the argument above gives the same
+//! operation.
 
 use std::ffi::{c_char, CStr};
 
 use gdal::spatial_ref::SpatialRef;
 use gdal_sys as sys;
+
+/// The transformer option giving this thread's shared area of interest
+/// (see the module's notes): `AREA_OF_INTEREST=-180,S,180,90`, with `S`
+/// -90 for the first thread, -89.9999 for the second, and so on (16 areas,
+/// then they repeat). A reproject worker is one thread, and makes its
+/// stage's sizing and its warp there, one after the other.
+pub(crate) fn shared_area() -> &'static str {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static MINE: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    MINE.with(|&k| area_of(k))
+}
+
+/// How many areas threads take in turn.
+const AREAS: usize = 16;
+
+/// The `k`th thread's shared area (see [`shared_area`]).
+fn area_of(k: usize) -> &'static str {
+    static OPTIONS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let options = OPTIONS.get_or_init(|| {
+        (0..AREAS)
+            .map(|k| {
+                let south = -90.0 + k as f64 * 1e-4;
+                format!("AREA_OF_INTEREST=-180,{south:.4},180,90")
+            })
+            .collect()
+    });
+    options[k % AREAS].as_str()
+}
 
 /// Why one area of interest may serve every source in one CRS warped to
 /// another (see the module's notes), as [`one_area`] finds it.

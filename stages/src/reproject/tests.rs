@@ -36,9 +36,17 @@ fn tiles_share_one_area_of_interest_only_when_it_cannot_change_projs_choice() {
     // WGS 84 on both sides: UTM 18N, geographic, a PROJ string.
     for same in ["EPSG:32618", "EPSG:4326", "+proj=robin +datum=WGS84"] {
         let tile = tile_in(same);
-        assert_eq!(web.area_of_interest(&[&tile]), Some(WHOLE_WORLD), "{same}");
+        assert_eq!(
+            web.area_of_interest(&[&tile]),
+            Some(shared_area()),
+            "{same}"
+        );
         // The answer is kept per source CRS, and stays the same.
-        assert_eq!(web.area_of_interest(&[&tile]), Some(WHOLE_WORLD), "{same}");
+        assert_eq!(
+            web.area_of_interest(&[&tile]),
+            Some(shared_area()),
+            "{same}"
+        );
     }
     // ETRS89 and NAD27 to WGS 84: PROJ picks the datum shift by area.
     for other in ["EPSG:3035", "EPSG:26718", "EPSG:4267"] {
@@ -48,23 +56,23 @@ fn tiles_share_one_area_of_interest_only_when_it_cannot_change_projs_choice() {
     let nad27 = to("EPSG:4267");
     assert_eq!(
         nad27.area_of_interest(&[&tile_in("EPSG:26718")]),
-        Some(WHOLE_WORLD)
+        Some(shared_area())
     );
     // Heights involved (a compound CRS): never.
     assert_eq!(web.area_of_interest(&[&tile_in("EPSG:4326+5773")]), None);
     // A CRS PROJ knows only by its PROJ string (GOES): no database search,
     // whatever the datum, on either side (gdal/area.rs).
     let geos = "+proj=geos +sweep=x +lon_0=-75 +h=35786023 +ellps=GRS80 +units=m +no_defs";
-    assert_eq!(web.area_of_interest(&[&tile_in(geos)]), Some(WHOLE_WORLD));
+    assert_eq!(web.area_of_interest(&[&tile_in(geos)]), Some(shared_area()));
     assert_eq!(
         to(geos).area_of_interest(&[&tile_in("EPSG:26718")]),
-        Some(WHOLE_WORLD)
+        Some(shared_area())
     );
     assert_eq!(web.one_area.lock().unwrap().len(), 8);
     // A mosaic shares one area only if each of its inputs may: its UTM
     // tile may, its NAD27 tile may not.
     let (utm, nad27) = (tile_in("EPSG:32618"), tile_in("EPSG:26718"));
-    assert_eq!(web.area_of_interest(&[&utm, &utm]), Some(WHOLE_WORLD));
+    assert_eq!(web.area_of_interest(&[&utm, &utm]), Some(shared_area()));
     assert_eq!(web.area_of_interest(&[&utm, &nad27]), None);
     assert_eq!(web.area_of_interest(&[&nad27, &utm]), None);
     // Unless the transformer promotes the CRSs to 3D.

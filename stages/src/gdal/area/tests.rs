@@ -137,3 +137,30 @@ fn another_choice_of_operation_turns_the_proj_string_case_off() {
     }
     assert!(OneArea::ByProjString.holds());
 }
+
+#[test]
+fn each_thread_has_its_own_shared_area_and_keeps_it() {
+    let mine = shared_area();
+    assert_eq!(shared_area(), mine, "a thread keeps its area");
+    let other = std::thread::spawn(|| (shared_area(), shared_area()))
+        .join()
+        .unwrap();
+    assert_eq!(other.0, other.1);
+    // The areas threads take in turn: GDAL keys its cache on an area's
+    // bounds printed with 6 decimals, so they differ there; each is the
+    // whole world but for a ten-thousandth of a degree per turn.
+    let mut keys = std::collections::HashSet::new();
+    for k in 0..AREAS {
+        let area = area_of(k);
+        assert_eq!(area_of(k + AREAS), area, "then they repeat");
+        let v: Vec<f64> = area
+            .strip_prefix("AREA_OF_INTEREST=")
+            .unwrap()
+            .split(',')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!((v[0], v[2], v[3]), (-180.0, 180.0, 90.0), "{area}");
+        assert!((-90.0..-89.99).contains(&v[1]), "{area}");
+        assert!(keys.insert(format!("{:.6}", v[1])), "{area}");
+    }
+}
