@@ -22,9 +22,10 @@
 //!   2. PROJ reads the area only in `FilterResults`
 //!      (coordinateoperationfactory.cpp 1016, the one caller of
 //!      `getAreaOfInterest`).
-//!   3. When the source or the target carries a PROJ string extension
-//!      (and, having no identifier and the name `unknown` or `unnamed`, is
-//!      not swapped for a database CRS by `getResolvedCRS`, 6218-6300),
+//!   3. When the source or the target, as PROJ parses the text GDAL hands
+//!      it, carries its own PROJ string extension (and, having no
+//!      identifier and the name `unknown` or `unnamed`, is not swapped for
+//!      a database CRS by `getResolvedCRS`, 6218-6300),
 //!      `Private::createOperations` returns at once the single operation
 //!      `createOperationsFromProj4Ext` makes (3147-3160, 3331-3378): no
 //!      database search, so no `FilterResults` on the way.
@@ -34,8 +35,12 @@
 //!      operation. `proj_create_crs_to_crs_from_pj` returns it as is when
 //!      it is the only one (4D_api.cpp 1956-1961).
 //!
-//!   So every area gives the same operation. The GOES tiles of the mixed
-//!   corpus are such a CRS (`+proj=geos +sweep=x`).
+//!   So every area gives the same operation. Such CRSs come from PROJ
+//!   strings PROJ cannot model fully, such as `+proj=utm +approx`. Not
+//!   the GOES tiles' `+proj=geos +sweep=x`: PROJ models it, and its
+//!   operation comes out of the database search, where the area filters
+//!   what the database holds (for GOES on NAD27, PROJ's datum shift for the
+//!   whole world is 5 m off the one for a tile over Texas).
 //!
 //! Anything else keeps GDAL's area for each tile, as gdalwarp does.
 //!
@@ -133,16 +138,34 @@ fn same_geog_cs(a: &SpatialRef, b: &SpatialRef) -> bool {
 /// Whether PROJ builds every operation from or to `srs` out of its PROJ
 /// string alone (step 3 of the module's argument).
 ///
-/// GDAL hands PROJ such a CRS as its PROJ string: when it has no authority
-/// code and its WKT1 root carries `EXTENSION["PROJ4", ...]`
-/// (ogrct.cpp `GetTextRepresentation`, `GetWktOrProjString`). PROJ then
-/// parses that string afresh, and keeps the extension only if the string
-/// says something its CRS model cannot. So the string is parsed here as
-/// GDAL's transformation will parse it, and the CRS that comes back must
-/// itself be a projected CRS with the extension, no identifier and the
-/// name `unknown` or `unnamed`.
+/// What counts is the CRS PROJ makes of the text GDAL hands it
+/// (ogrct.cpp `GetTextRepresentation`, `GetWktOrProjString`): the PROJ
+/// string when the CRS's WKT1 has a root `EXTENSION["PROJ4", ...]`, else
+/// its WKT2. PROJ keeps a PROJ string as the CRS's own extension only when
+/// the string says something its CRS model cannot, and says so in the
+/// CRS's WKT2 remark (`PROJ CRS string: ...`, crs.cpp 938-979); a WKT1
+/// `EXTENSION` node alone proves nothing, as PROJ writes one for methods
+/// WKT1 cannot name even without an extension (`+proj=geos +sweep=x`). So
+/// the CRS and its PROJ string parsed again as GDAL's transformation will
+/// parse it must both carry their own extension, be plain projected CRSs
+/// (WKT2 root `PROJCRS`), and have no identifier and the name `unknown`
+/// or `unnamed` (which `getResolvedCRS` does not look up).
 fn by_proj_string(srs: &SpatialRef) -> bool {
-    if srs.auth_name().is_some() || root_extension(srs).is_none() {
+    let plain = |s: &SpatialRef| {
+        s.is_projected()
+            && s.auth_name().is_none()
+            && matches!(s.name().as_deref(), Some("unknown" | "unnamed"))
+            && wkt2_root(s).is_some_and(|root| {
+                root.value == "PROJCRS"
+                    && root.children.iter().any(|c| {
+                        c.value == "REMARK"
+                            && c.children
+                                .first()
+                                .is_some_and(|r| r.value.starts_with("PROJ CRS string: "))
+                    })
+            })
+    };
+    if !plain(srs) {
         return false;
     }
     let Ok(mut text) = srs.to_proj4() else {
@@ -155,14 +178,7 @@ fn by_proj_string(srs: &SpatialRef) -> bool {
     if text.contains("+init=") {
         return false;
     }
-    let Ok(parsed) = SpatialRef::from_proj4(&text) else {
-        return false;
-    };
-    parsed.is_projected()
-        && root_keyword(&parsed).as_deref() == Some("PROJCRS")
-        && parsed.auth_name().is_none()
-        && matches!(parsed.name().as_deref(), Some("unknown" | "unnamed"))
-        && root_extension(&parsed).is_some()
+    SpatialRef::from_proj4(&text).is_ok_and(|parsed| plain(&parsed))
 }
 
 /// Whether this process runs the GDAL and PROJ the argument was read from,
@@ -189,24 +205,9 @@ fn proven() -> bool {
     versions && unset(c"OGR_CT_OP_SELECTION") && !approx
 }
 
-/// The root keyword of `srs`'s WKT2 (`PROJCRS`, `BOUNDCRS`, ...).
-fn root_keyword(srs: &SpatialRef) -> Option<String> {
-    let wkt = export_wkt(srs, c"FORMAT=WKT2_2019")?;
-    wkt.split('[').next().map(|k| k.trim().to_owned())
-}
-
-/// The PROJ string of the `EXTENSION["PROJ4", ...]` among the root's own
-/// children in `srs`'s WKT1, as GDAL's `GetExtension(nullptr, "PROJ4")`
-/// reads it (an extension deeper down does not count).
-fn root_extension(srs: &SpatialRef) -> Option<String> {
-    let wkt = export_wkt(srs, c"FORMAT=WKT1_GDAL")?;
-    let root = wkt1::parse(&wkt)?;
-    root.children.iter().rev().find_map(|c| {
-        let is = c.value.eq_ignore_ascii_case("EXTENSION")
-            && c.children.len() >= 2
-            && c.children[0].value.eq_ignore_ascii_case("PROJ4");
-        is.then(|| c.children[1].value.clone())
-    })
+/// The tree of `srs`'s WKT2 (2019), or `None` if GDAL cannot export it.
+fn wkt2_root(srs: &SpatialRef) -> Option<wkt::Node> {
+    wkt::parse(&export_wkt(srs, c"FORMAT=WKT2_2019")?)
 }
 
 /// `srs` as WKT with one export option, or `None` if GDAL cannot.
@@ -228,9 +229,9 @@ fn export_wkt(srs: &SpatialRef, option: &CStr) -> Option<String> {
     (err == sys::OGRErr::OGRERR_NONE).then_some(text)
 }
 
-/// WKT1 as GDAL's `OGR_SRSNode` tree reads it: a value (a keyword or a
-/// quoted string, quotes removed), then children in brackets.
-mod wkt1 {
+/// WKT as a tree: a value (a keyword or a quoted string, quotes removed),
+/// then children in brackets, as GDAL's `OGR_SRSNode` reads it.
+mod wkt {
     pub(super) struct Node {
         pub(super) value: String,
         pub(super) children: Vec<Node>,

@@ -60,15 +60,21 @@ fn tiles_share_one_area_of_interest_only_when_it_cannot_change_projs_choice() {
     );
     // Heights involved (a compound CRS): never.
     assert_eq!(web.area_of_interest(&[&tile_in("EPSG:4326+5773")]), None);
-    // A CRS PROJ knows only by its PROJ string (GOES): no database search,
-    // whatever the datum, on either side (gdal/area.rs).
-    let geos = "+proj=geos +sweep=x +lon_0=-75 +h=35786023 +ellps=GRS80 +units=m +no_defs";
-    assert_eq!(web.area_of_interest(&[&tile_in(geos)]), Some(shared_area()));
+    // A CRS PROJ knows only by its PROJ string: no database search,
+    // whatever the datum, on either side (gdal/area.rs). Not GOES: PROJ
+    // models `+proj=geos`, and searches its database for it.
+    let approx = "+proj=utm +zone=14 +approx +datum=NAD27 +units=m +no_defs";
     assert_eq!(
-        to(geos).area_of_interest(&[&tile_in("EPSG:26718")]),
+        web.area_of_interest(&[&tile_in(approx)]),
         Some(shared_area())
     );
-    assert_eq!(web.one_area.lock().unwrap().len(), 8);
+    assert_eq!(
+        to(approx).area_of_interest(&[&tile_in("EPSG:3035")]),
+        Some(shared_area())
+    );
+    let geos = "+proj=geos +sweep=x +lon_0=-75 +h=35786023 +datum=NAD27 +units=m +no_defs";
+    assert_eq!(web.area_of_interest(&[&tile_in(geos)]), None);
+    assert_eq!(web.one_area.lock().unwrap().len(), 9);
     // A mosaic shares one area only if each of its inputs may: its UTM
     // tile may, its NAD27 tile may not.
     let (utm, nad27) = (tile_in("EPSG:32618"), tile_in("EPSG:26718"));

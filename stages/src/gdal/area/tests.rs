@@ -3,6 +3,8 @@
 use super::*;
 
 const GEOS: &str = "+proj=geos +sweep=x +lon_0=-75 +h=35786023 +ellps=GRS80 +units=m +no_defs";
+/// A PROJ string PROJ's CRS model cannot hold (`+approx`): PROJ keeps it.
+const APPROX: &str = "+proj=utm +zone=14 +approx +datum=NAD27 +units=m +no_defs";
 
 fn srs(text: &str) -> SpatialRef {
     crate::gdal::init();
@@ -10,17 +12,15 @@ fn srs(text: &str) -> SpatialRef {
 }
 
 #[test]
-fn a_geostationary_proj_string_is_known_by_its_string_alone() {
-    let geos = srs(GEOS);
-    assert!(root_extension(&geos).is_some());
-    assert!(by_proj_string(&geos));
+fn a_proj_string_proj_keeps_as_it_is_known_by_its_string_alone() {
+    let approx = srs(APPROX);
+    assert!(by_proj_string(&approx));
     let web = srs("EPSG:3857");
-    assert_eq!(one_area(&geos, &web), OneArea::ByProjString);
-    // A title names the CRS, but GDAL hands PROJ the string without it,
-    // so PROJ cannot look the name up.
-    assert!(by_proj_string(&srs(&format!("{GEOS} +title=goes"))));
+    assert_eq!(one_area(&approx, &web), OneArea::ByProjString);
     // On the target's side too.
-    assert_eq!(one_area(&srs("EPSG:26718"), &geos), OneArea::ByProjString);
+    assert_eq!(one_area(&srs("EPSG:3035"), &approx), OneArea::ByProjString);
+    // A title names the CRS, which PROJ might look up: not shared.
+    assert!(!by_proj_string(&srs(&format!("{APPROX} +title=mine"))));
     // This process runs the GDAL and PROJ the argument was read from.
     assert!(OneArea::ByProjString.holds());
 }
@@ -28,12 +28,16 @@ fn a_geostationary_proj_string_is_known_by_its_string_alone() {
 #[test]
 fn crss_the_database_may_serve_keep_each_tiles_area() {
     let web = srs("EPSG:3857");
-    // A code, a CRS PROJ searches by name, a PROJ string PROJ models.
+    // A code, a CRS PROJ searches by name, PROJ strings PROJ models
+    // (GOES among them: its WKT1 has an `EXTENSION` node all the same).
     let named = r#"PROJCS["UTM Zone 18, Northern Hemisphere",GEOGCS["Unknown datum based upon the WGS 84 ellipsoid",DATUM["Not_specified_based_on_WGS_84_spheroid",SPHEROID["WGS 84",6378137,298.257223563]],PRIMEM["Greenwich",0],UNIT["degree",0.0174532925199433]],PROJECTION["Transverse_Mercator"],PARAMETER["latitude_of_origin",0],PARAMETER["central_meridian",-75],PARAMETER["scale_factor",0.9996],PARAMETER["false_easting",500000],PARAMETER["false_northing",0],UNIT["metre",1]]"#;
+    let geos_nad27 = GEOS.replace("+ellps=GRS80", "+datum=NAD27");
     for other in [
         "EPSG:26718",
         named,
         "+proj=utm +zone=18 +ellps=clrk66 +units=m",
+        GEOS,
+        &geos_nad27,
     ] {
         let s = srs(other);
         assert!(!by_proj_string(&s), "{other}");
@@ -46,78 +50,99 @@ fn crss_the_database_may_serve_keep_each_tiles_area() {
 }
 
 #[test]
-fn only_a_string_proj_keeps_as_an_extension_of_a_plain_projected_crs_counts() {
+fn only_an_extension_proj_keeps_on_parsing_the_string_again_counts() {
     // An extension PROJ would drop on parsing the string again: the
     // transformation would then come from the database.
     let utm = r#"PROJCS["unknown",GEOGCS["unknown",DATUM["unknown",SPHEROID["GRS 1980",6378137,298.257222101]],PRIMEM["Greenwich",0],UNIT["degree",0.0174532925199433]],PROJECTION["Transverse_Mercator"],PARAMETER["latitude_of_origin",0],PARAMETER["central_meridian",-75],PARAMETER["scale_factor",0.9996],PARAMETER["false_easting",500000],PARAMETER["false_northing",0],UNIT["metre",1],EXTENSION["PROJ4","+proj=utm +zone=18 +ellps=GRS80 +units=m +no_defs"]]"#;
-    let s = srs(utm);
-    assert!(root_extension(&s).is_some(), "GDAL reads the extension");
-    assert!(!by_proj_string(&s));
+    assert!(!by_proj_string(&srs(utm)));
     // A datum shift (a bound CRS); a geographic CRS.
     for text in [
-        &format!("{GEOS} +towgs84=1,2,3"),
+        &format!("{APPROX} +towgs84=1,2,3"),
         "+proj=longlat +datum=WGS84 +lon_wrap=180 +no_defs",
     ] {
         assert!(!by_proj_string(&srs(text)), "{text}");
     }
 }
 
-#[test]
-fn every_area_gives_the_geostationary_tiles_the_same_operation() {
-    // What the argument proves, seen from outside: the transformation
-    // GDAL makes for a tile's own area moves points exactly as the one for
-    // the whole world (and as the one with no area).
-    let geos = srs(GEOS);
-    let web = srs("EPSG:3857");
-    let moved = |aoi: Option<[f64; 4]>| -> Vec<(u64, u64)> {
-        let mut x: Vec<f64> = (0..50).map(|i| -3.0e6 + f64::from(i) * 1.1e5).collect();
-        let mut y: Vec<f64> = (0..50).map(|i| 2.0e6 + f64::from(i) * 3.7e4).collect();
-        // SAFETY: valid handles and options; `x` and `y` hold 50 points;
-        // every object made here is destroyed here.
-        unsafe {
-            let o = sys::OCTNewCoordinateTransformationOptions();
-            if let Some([w, s, e, n]) = aoi {
-                assert_ne!(
-                    sys::OCTCoordinateTransformationOptionsSetAreaOfInterest(o, w, s, e, n),
-                    0
-                );
-            }
-            let ct = sys::OCTNewCoordinateTransformationEx(geos.to_c_hsrs(), web.to_c_hsrs(), o);
-            assert!(!ct.is_null());
-            let mut ok = vec![0; 50];
-            let z = std::ptr::null_mut();
-            sys::OCTTransformEx(ct, 50, x.as_mut_ptr(), y.as_mut_ptr(), z, ok.as_mut_ptr());
-            sys::OCTDestroyCoordinateTransformation(ct);
-            sys::OCTDestroyCoordinateTransformationOptions(o);
+/// The points `from` -> `to` moves with GDAL's transformation for `aoi`
+/// (`None`: no area), as bits.
+fn moved(
+    from: &SpatialRef,
+    to: &SpatialRef,
+    aoi: Option<[f64; 4]>,
+    x0: f64,
+    y0: f64,
+) -> Vec<(u64, u64)> {
+    let mut x: Vec<f64> = (0..50).map(|i| x0 + f64::from(i) * 1.1e4).collect();
+    let mut y: Vec<f64> = (0..50).map(|i| y0 + f64::from(i) * 3.7e3).collect();
+    // SAFETY: valid handles and options; `x` and `y` hold 50 points;
+    // every object made here is destroyed here.
+    unsafe {
+        let o = sys::OCTNewCoordinateTransformationOptions();
+        if let Some([w, s, e, n]) = aoi {
+            assert_ne!(
+                sys::OCTCoordinateTransformationOptionsSetAreaOfInterest(o, w, s, e, n),
+                0
+            );
         }
-        x.iter()
-            .zip(&y)
-            .map(|(a, b)| (a.to_bits(), b.to_bits()))
-            .collect()
-    };
-    let world = moved(Some([-180.0, -90.0, 180.0, 90.0]));
+        let ct = sys::OCTNewCoordinateTransformationEx(from.to_c_hsrs(), to.to_c_hsrs(), o);
+        assert!(!ct.is_null());
+        let mut ok = vec![0; 50];
+        let z = std::ptr::null_mut();
+        sys::OCTTransformEx(ct, 50, x.as_mut_ptr(), y.as_mut_ptr(), z, ok.as_mut_ptr());
+        sys::OCTDestroyCoordinateTransformation(ct);
+        sys::OCTDestroyCoordinateTransformationOptions(o);
+    }
+    x.iter()
+        .zip(&y)
+        .map(|(a, b)| (a.to_bits(), b.to_bits()))
+        .collect()
+}
+
+/// `AREA_OF_INTEREST=w,s,e,n` as numbers.
+fn bounds(option: &str) -> [f64; 4] {
+    let v: Vec<f64> = option
+        .strip_prefix("AREA_OF_INTEREST=")
+        .unwrap()
+        .split(',')
+        .map(|x| x.parse().unwrap())
+        .collect();
+    [v[0], v[1], v[2], v[3]]
+}
+
+#[test]
+fn every_area_gives_a_crs_known_by_its_string_the_same_operation() {
+    // What the argument proves, seen from outside: on NAD27, where the
+    // database holds datum shifts by area, the transformation GDAL makes
+    // for a tile's own area moves points exactly as those for the shared
+    // areas, and as the one with no area.
+    let approx = srs(APPROX);
+    let web = srs("EPSG:3857");
+    let (x0, y0) = (400_000.0, 2_900_000.0);
+    let shared = moved(&approx, &web, Some(bounds(area_of(0))), x0, y0);
     for aoi in [
         None,
-        Some([-80.0, 20.0, -70.0, 30.0]),
-        Some([-110.0, -10.0, -100.0, 5.0]),
+        Some(bounds(area_of(1))),
+        Some([-100.0, 25.0, -98.0, 28.0]),
+        Some([170.0, 20.0, -170.0, 30.0]),
     ] {
-        assert_eq!(moved(aoi), world, "{aoi:?}");
+        assert_eq!(moved(&approx, &web, aoi, x0, y0), shared, "{aoi:?}");
     }
 }
 
 #[test]
-fn the_wkt1_tree_is_read_as_gdal_reads_it() {
-    let root = wkt1::parse(
-        r#"PROJCS["a [b], c",GEOGCS["g",EXTENSION["PROJ4","deep"]],EXTENSION["PROJ4","+proj=x"]]"#,
-    )
-    .unwrap();
-    assert_eq!(root.value, "PROJCS");
-    assert_eq!(root.children[0].value, "a [b], c");
-    assert_eq!(root.children.len(), 3);
-    assert_eq!(root.children[2].children[1].value, "+proj=x");
-    for bad in [r#"PROJCS["a""#, "PROJCS[a,", "PROJCS[a]]", "A[B[C]"] {
-        assert!(wkt1::parse(bad).is_none(), "{bad}");
-    }
+fn a_crs_the_database_serves_may_move_with_the_area() {
+    // Why the rule asks for PROJ's own extension: GOES on NAD27 has an
+    // `EXTENSION` node in WKT1 but none of its own, and its datum shift
+    // for a tile over Texas is not the one for the shared area.
+    let geos = srs(&GEOS.replace("+ellps=GRS80", "+datum=NAD27"));
+    let web = srs("EPSG:3857");
+    // Points over Texas and the Gulf, in the geostationary CRS.
+    let (x0, y0) = (-2.1e6, 2.55e6);
+    let tile = moved(&geos, &web, Some([-97.0, 24.0, -95.0, 27.0]), x0, y0);
+    let shared = moved(&geos, &web, Some(bounds(area_of(1))), x0, y0);
+    assert_ne!(tile, shared);
+    assert!(!by_proj_string(&geos));
 }
 
 #[test]
@@ -136,6 +161,21 @@ fn another_choice_of_operation_turns_the_proj_string_case_off() {
         assert!(!by_string && same, "{key:?}");
     }
     assert!(OneArea::ByProjString.holds());
+}
+
+#[test]
+fn a_wkt_tree_is_read_as_gdal_reads_it() {
+    let root = wkt::parse(
+        r#"PROJCS["a [b], c",GEOGCS["g",EXTENSION["PROJ4","deep"]],EXTENSION["PROJ4","+proj=x"]]"#,
+    )
+    .unwrap();
+    assert_eq!(root.value, "PROJCS");
+    assert_eq!(root.children[0].value, "a [b], c");
+    assert_eq!(root.children.len(), 3);
+    assert_eq!(root.children[2].children[1].value, "+proj=x");
+    for bad in [r#"PROJCS["a""#, "PROJCS[a,", "PROJCS[a]]", "A[B[C]"] {
+        assert!(wkt::parse(bad).is_none(), "{bad}");
+    }
 }
 
 #[test]
