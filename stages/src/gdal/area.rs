@@ -63,11 +63,16 @@ use gdal_sys as sys;
 /// then they repeat). A reproject worker is one thread, and makes its
 /// stage's sizing and its warp there, one after the other.
 pub(crate) fn shared_area() -> &'static str {
+    area_of(turn())
+}
+
+/// This thread's turn among the threads that asked for a shared area.
+fn turn() -> usize {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     thread_local! {
         static MINE: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    MINE.with(|&k| area_of(k))
+    MINE.with(|&k| k)
 }
 
 /// How many areas threads take in turn.

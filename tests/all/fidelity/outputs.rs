@@ -157,6 +157,32 @@ fn a_cutline_bounds_and_crops_the_output_as_gdalwarp_does() {
     );
 }
 
+/// Warps `pieces` as one mosaic named `id` with warpline (EPSG:3857,
+/// bilinear) into `work/mosaic/`, and with `gdalwarp` into
+/// `work/theirs.tif`, and asserts the two are the same raster.
+fn mosaic_equals_gdalwarp(work: &std::path::Path, pieces: &[String], id: &str) {
+    let out_dir = work.join("mosaic");
+    let toml = raster_pipeline(
+        &[],
+        "crs = \"EPSG:3857\"\nresampling = \"bilinear\"",
+        &format!("dir = {:?}", s(&out_dir)),
+        1,
+    )
+    .replace(
+        "kind = \"inline\"\ninputs = []",
+        &format!(
+            "kind = \"mosaic\"\nid = \"{id}\"\ninputs = {}",
+            crate::common::toml_list(pieces)
+        ),
+    );
+    let report = run(&toml);
+    assert_eq!((report.items.total, report.items.done), (1, 1), "{report}");
+    let theirs = work.join("theirs.tif");
+    let args = ["-t_srs", "EPSG:3857", "-r", "bilinear"].map(String::from);
+    crate::common::gdalwarp_many(&args, pieces, &theirs);
+    crate::common::assert_same_raster(&out_dir.join(format!("{id}.tif")), &theirs, "mosaic");
+}
+
 /// A mosaic whose first input shares the target's datum and whose second
 /// is on NAD27: gdalwarp gives each input's transformer its own area of
 /// interest, where PROJ picks NAD27's datum shift, so warpline may share
@@ -193,27 +219,7 @@ fn a_mosaic_of_two_datums_warps_each_input_as_gdalwarp_does() {
         args.extend([rgb.as_str(), piece.as_str()]);
         super::gdal("gdal_translate", &args);
     }
-    let pieces = [a, b];
-    let out_dir = work.path().join("mosaic");
-    let toml = raster_pipeline(
-        &[],
-        "crs = \"EPSG:3857\"\nresampling = \"bilinear\"",
-        &format!("dir = {:?}", s(&out_dir)),
-        1,
-    )
-    .replace(
-        "kind = \"inline\"\ninputs = []",
-        &format!(
-            "kind = \"mosaic\"\nid = \"two\"\ninputs = {}",
-            crate::common::toml_list(&pieces)
-        ),
-    );
-    let report = run(&toml);
-    assert_eq!((report.items.total, report.items.done), (1, 1), "{report}");
-    let theirs = work.path().join("theirs.tif");
-    let args = ["-t_srs", "EPSG:3857", "-r", "bilinear"].map(String::from);
-    crate::common::gdalwarp_many(&args, &pieces, &theirs);
-    crate::common::assert_same_raster(&out_dir.join("two.tif"), &theirs, "mosaic");
+    mosaic_equals_gdalwarp(work.path(), &[a, b], "two");
 }
 
 #[test]
@@ -237,26 +243,8 @@ fn three_inputs_warp_into_one_output_as_gdalwarp_makes_a_mosaic() {
         super::gdal("gdal_translate", &args);
         pieces.push(to);
     }
-    let out_dir = work.path().join("mosaic");
-    let toml = raster_pipeline(
-        &[],
-        "crs = \"EPSG:3857\"\nresampling = \"bilinear\"",
-        &format!("dir = {:?}", s(&out_dir)),
-        1,
-    )
-    .replace(
-        "kind = \"inline\"\ninputs = []",
-        &format!(
-            "kind = \"mosaic\"\nid = \"valley\"\ninputs = {}",
-            crate::common::toml_list(&pieces)
-        ),
-    );
-    let report = run(&toml);
-    assert_eq!((report.items.total, report.items.done), (1, 1), "{report}");
+    mosaic_equals_gdalwarp(work.path(), &pieces, "valley");
     let theirs = work.path().join("theirs.tif");
-    let args = ["-t_srs", "EPSG:3857", "-r", "bilinear"].map(String::from);
-    crate::common::gdalwarp_many(&args, &pieces, &theirs);
-    crate::common::assert_same_raster(&out_dir.join("valley.tif"), &theirs, "mosaic");
     // Not one input's warp: the mosaic is larger than any piece's.
     let size = |p: &std::path::Path| Dataset::open(p).unwrap().raster_size();
     let piece = work.path().join("a-alone.tif");

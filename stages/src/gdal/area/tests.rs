@@ -182,10 +182,13 @@ fn a_wkt_tree_is_read_as_gdal_reads_it() {
 fn each_thread_has_its_own_shared_area_and_keeps_it() {
     let mine = shared_area();
     assert_eq!(shared_area(), mine, "a thread keeps its area");
-    let other = std::thread::spawn(|| (shared_area(), shared_area()))
+    assert_eq!(mine, area_of(turn()));
+    // Two threads have two turns, so the areas of two workers differ.
+    let other = std::thread::spawn(|| (turn(), shared_area(), shared_area()))
         .join()
         .unwrap();
-    assert_eq!(other.0, other.1);
+    assert_ne!(other.0, turn());
+    assert_eq!((other.1, other.2), (area_of(other.0), area_of(other.0)));
     // The areas threads take in turn: GDAL keys its cache on an area's
     // bounds printed with 6 decimals, so they differ there; each is the
     // whole world but for a ten-thousandth of a degree per turn.
@@ -193,14 +196,9 @@ fn each_thread_has_its_own_shared_area_and_keeps_it() {
     for k in 0..AREAS {
         let area = area_of(k);
         assert_eq!(area_of(k + AREAS), area, "then they repeat");
-        let v: Vec<f64> = area
-            .strip_prefix("AREA_OF_INTEREST=")
-            .unwrap()
-            .split(',')
-            .map(|x| x.parse().unwrap())
-            .collect();
-        assert_eq!((v[0], v[2], v[3]), (-180.0, 180.0, 90.0), "{area}");
-        assert!((-90.0..-89.99).contains(&v[1]), "{area}");
-        assert!(keys.insert(format!("{:.6}", v[1])), "{area}");
+        let [w, south, e, n] = bounds(area);
+        assert_eq!((w, e, n), (-180.0, 180.0, 90.0), "{area}");
+        assert!((-90.0..-89.99).contains(&south), "{area}");
+        assert!(keys.insert(format!("{south:.6}")), "{area}");
     }
 }
