@@ -33,6 +33,10 @@
 //!   warpline's resampling loop (`kernel = "auto"`) and with GDAL's
 //!   (`kernel = "gdal"`), in turn in one process: the loop's gain, kind by
 //!   kind, on the same machine load;
+//! - `mixed-instructions` (only when named, needs `valgrind`): the
+//!   reproject stage's instructions under callgrind, warpline's loop
+//!   against GDAL's, kind by kind (`raster/instructions.rs`): the
+//!   comparison a shared machine's timings cannot make;
 //! - `skewed-1000`: 1% of the tiles 20-100x larger, a 512 MiB memory
 //!   budget: peak RSS against budget + 64 MiB;
 //! - `skew10-256`, `skew10-512` (only when named; `scripts/fault-matrix.sh`
@@ -73,6 +77,8 @@ mod adaptive;
 mod corpus;
 #[path = "raster/floor.rs"]
 mod floor;
+#[path = "raster/instructions.rs"]
+mod instructions;
 #[path = "raster/matrix.rs"]
 mod matrix;
 #[path = "raster/mixed.rs"]
@@ -222,6 +228,10 @@ fn scenario(name: &str) {
         "mixed-kernel" => {
             let dir = std::env::var_os("WARPLINE_BENCH_MIXED").expect("tiles from the parent");
             floor::mixed_kernel_lines(Path::new(&dir), work.path());
+        }
+        n if instructions::is(n) => {
+            let dir = std::env::var_os("WARPLINE_BENCH_MIXED").expect("tiles from the parent");
+            instructions::child(n, Path::new(&dir), work.path());
         }
         _ => whole_pipeline(name, work.path(), cores),
     }

@@ -83,7 +83,7 @@ pub fn shape(name: &str) -> (usize, Skew) {
         "rate" => (200, Skew::None),
         // Ten rounds of the 48 distinct tiles, 60 of each kind.
         "mixed" | "mixed-python" => (480, Skew::Mixed),
-        "mixed-floor" | "mixed-kernel" => (0, Skew::Mixed),
+        "mixed-floor" | "mixed-kernel" | "mixed-instructions" => (0, Skew::Mixed),
         m if matrix::budget_mib(m).is_some() => (matrix::tiles(), Skew::Heavy),
         other => panic!("unknown scenario {other}"),
     }

@@ -15,28 +15,46 @@ pub struct Floor {
     pub times: Vec<f64>,
 }
 
-/// The floor of `tiles`: one untimed tile first (GDAL and PROJ open their
-/// drivers and database once per thread), then `rounds` timed rounds. The
-/// floor is the *mean* CPU per tile: N tiles cost N x mean, so that is
-/// what the limit "floor x cores" must use.
-pub fn floor_of(tiles: &[Vec<u8>], work: &Path, rounds: usize) -> Floor {
+/// A blocking stage, as the engine holds it.
+pub type Stage = std::sync::Arc<dyn warpline::BlockingStage>;
+
+/// The bench pipeline's decode, reproject and write stages (output under
+/// `work`), to be called as the engine calls them.
+pub fn stage_handlers(work: &Path) -> [Stage; 3] {
     let out = work.join("floor");
     let toml = pipeline_toml(&work.join("unused.txt"), &out, "", "\"connections\"");
     let p = warpline::Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap();
-    let stages: Vec<_> = p.stages()[1..]
+    let stages: Vec<Stage> = p.stages()[1..]
         .iter()
         .map(|s| match &s.handler {
             warpline::Handler::Blocking(h) => h.clone(),
             warpline::Handler::Async(_) => unreachable!("decode, reproject and write are blocking"),
         })
         .collect();
+    stages
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("the flow fetch, decode, reproject, write"))
+}
+
+/// An item as the fetch stage leaves it: `bytes` fetched.
+pub fn fetched(id: String, bytes: &[u8]) -> warpline::Item {
+    let mut item = warpline::Item::new(warpline::Input {
+        id,
+        source: "bench".into(),
+        size_hint: None,
+    });
+    item.set_payload(warpline::stages::fetch::Fetched::new(bytes.to_vec()));
+    item
+}
+
+/// The floor of `tiles`: one untimed tile first (GDAL and PROJ open their
+/// drivers and database once per thread), then `rounds` timed rounds. The
+/// floor is the *mean* CPU per tile: N tiles cost N x mean, so that is
+/// what the limit "floor x cores" must use.
+pub fn floor_of(tiles: &[Vec<u8>], work: &Path, rounds: usize) -> Floor {
+    let stages = stage_handlers(work);
     let run = |id: String, bytes: &[u8], per: &mut [f64; 3]| {
-        let mut item = warpline::Item::new(warpline::Input {
-            id,
-            source: "bench".into(),
-            size_hint: None,
-        });
-        item.set_payload(warpline::stages::fetch::Fetched::new(bytes.to_vec()));
+        let mut item = fetched(id, bytes);
         let cpu = warpline::engine::report::thread_cpu;
         let start = cpu();
         for (k, s) in stages.iter().enumerate() {
