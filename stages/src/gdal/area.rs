@@ -42,6 +42,16 @@
 //!   what the database holds (for GOES on NAD27, PROJ's datum shift for the
 //!   whole world is 5 m off the one for a tile over Texas).
 //!
+//! - **A CRS PROJ's registry holds no operation for** (`registry.rs`,
+//!   [`registry::unregistered`]), on either side, with the same GDAL,
+//!   PROJ and options: no identifier, and nothing in PROJ's database of
+//!   its name, its geodetic CRS's or its datum's is the source or target
+//!   of an operation, so PROJ's search never filters by the area on the
+//!   way, and the one operation it ends with is a ballpark one, which
+//!   the final filter keeps for any area. The `masked` tiles' "Unknown
+//!   datum based upon the WGS 84 ellipsoid" and the GOES tiles' GRS80
+//!   are such; GOES on NAD27 is not.
+//!
 //! Anything else keeps GDAL's area for each tile, as gdalwarp does.
 //!
 //! GDAL's cache keeps one transformation per key and lends it out
@@ -102,7 +112,11 @@ pub(crate) enum OneArea {
     /// GDAL 3.6, PROJ 9.1 and GDAL's default choice of operation, which
     /// [`OneArea::holds`] reads each time (the configuration may change).
     ByProjString,
-    /// Neither: each tile keeps its own area.
+    /// A CRS PROJ's registry holds no operation for, on one side: holds
+    /// with GDAL 3.6, PROJ 9.1 and GDAL's default choice of operation and
+    /// of the CRS's text, which [`OneArea::holds`] reads each time.
+    Unregistered,
+    /// None of these: each tile keeps its own area.
     No,
 }
 
@@ -112,6 +126,7 @@ impl OneArea {
         match self {
             OneArea::SameDatum => true,
             OneArea::ByProjString => proven(),
+            OneArea::Unregistered => proven() && default_text(),
             OneArea::No => false,
         }
     }
@@ -127,6 +142,8 @@ pub(crate) fn one_area(src: &SpatialRef, dst: &SpatialRef) -> OneArea {
         OneArea::SameDatum
     } else if by_proj_string(src) || by_proj_string(dst) {
         OneArea::ByProjString
+    } else if registry::unregistered(src, dst) || registry::unregistered(dst, src) {
+        OneArea::Unregistered
     } else {
         OneArea::No
     }
@@ -210,6 +227,20 @@ fn proven() -> bool {
     versions && unset(c"OGR_CT_OP_SELECTION") && !approx
 }
 
+/// Whether GDAL picks the text it hands PROJ for a CRS by its defaults
+/// (ogrct.cpp 205-272), as `registry.rs` mirrors them.
+fn default_text() -> bool {
+    [
+        c"OGR_CT_PREFER_OFFICIAL_SRS_DEF",
+        c"OSR_CT_USE_DEFAULT_EPSG_TOWGS84",
+    ]
+    .iter()
+    .all(|key| {
+        // SAFETY: a valid key; the value GDAL returns is read at once.
+        unsafe { sys::CPLGetConfigOption(key.as_ptr(), std::ptr::null()) }.is_null()
+    })
+}
+
 /// The tree of `srs`'s WKT2 (2019), or `None` if GDAL cannot export it.
 fn wkt2_root(srs: &SpatialRef) -> Option<wkt::Node> {
     wkt::parse(&export_wkt(srs, c"FORMAT=WKT2_2019")?)
@@ -286,6 +317,9 @@ mod wkt {
         Some(Node { value, children })
     }
 }
+
+#[path = "area/registry.rs"]
+mod registry;
 
 #[cfg(test)]
 #[path = "area/tests.rs"]

@@ -29,19 +29,24 @@ fn a_proj_string_proj_keeps_as_it_is_known_by_its_string_alone() {
 fn crss_the_database_may_serve_keep_each_tiles_area() {
     let web = srs("EPSG:3857");
     // A code, a CRS PROJ searches by name, PROJ strings PROJ models
-    // (GOES among them: its WKT1 has an `EXTENSION` node all the same).
+    // (GOES among them: its WKT1 has an `EXTENSION` node all the same):
+    // none is known by its string alone; those whose datum the registry
+    // has no operation for share an area all the same.
     let named = r#"PROJCS["UTM Zone 18, Northern Hemisphere",GEOGCS["Unknown datum based upon the WGS 84 ellipsoid",DATUM["Not_specified_based_on_WGS_84_spheroid",SPHEROID["WGS 84",6378137,298.257223563]],PRIMEM["Greenwich",0],UNIT["degree",0.0174532925199433]],PROJECTION["Transverse_Mercator"],PARAMETER["latitude_of_origin",0],PARAMETER["central_meridian",-75],PARAMETER["scale_factor",0.9996],PARAMETER["false_easting",500000],PARAMETER["false_northing",0],UNIT["metre",1]]"#;
     let geos_nad27 = GEOS.replace("+ellps=GRS80", "+datum=NAD27");
-    for other in [
-        "EPSG:26718",
-        named,
-        "+proj=utm +zone=18 +ellps=clrk66 +units=m",
-        GEOS,
-        &geos_nad27,
+    for (other, why) in [
+        ("EPSG:26718", OneArea::No),
+        (named, OneArea::Unregistered),
+        (
+            "+proj=utm +zone=18 +ellps=clrk66 +units=m",
+            OneArea::Unregistered,
+        ),
+        (GEOS, OneArea::Unregistered),
+        (&geos_nad27, OneArea::No),
     ] {
         let s = srs(other);
         assert!(!by_proj_string(&s), "{other}");
-        assert_eq!(one_area(&s, &web), OneArea::No, "{other}");
+        assert_eq!(one_area(&s, &web), why, "{other}");
     }
     // The same datum on both sides, and heights involved.
     assert_eq!(one_area(&srs("EPSG:32618"), &web), OneArea::SameDatum);
@@ -201,4 +206,87 @@ fn each_thread_has_its_own_shared_area_and_keeps_it() {
         assert!((-90.0..-89.99).contains(&south), "{area}");
         assert!(keys.insert(format!("{south:.6}")), "{area}");
     }
+}
+
+/// The `masked` tiles' CRS (RGB.byte.tif's, as GDAL reads it).
+const MASKED: &str = r#"PROJCS["UTM Zone 18, Northern Hemisphere",GEOGCS["Unknown datum based upon the WGS 84 ellipsoid",DATUM["Not_specified_based_on_WGS_84_spheroid",SPHEROID["WGS 84",6378137,298.257223563,AUTHORITY["EPSG","7030"]]],PRIMEM["Greenwich",0],UNIT["degree",0.0174532925199433,AUTHORITY["EPSG","9122"]]],PROJECTION["Transverse_Mercator"],PARAMETER["latitude_of_origin",0],PARAMETER["central_meridian",-75],PARAMETER["scale_factor",0.9996],PARAMETER["false_easting",500000],PARAMETER["false_northing",0],UNIT["metre",1,AUTHORITY["EPSG","9001"]],AXIS["Easting",EAST],AXIS["Northing",NORTH]]"#;
+
+#[test]
+fn a_crs_the_registry_has_no_operation_for_shares_one_area() {
+    let web = srs("EPSG:3857");
+    let wgs84 = srs("EPSG:4326");
+    for text in [MASKED, GEOS, &GEOS.replace("GRS80", "WGS84")] {
+        let s = srs(text);
+        assert_eq!(one_area(&s, &web), OneArea::Unregistered, "{text}");
+        assert_eq!(one_area(&web, &s), OneArea::Unregistered, "{text}");
+        assert_eq!(one_area(&s, &wgs84), OneArea::Unregistered, "{text}");
+    }
+    assert!(OneArea::Unregistered.holds());
+}
+
+#[test]
+fn every_area_gives_an_unregistered_crs_the_same_operation() {
+    // Seen from outside: the transformation GDAL makes for a tile's own
+    // area moves points exactly as those for the shared areas, and as
+    // the one with no area.
+    let web = srs("EPSG:3857");
+    for (text, x0, y0) in [(MASKED, 300_000.0, 2_800_000.0), (GEOS, -2.1e6, 2.55e6)] {
+        let s = srs(text);
+        let shared = moved(&s, &web, Some(bounds(area_of(0))), x0, y0);
+        for aoi in [
+            None,
+            Some(bounds(area_of(1))),
+            Some([-78.0, 24.0, -76.0, 26.0]),
+            Some([-97.0, 24.0, -95.0, 27.0]),
+            Some([-80.0, 86.0, -70.0, 90.0]),
+            Some([170.0, 20.0, -170.0, 30.0]),
+        ] {
+            assert_eq!(moved(&s, &web, aoi, x0, y0), shared, "{text} {aoi:?}");
+        }
+    }
+}
+
+#[test]
+fn a_crs_with_operations_in_the_registry_keeps_its_own_areas() {
+    let web = srs("EPSG:3857");
+    // NAD27 by name only: no identifier anywhere, but PROJ finds its
+    // datum by name, and the registry holds its datum shifts.
+    let nad27_by_name = MASKED
+        .replace("Unknown datum based upon the WGS 84 ellipsoid", "NAD27")
+        .replace(
+            "Not_specified_based_on_WGS_84_spheroid",
+            "North_American_Datum_1927",
+        )
+        .replace(
+            r#"SPHEROID["WGS 84",6378137,298.257223563,AUTHORITY["EPSG","7030"]]"#,
+            r#"SPHEROID["Clarke 1866",6378206.4,294.978698213898]"#,
+        );
+    for text in [
+        GEOS.replace("+ellps=GRS80", "+datum=NAD27"),
+        GEOS.replace("+ellps=GRS80", "+ellps=GRS80 +towgs84=1,2,3"),
+        "EPSG:26718".to_owned(),
+        "+proj=utm +zone=18 +datum=NAD83 +units=m +no_defs".to_owned(),
+        nad27_by_name,
+    ] {
+        assert_eq!(one_area(&srs(&text), &web), OneArea::No, "{text}");
+    }
+}
+
+#[test]
+fn another_choice_of_text_turns_the_unregistered_case_off() {
+    crate::gdal::init();
+    for key in [
+        c"OGR_CT_PREFER_OFFICIAL_SRS_DEF",
+        c"OSR_CT_USE_DEFAULT_EPSG_TOWGS84",
+        c"OGR_CT_OP_SELECTION",
+    ] {
+        // SAFETY: valid strings; the option is this thread's, and is
+        // unset again below.
+        unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), c"NO".as_ptr()) };
+        let holds = OneArea::Unregistered.holds();
+        // SAFETY: as above.
+        unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), std::ptr::null()) };
+        assert!(!holds, "{key:?}");
+    }
+    assert!(OneArea::Unregistered.holds());
 }
