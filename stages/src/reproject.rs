@@ -156,28 +156,34 @@ impl Reproject {
     }
 
     /// Why one area may serve `src`'s CRS (the transformer's `SRC_SRS`
-    /// when one is given), found once per CRS.
+    /// when one is given, read as GDAL reads it; else the dataset's own
+    /// CRS object, which GDAL's transformer takes), found once per CRS.
     fn one_area_for(&self, src: &Dataset) -> OneArea {
-        let wkt = self
+        use gdal::spatial_ref::SpatialRef;
+        let srs = match self
             .transformer
             .iter()
             .find_map(|t| t.strip_prefix("SRC_SRS="))
-            .map_or_else(|| src.projection(), str::to_owned);
+        {
+            Some(text) => SpatialRef::from_definition(text),
+            None => src.spatial_ref(),
+        };
+        let (Ok(srs), Ok(target)) = (srs, SpatialRef::from_wkt(&self.target_wkt)) else {
+            return OneArea::No;
+        };
+        // The key holds all a WKT2 can say (a WKT1 loses epochs, say).
+        let Some(key) = crate::gdal::wkt2(&srs) else {
+            return OneArea::No;
+        };
         let mut known = self.one_area.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(why) = known.get(&wkt) {
+        if let Some(why) = known.get(&key) {
             return *why;
         }
-        let why = match (
-            gdal::spatial_ref::SpatialRef::from_wkt(&wkt),
-            gdal::spatial_ref::SpatialRef::from_wkt(&self.target_wkt),
-        ) {
-            (Ok(a), Ok(b)) => one_area(&a, &b),
-            _ => OneArea::No,
-        };
+        let why = one_area(&srs, &target);
         if known.len() >= 64 {
             known.clear();
         }
-        known.insert(wkt, why);
+        known.insert(key, why);
         why
     }
 

@@ -113,8 +113,8 @@ pub(crate) enum OneArea {
     /// [`OneArea::holds`] reads each time (the configuration may change).
     ByProjString,
     /// A CRS PROJ's registry holds no operation for, on one side: holds
-    /// with GDAL 3.6, PROJ 9.1 and GDAL's default choice of operation and
-    /// of the CRS's text, which [`OneArea::holds`] reads each time.
+    /// with GDAL 3.6, PROJ 9.1, GDAL's default choice of operation and no
+    /// auxiliary database, which [`OneArea::holds`] reads each time.
     Unregistered,
     /// None of these: each tile keeps its own area.
     No,
@@ -126,7 +126,9 @@ impl OneArea {
         match self {
             OneArea::SameDatum => true,
             OneArea::ByProjString => proven(),
-            OneArea::Unregistered => proven() && default_text(),
+            // Auxiliary databases (`PROJ_AUX_DB`) are not searched by
+            // the check.
+            OneArea::Unregistered => proven() && std::env::var_os("PROJ_AUX_DB").is_none(),
             OneArea::No => false,
         }
     }
@@ -227,23 +229,14 @@ fn proven() -> bool {
     versions && unset(c"OGR_CT_OP_SELECTION") && !approx
 }
 
-/// Whether GDAL picks the text it hands PROJ for a CRS by its defaults
-/// (ogrct.cpp 205-272), as `registry.rs` mirrors them.
-fn default_text() -> bool {
-    [
-        c"OGR_CT_PREFER_OFFICIAL_SRS_DEF",
-        c"OSR_CT_USE_DEFAULT_EPSG_TOWGS84",
-    ]
-    .iter()
-    .all(|key| {
-        // SAFETY: a valid key; the value GDAL returns is read at once.
-        unsafe { sys::CPLGetConfigOption(key.as_ptr(), std::ptr::null()) }.is_null()
-    })
-}
-
 /// The tree of `srs`'s WKT2 (2019), or `None` if GDAL cannot export it.
 fn wkt2_root(srs: &SpatialRef) -> Option<wkt::Node> {
-    wkt::parse(&export_wkt(srs, c"FORMAT=WKT2_2019")?)
+    wkt::parse(&wkt2(srs)?)
+}
+
+/// `srs` as WKT2 (2019), or `None` if GDAL cannot export it.
+pub(crate) fn wkt2(srs: &SpatialRef) -> Option<String> {
+    export_wkt(srs, c"FORMAT=WKT2_2019")
 }
 
 /// `srs` as WKT with one export option, or `None` if GDAL cannot.

@@ -44,7 +44,7 @@ mod vsi;
 mod warp;
 mod watch;
 
-pub(crate) use area::{one_area, shared_area, OneArea};
+pub(crate) use area::{one_area, shared_area, wkt2, OneArea};
 pub(crate) use copy::{create_copy, flush};
 pub(crate) use files::{archive_files, vsi_head, MemDir};
 pub(crate) use kernel::{source_refusal, warp as kernel_warp, Plan as KernelPlan, Took};

@@ -24,25 +24,37 @@
 //! 2. Queries with codes of the other side alone (the datum pivot's,
 //!    createOperationsWithDatumPivot 2826-3070) are used only through
 //!    operations from candidates of this side (2883, 3046-3051): none.
+//!    The other side must be a plain projected or geographic 2D CRS
+//!    ([`Proj::plain`]): a bound or compound one has searches of its own
+//!    (createOperationsBoundToGeog and others) this does not argue.
 //! 3. So no intermediate `FilterResults` runs: each sits behind a
 //!    non-empty query result (1727, 1797, 2020; hasPerfectAccuracyResult
 //!    3096 filters an empty list at 3416 and runs at 3545 only on a
 //!    non-empty one). The list entering the final filter does not depend
 //!    on the area.
-//! 4. [`one_ballpark`] checks that list: with no area and no CRS extent
-//!    (nothing filtered out), PROJ returns one operation, a ballpark one.
-//!    A non-ballpark operation would have survived `andSort` (ballparks
-//!    sort last, and the removals drop later entries), so the list holds
-//!    ballpark operations only, and `filterOut` keeps such an operation
-//!    for any area: dropped for an area outside its extent, it is put
-//!    back by the fallback, as no non-ballpark operation with an extent
-//!    was seen (1220-1235). One operation is returned as it is
-//!    (4D_api.cpp 1956-1962).
+//! 4. [`Proj::one_ballpark`] checks that list: with no area and no CRS
+//!    extent (nothing filtered out), PROJ returns one operation, a
+//!    ballpark one, in each direction. A non-ballpark operation would
+//!    have survived `andSort` (`removeUninterestingOps` needs the entry
+//!    before to have an accuracy, which a ballpark has not;
+//!    `removeSyntheticNullTransforms` does nothing without an area;
+//!    `removeDuplicateOps` keeps the first of equal ones), so the list
+//!    holds ballpark operations only. The traces show it holds exactly
+//!    one, and `filterOut` keeps such an operation for any area: dropped
+//!    for an area outside its extent, it is put back by the fallback, as
+//!    no non-ballpark operation with an extent was seen (1220-1235). One
+//!    operation is returned as it is (4D_api.cpp 1956-1962). (Copies of
+//!    one ballpark operation, which `andSort` would fold into one, are
+//!    not excluded by the check itself; the code paths above make one.)
 //!
-//! Holds with GDAL 3.6 and PROJ 9.1 and GDAL's default choice of
-//! operation, which [`super::OneArea::holds`] reads each time; for a CRS
-//! whose datum PROJ has operations for (NAD27, say), step 1 fails and
-//! each tile keeps its own area.
+//! The check runs on each text GDAL may hand PROJ for either CRS
+//! ([`texts`]: its code, and its PROJ string or its WKT2, as GDAL picks
+//! them). It holds with GDAL 3.6 and PROJ
+//! 9.1, GDAL's default choice of operation and no auxiliary database,
+//! which [`super::OneArea::holds`] reads each time; for a CRS whose datum
+//! PROJ has operations for (NAD27, say), step 1 fails and each tile keeps
+//! its own area. The tests (`registry/tests.rs`) have, for each
+//! sub-check, a CRS only that one turns down.
 
 use std::ffi::{c_char, c_int, CStr, CString};
 
@@ -51,66 +63,67 @@ use gdal::spatial_ref::SpatialRef;
 /// Whether `side`'s CRS, transformed to or from `other`'s, gets one
 /// operation from PROJ whatever the area (steps 1 and 4 above).
 pub(super) fn unregistered(side: &SpatialRef, other: &SpatialRef) -> bool {
-    let (Some(side), Some(other)) = (gdal_text(side), gdal_text(other)) else {
+    if authority(side).is_some() {
+        return false;
+    }
+    let (Some(sides), Some(others)) = (texts(side), texts(other)) else {
         return false;
     };
     let Some(proj) = Proj::new() else {
         return false;
     };
-    proj.unregistered(&side) && proj.one_ballpark(&side, &other)
+    sides
+        .iter()
+        .all(|s| proj.unregistered(s) && others.iter().all(|o| proj.one_ballpark(s, o)))
 }
 
-/// The text GDAL 3.6 hands PROJ for `srs` (ogrct.cpp
-/// `GetTextRepresentation` and `GetWktOrProjString`, 178-272, with their
-/// configuration options unset, which [`super::OneArea::holds`] checks):
-/// its authority code when the code's CRS is the same, else its PROJ
-/// string when its WKT1 has a root `EXTENSION["PROJ4", ...]`, else its
-/// WKT2 (2018).
-fn gdal_text(srs: &SpatialRef) -> Option<String> {
-    let h = srs.to_c_hsrs();
-    // SAFETY: a valid handle; GDAL owns the strings while `srs` lives and
-    // is not changed, and they are copied at once.
-    let (auth, code) = unsafe {
-        (
-            text(gdal_sys::OSRGetAuthorityName(h, std::ptr::null())),
-            text(gdal_sys::OSRGetAuthorityCode(h, std::ptr::null())),
-        )
-    };
-    if let (Some(auth), Some(code)) = (auth, code) {
-        let code = format!("{auth}:{code}");
-        if same_as(srs, &code)? {
-            return Some(code);
-        }
+/// The texts GDAL 3.6 may hand PROJ for `srs` (ogrct.cpp
+/// `GetTextRepresentation` and `GetWktOrProjString`, 178-272): its
+/// authority code, if it has one (GDAL takes it when the code's CRS is the
+/// same and its configuration does not say otherwise), and the text
+/// GDAL takes else: the PROJ string (with `+type=crs`) when the CRS's
+/// WKT1 has a root `EXTENSION["PROJ4", ...]`, else its WKT2 (2018).
+fn texts(srs: &SpatialRef) -> Option<Vec<String>> {
+    let mut texts = Vec::new();
+    if let Some((auth, code)) = authority(srs) {
+        texts.push(format!("{auth}:{code}"));
     }
-    let wkt1 = super::wkt::parse(&srs.to_wkt().ok()?)?;
-    let extension = wkt1
-        .children
-        .iter()
-        .any(|c| c.value == "EXTENSION" && c.children.first().is_some_and(|n| n.value == "PROJ4"));
+    // GDAL reads the extension in its WKT1 tree, which PROJ writes as
+    // WKT1_GDAL whatever `OSR_WKT_FORMAT` says (ogrspatialreference.cpp
+    // 335-363), except for a CRS imported from a WKT with `CENTER_LONG`,
+    // whose tree is the WKT's own: not argued.
+    let wkt1 = super::export_wkt(srs, c"FORMAT=WKT1_GDAL")?;
+    if wkt1.contains("CENTER_LONG") {
+        return None;
+    }
+    let root = super::wkt::parse(&wkt1)?;
+    let extension = root.children.iter().any(|c| {
+        c.value.eq_ignore_ascii_case("EXTENSION")
+            && c.children.len() >= 2
+            && c.children[0].value.eq_ignore_ascii_case("PROJ4")
+    });
     if extension {
         let mut text = srs.to_proj4().ok()?;
         if !text.contains(" +type=crs") {
             text.push_str(" +type=crs");
         }
-        Some(text)
+        texts.push(text);
     } else {
-        super::export_wkt(srs, c"FORMAT=WKT2_2018")
+        texts.push(super::export_wkt(srs, c"FORMAT=WKT2_2018")?);
     }
+    Some(texts)
 }
 
-/// Whether `code`'s CRS, with `srs`'s axis mapping, is the same as `srs`
-/// by GDAL's `CRITERION=EQUIVALENT` (ogrct.cpp 249-258).
-fn same_as(srs: &SpatialRef, code: &str) -> Option<bool> {
-    let official = SpatialRef::from_definition(code).ok()?;
-    let options: [*const c_char; 2] = [c"CRITERION=EQUIVALENT".as_ptr(), std::ptr::null()];
-    // SAFETY: two valid handles; the mapping GDAL returns (`n` entries)
-    // is read before `srs` changes, and copied by the setter; the option
-    // list is null-terminated.
+/// `srs`'s authority name and code, as GDAL reads them for its text.
+fn authority(srs: &SpatialRef) -> Option<(String, String)> {
+    let h = srs.to_c_hsrs();
+    // SAFETY: a valid handle; GDAL owns the strings while `srs` lives and
+    // is not changed, and they are copied at once.
     unsafe {
-        let mut n: c_int = 0;
-        let map = gdal_sys::OSRGetDataAxisToSRSAxisMapping(srs.to_c_hsrs(), &mut n);
-        gdal_sys::OSRSetDataAxisToSRSAxisMapping(official.to_c_hsrs(), n, map);
-        Some(gdal_sys::OSRIsSameEx(official.to_c_hsrs(), srs.to_c_hsrs(), options.as_ptr()) != 0)
+        Some((
+            text(gdal_sys::OSRGetAuthorityName(h, std::ptr::null()))?,
+            text(gdal_sys::OSRGetAuthorityCode(h, std::ptr::null()))?,
+        ))
     }
 }
 
@@ -133,14 +146,14 @@ impl Proj {
         let Some(crs) = self.create(text) else {
             return false;
         };
-        let kind = crs.kind();
-        if kind != ffi::PJ_TYPE_PROJECTED_CRS && kind != ffi::PJ_TYPE_GEOGRAPHIC_2D_CRS {
-            // Bound (`+towgs84`), compound, 3D and others: not argued.
+        if !self.plain(&crs) {
             return false;
         }
+        let kind = crs.kind();
         // SAFETY: valid context and CRS; the result is owned below.
         let geod = Pj(unsafe { ffi::proj_crs_get_geodetic_crs(self.ctx, crs.0) });
-        // SAFETY: as above.
+        // SAFETY: a valid context; `geod` is valid or null, which PROJ
+        // accepts (and returns a null for, checked below).
         let datum = Pj(unsafe { ffi::proj_crs_get_datum_forced(self.ctx, geod.0) });
         if geod.0.is_null() || datum.0.is_null() {
             return false;
@@ -165,14 +178,15 @@ impl Proj {
         if !unsafe { ffi::proj_get_id_auth_name(pj.0, 0) }.is_null() {
             return false;
         }
-        // SAFETY: as above; PROJ owns the name while `pj` lives.
-        let name = unsafe { text(ffi::proj_get_name(pj.0)) }.unwrap_or_default();
-        if name.is_empty() || name == "unknown" || name == "unnamed" {
-            // PROJ looks up no such name (1845, 6237).
-            return true;
-        }
-        let Ok(c_name) = CString::new(name) else {
-            return false;
+        // SAFETY: as above; PROJ owns the name while `pj` lives, and it is
+        // copied at once, byte for byte. PROJ looks up every name, even
+        // `unknown` (buildCRSIds 1597-1621), so this does too.
+        let name = unsafe {
+            let p = ffi::proj_get_name(pj.0);
+            if p.is_null() {
+                return true;
+            }
+            CStr::from_ptr(p).to_owned()
         };
         let types = [kind];
         // SAFETY: a valid context, name and type list; every authority,
@@ -181,7 +195,7 @@ impl Proj {
             ffi::proj_create_from_name(
                 self.ctx,
                 std::ptr::null(),
-                c_name.as_ptr(),
+                name.as_ptr(),
                 types.as_ptr(),
                 types.len(),
                 0,
@@ -220,7 +234,24 @@ impl Proj {
         let (Some(a), Some(b)) = (self.create(side), self.create(other)) else {
             return false;
         };
-        self.ballpark_only(&a, &b) && self.ballpark_only(&b, &a)
+        // A bound or compound other side has searches of its own
+        // (createOperationsBoundToGeog and others): not argued.
+        self.plain(&b) && self.ballpark_only(&a, &b) && self.ballpark_only(&b, &a)
+    }
+
+    /// Whether `crs` is a projected or geographic CRS of two axes (not
+    /// bound, as `+towgs84` makes, compound or 3D: not argued).
+    fn plain(&self, crs: &Pj) -> bool {
+        let kind = crs.kind();
+        if kind != ffi::PJ_TYPE_PROJECTED_CRS && kind != ffi::PJ_TYPE_GEOGRAPHIC_2D_CRS {
+            return false;
+        }
+        // SAFETY: a valid context and CRS; the system is owned below, and
+        // PROJ accepts a null for the count (returning -1).
+        unsafe {
+            let cs = Pj(ffi::proj_crs_get_coordinate_system(self.ctx, crs.0));
+            ffi::proj_cs_get_axis_count(self.ctx, cs.0) == 2
+        }
     }
 
     fn ballpark_only(&self, src: &Pj, dst: &Pj) -> bool {
@@ -416,6 +447,11 @@ mod ffi {
         pub(super) fn proj_get_id_auth_name(pj: *const PJ, index: c_int) -> *const c_char;
         pub(super) fn proj_get_id_code(pj: *const PJ, index: c_int) -> *const c_char;
         pub(super) fn proj_crs_get_geodetic_crs(ctx: *mut PJ_CONTEXT, crs: *const PJ) -> *mut PJ;
+        pub(super) fn proj_crs_get_coordinate_system(
+            ctx: *mut PJ_CONTEXT,
+            crs: *const PJ,
+        ) -> *mut PJ;
+        pub(super) fn proj_cs_get_axis_count(ctx: *mut PJ_CONTEXT, cs: *const PJ) -> c_int;
         pub(super) fn proj_crs_get_datum_forced(ctx: *mut PJ_CONTEXT, crs: *const PJ) -> *mut PJ;
         #[allow(clippy::too_many_arguments)]
         pub(super) fn proj_create_from_name(
@@ -469,3 +505,7 @@ mod ffi {
         ) -> c_int;
     }
 }
+
+#[cfg(test)]
+#[path = "registry/tests.rs"]
+mod tests;

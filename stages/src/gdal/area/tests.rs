@@ -273,16 +273,15 @@ fn a_crs_with_operations_in_the_registry_keeps_its_own_areas() {
 }
 
 #[test]
-fn another_choice_of_text_turns_the_unregistered_case_off() {
+fn another_choice_of_operation_turns_the_unregistered_case_off() {
     crate::gdal::init();
-    for key in [
-        c"OGR_CT_PREFER_OFFICIAL_SRS_DEF",
-        c"OSR_CT_USE_DEFAULT_EPSG_TOWGS84",
-        c"OGR_CT_OP_SELECTION",
+    for (key, value) in [
+        (c"OGR_CT_OP_SELECTION", c"BEST_ACCURACY"),
+        (c"OSR_USE_APPROX_TMERC", c"YES"),
     ] {
         // SAFETY: valid strings; the option is this thread's, and is
         // unset again below.
-        unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), c"NO".as_ptr()) };
+        unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), value.as_ptr()) };
         let holds = OneArea::Unregistered.holds();
         // SAFETY: as above.
         unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), std::ptr::null()) };
