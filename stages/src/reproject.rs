@@ -168,7 +168,7 @@ impl Reproject {
             Some(text) => SpatialRef::from_definition(text),
             None => src.spatial_ref(),
         };
-        let (Ok(srs), Ok(target)) = (srs, SpatialRef::from_wkt(&self.target_wkt)) else {
+        let Ok(srs) = srs else {
             return OneArea::No;
         };
         // The key holds all a WKT2 can say (a WKT1 loses epochs, say).
@@ -179,7 +179,8 @@ impl Reproject {
         if let Some(why) = known.get(&key) {
             return *why;
         }
-        let why = one_area(&srs, &target);
+        let why =
+            SpatialRef::from_wkt(&self.target_wkt).map_or(OneArea::No, |t| one_area(&srs, &t));
         if known.len() >= 64 {
             known.clear();
         }

@@ -74,7 +74,20 @@ fn tiles_share_one_area_of_interest_only_when_it_cannot_change_projs_choice() {
     );
     let geos = "+proj=geos +sweep=x +lon_0=-75 +h=35786023 +datum=NAD27 +units=m +no_defs";
     assert_eq!(web.area_of_interest(&[&tile_in(geos)]), None);
-    assert_eq!(web.one_area.lock().unwrap().len(), 9);
+    // A datum PROJ's database holds no operation for (gdal/area/registry.rs):
+    // GOES on GRS80 alone, UTM on the WGS 84 ellipsoid alone, as a tile's
+    // dataset holds them.
+    for unregistered in [
+        geos.replace("+datum=NAD27", "+ellps=GRS80"),
+        "+proj=utm +zone=18 +ellps=WGS84 +units=m +no_defs".to_owned(),
+    ] {
+        assert_eq!(
+            web.area_of_interest(&[&tile_in(&unregistered)]),
+            Some(shared_area()),
+            "{unregistered}"
+        );
+    }
+    assert_eq!(web.one_area.lock().unwrap().len(), 11);
     // A mosaic shares one area only if each of its inputs may: its UTM
     // tile may, its NAD27 tile may not.
     let (utm, nad27) = (tile_in("EPSG:32618"), tile_in("EPSG:26718"));

@@ -49,9 +49,9 @@
 //!
 //! The check runs on each text GDAL may hand PROJ for either CRS
 //! ([`texts`]: its code, and its PROJ string or its WKT2, as GDAL picks
-//! them). It holds with GDAL 3.6 and PROJ
-//! 9.1, GDAL's default choice of operation and no auxiliary database,
-//! which [`super::OneArea::holds`] reads each time; for a CRS whose datum
+//! them). It holds with GDAL 3.6 and PROJ 9.1, GDAL's default choice of
+//! operation and no auxiliary database, which [`super::OneArea::holds`]
+//! reads each time; for a CRS whose datum
 //! PROJ has operations for (NAD27, say), step 1 fails and each tile keeps
 //! its own area. The tests (`registry/tests.rs`) have, for each
 //! sub-check, a CRS only that one turns down.

@@ -151,7 +151,7 @@ fn a_crs_the_database_serves_may_move_with_the_area() {
 }
 
 #[test]
-fn another_choice_of_operation_turns_the_proj_string_case_off() {
+fn another_choice_of_operation_turns_the_database_cases_off() {
     crate::gdal::init();
     for (key, value) in [
         (c"OGR_CT_OP_SELECTION", c"BEST_ACCURACY"),
@@ -161,11 +161,13 @@ fn another_choice_of_operation_turns_the_proj_string_case_off() {
         // unset again below.
         unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), value.as_ptr()) };
         let (by_string, same) = (OneArea::ByProjString.holds(), OneArea::SameDatum.holds());
+        let unregistered = OneArea::Unregistered.holds();
         // SAFETY: as above.
         unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), std::ptr::null()) };
+        assert!(!unregistered, "{key:?}");
         assert!(!by_string && same, "{key:?}");
     }
-    assert!(OneArea::ByProjString.holds());
+    assert!(OneArea::ByProjString.holds() && OneArea::Unregistered.holds());
 }
 
 #[test]
@@ -270,22 +272,4 @@ fn a_crs_with_operations_in_the_registry_keeps_its_own_areas() {
     ] {
         assert_eq!(one_area(&srs(&text), &web), OneArea::No, "{text}");
     }
-}
-
-#[test]
-fn another_choice_of_operation_turns_the_unregistered_case_off() {
-    crate::gdal::init();
-    for (key, value) in [
-        (c"OGR_CT_OP_SELECTION", c"BEST_ACCURACY"),
-        (c"OSR_USE_APPROX_TMERC", c"YES"),
-    ] {
-        // SAFETY: valid strings; the option is this thread's, and is
-        // unset again below.
-        unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), value.as_ptr()) };
-        let holds = OneArea::Unregistered.holds();
-        // SAFETY: as above.
-        unsafe { sys::CPLSetThreadLocalConfigOption(key.as_ptr(), std::ptr::null()) };
-        assert!(!holds, "{key:?}");
-    }
-    assert!(OneArea::Unregistered.holds());
 }
