@@ -12,8 +12,14 @@
 //!
 //! - [`engine`] (`warpline-engine`): the generic runtime: pipeline files,
 //!   limiters, stages and their mailboxes, the run and its report;
+//! - `warpline-gdal`: the one crate that calls GDAL's C API, with typed,
+//!   safe calls (open, CRS, translate, copy, VSI, and the warp from a
+//!   typed `WarpSpec`);
+//! - `warpline-gdal36` (feature `gdal36`, on by default): the warp
+//!   accelerator for GDAL 3.6, warpline's own resampling loops where
+//!   proven equal to gdalwarp; off by itself on any other GDAL;
 //! - [`stages`] (`warpline-stages`): the raster stages (sources, fetch,
-//!   decode, reproject, write) and the one module that calls GDAL;
+//!   decode, reproject, write) and the object stores; no `unsafe`;
 //! - [`registry`]: every stage and source kind warpline ships;
 //! - `examples/service.rs`: an axum service that runs posted pipelines;
 //!   `examples/ndvi.rs`: a raster stage of your own (typed band access,
@@ -226,7 +232,25 @@ pub fn tune_allocator() {
     }
 }
 
-/// Every stage and source kind warpline ships.
+/// Every stage and source kind warpline ships. With the `gdal36` feature
+/// (on by default) it also installs the warp accelerator for GDAL 3.6,
+/// which probes the GDAL it runs on once and switches itself off on any
+/// other: [`warp_path`] says which path warps and why.
 pub fn registry() -> Registry {
+    install_accelerator();
     warpline_stages::registry()
+}
+
+/// Installs the warp accelerators this build has (the `gdal36` feature),
+/// once; [`registry`] calls it. Nothing without the feature.
+pub fn install_accelerator() {
+    #[cfg(feature = "gdal36")]
+    warpline_gdal36::install();
+}
+
+/// Which loop warps in this process (an accelerator's, where it is proven
+/// equal to gdalwarp, or GDAL's own), and why; with the GDAL and PROJ
+/// versions. Probed once, after [`install_accelerator`].
+pub fn warp_path() -> &'static warpline_gdal::WarpPath {
+    warpline_gdal::warp_path()
 }

@@ -34,6 +34,10 @@ pub struct PlannedStage {
     /// host (a fetch); absent for other stages.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<PlannedAdaptive>,
+    /// What the stage says of how it will work: reproject's warp path
+    /// (accelerated or GDAL's) and why. Left out of JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// A request-making stage's adaptive per-host limits: on (with its
@@ -125,7 +129,7 @@ pub struct Plan {
     /// The most memory the run should take: every byte budget, GDAL's
     /// cache (when a stage calls GDAL), and the process itself: 64 MiB, or
     /// 96 MiB with GDAL (its libraries and state are about 70-75 MiB of
-    /// resident memory before any tile: README, the skewed matrix).
+    /// resident memory before any tile: docs/performance.md, the skewed matrix).
     pub estimated_peak_memory_bytes: u64,
 }
 
@@ -188,6 +192,7 @@ impl Plan {
                         on: s.adaptive.is_some(),
                         settings: s.adaptive,
                     }),
+                    notes: s.handler.notes(),
                 })
                 .collect(),
             admission_bound: p.admission_bound(),
@@ -213,6 +218,9 @@ impl fmt::Display for Plan {
             writeln!(f, "{}", stage_line(s))?;
             if let Some(a) = &s.adaptive {
                 writeln!(f, "      {a}")?;
+            }
+            for note in &s.notes {
+                writeln!(f, "      {note}")?;
             }
         }
         writeln!(f, "  admission bound: {} items", self.admission_bound)?;

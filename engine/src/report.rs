@@ -71,6 +71,10 @@ pub struct StageReport {
     /// `disk`; empty (and left out of JSON) for a stage that never says.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub paths: BTreeMap<String, u64>,
+    /// What the stage said of how it works ([`Stage::notes`](crate::Stage::notes)):
+    /// reproject's warp path and why. Left out of JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// One limiter's use during this run: for a limiter shared with other runs
@@ -531,6 +535,7 @@ fn stage_reports(pipeline: &Pipeline, stats: &[StageStats], secs: f64) -> Vec<St
                 .is_blocking()
                 .then(|| Duration::from_nanos(s.cpu_ns.load(Ordering::Acquire)).as_secs_f64()),
             paths: s.paths(),
+            notes: plan.handler.notes(),
         })
         .collect()
 }

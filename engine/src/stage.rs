@@ -59,6 +59,13 @@ pub trait Stage: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// What the stage says of how it will work on this machine, in a line
+    /// each (reproject: which warp path, and why): shown by `plan` and in
+    /// the run report. None by default.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// The payload this stage takes from the stage before it: checked
     /// against what that stage [hands on](Self::hands_on) when the pipeline
     /// compiles. [`Payload::ANY`] by default.
@@ -132,6 +139,14 @@ impl Handler {
         match self {
             Handler::Async(s) => s.check_environment(),
             Handler::Blocking(s) => s.check_environment(),
+        }
+    }
+
+    /// What the stage says of how it will work ([`Stage::notes`]).
+    pub fn notes(&self) -> Vec<String> {
+        match self {
+            Handler::Async(s) => s.notes(),
+            Handler::Blocking(s) => s.notes(),
         }
     }
 

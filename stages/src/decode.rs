@@ -23,9 +23,6 @@
 
 use std::collections::BTreeMap;
 
-use gdal::spatial_ref::SpatialRef;
-use gdal::{Dataset, DatasetOptions, GdalOpenFlags, Metadata};
-use gdal_sys as sys;
 use serde::Deserialize;
 use warpline_engine::limit::LimiterKind;
 use warpline_engine::units::Size;
@@ -33,11 +30,12 @@ use warpline_engine::{
     BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
 };
 
-use crate::fetch::Fetched;
-use crate::gdal::{
-    archive_files, dtype_size, init, last_error, reset_error, vrt_view, MemDir, Raster,
-};
+use warpline_gdal::files::archive_files;
+use warpline_gdal::open::{open, Opened};
+use warpline_gdal::{init, MemDir, Raster, RemoteFile};
+
 use crate::names::{self, Archive, APPENDED};
+use crate::payloads::Fetched;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,29 +57,12 @@ pub struct Decode {
     max_decoded_bytes: u64,
 }
 
-mod refs;
-
 const DEFAULT_MAX_PIXELS: u64 = 1 << 28; // 16384 x 16384
 const DEFAULT_MAX_DECODED: u64 = 2 << 30; // 2 GiB
 
 /// Zips with more entries than this are refused (listing one costs GDAL
 /// time and memory outside the budget).
 const MAX_MEMBERS_LISTED: usize = 10_000;
-
-/// Turns a CRS as a user writes it (EPSG code, WKT, PROJ string) into WKT,
-/// or says why PROJ does not understand it.
-pub(crate) fn crs_to_wkt(text: &str) -> Result<String, String> {
-    init();
-    reset_error();
-    SpatialRef::from_definition(text)
-        .and_then(|srs| srs.to_wkt())
-        .map_err(|_| {
-            format!(
-                "PROJ does not understand the CRS {text:?}: {}",
-                last_error("unknown CRS")
-            )
-        })
-}
 
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     init();
@@ -91,7 +72,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     };
     let drivers = d.drivers.unwrap_or_else(|| vec!["GTiff".to_owned()]);
     for (i, name) in drivers.iter().enumerate() {
-        if gdal::DriverManager::get_driver_by_name(name).is_err() {
+        if !warpline_gdal::driver_exists(name) {
             problems.push(s.problem(
                 &format!("drivers[{i}]"),
                 format!("GDAL has no driver {name:?}"),
@@ -108,8 +89,8 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         }
     }
     let assume_crs = d.assume_crs.as_deref().and_then(|text| {
-        crs_to_wkt(text)
-            .map_err(|m| problems.push(s.env_problem("assume_crs", m)))
+        warpline_gdal::crs_to_wkt(text)
+            .map_err(|e| problems.push(s.env_problem("assume_crs", e.to_string())))
             .ok()
     });
     let max_decoded_bytes = d.max_decoded_bytes.map_or(DEFAULT_MAX_DECODED, |b| b.0);
@@ -118,7 +99,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         .iter()
         .find(|l| l.kind() == LimiterKind::Bytes)
     {
-        crate::gdal::request_cache(crate::gdal::cache_for_budget(m.capacity()));
+        warpline_gdal::request_cache(warpline_gdal::cache_for_budget(m.capacity()));
     }
     let open_options: Vec<String> = d
         .open_options
@@ -225,81 +206,27 @@ fn files_of(fetched: Fetched, source: &str, id: &str) -> Result<(MemDir, String)
     Ok((dir, path))
 }
 
-/// Whether GDAL can place the raster: a geotransform, GCPs, RPCs or
-/// geolocation arrays.
-fn georeferencing(ds: &Dataset) -> Option<&'static str> {
-    if ds.geo_transform().is_ok() {
-        return Some("geotransform");
-    }
-    if !ds.gcps().is_empty() {
-        return Some("gcps");
-    }
-    // Geolocation arrays are refused before this (see `refs`).
-    ds.metadata_domain("RPC")
-        .is_some_and(|m| !m.is_empty())
-        .then_some("rpc")
-}
-
-/// The CRS GDAL sees for the raster's georeferencing, if any.
-fn has_crs(ds: &Dataset, how: &str) -> bool {
-    match how {
-        "geotransform" => !ds.projection().is_empty(),
-        "gcps" => ds.gcp_projection().is_some_and(|p| !p.is_empty()),
-        // RPCs are in WGS 84.
-        _ => true,
-    }
-}
-
 impl Decode {
-    fn open(&self, path: &str, id: &str) -> Result<Dataset, StageError> {
-        let drivers: Vec<&str> = self.drivers.iter().map(String::as_str).collect();
-        let options: Vec<&str> = self.open_options.iter().map(String::as_str).collect();
-        reset_error();
-        Dataset::open_ex(
-            path,
-            DatasetOptions {
-                open_flags: GdalOpenFlags::GDAL_OF_RASTER
-                    | GdalOpenFlags::GDAL_OF_READONLY
-                    | GdalOpenFlags::GDAL_OF_VERBOSE_ERROR,
-                allowed_drivers: Some(&drivers),
-                open_options: (!options.is_empty()).then_some(&options),
-                sibling_files: None,
-            },
-        )
-        .map_err(|e| {
-            // The gdal crate takes GDAL's message into its error and resets
-            // GDAL's own, so it is read from the error.
-            let why = match e {
-                gdal::errors::GdalError::NullPointer { msg, .. } if !msg.trim().is_empty() => {
-                    crate::gdal::scrub(&msg)
-                }
-                _ => "unrecognised format".to_owned(),
-            };
-            StageError::permanent(format!(
-                "{id}: not a readable raster for the allowed drivers ({}): {why}",
-                self.drivers.join(", "),
-            ))
-        })
+    /// Opens `path` with the allowed drivers, refusing references to
+    /// other files (see `warpline_gdal::open`).
+    fn open(&self, path: &str, id: &str) -> Result<Opened, StageError> {
+        open(path, &self.drivers, &self.open_options)
+            .map_err(|e| StageError::permanent(format!("{id}: {e}")))
     }
 
     /// The size checks, before any pixel is read.
-    fn check_size(&self, ds: &Dataset, id: &str) -> Result<(), StageError> {
-        let (width, height) = ds.raster_size();
-        let count = ds.raster_count();
+    fn check_size(&self, ds: &Opened, id: &str) -> Result<(), StageError> {
+        let h = ds
+            .header()
+            .map_err(|e| StageError::permanent(format!("{id}: {e}")))?;
+        let (width, height, count) = (h.width, h.height, h.bands);
         if width == 0 || height == 0 || count == 0 {
             return Err(StageError::permanent(format!(
                 "{id}: empty raster ({width} x {height}, {count} bands)"
             )));
         }
-        let pixels = (width as u64).saturating_mul(height as u64);
-        let mut pixel_bytes = 0u64;
-        for i in 1..=count {
-            let band = ds
-                .rasterband(i)
-                .map_err(|e| StageError::permanent(format!("{id}: band {i}: {e}")))?;
-            pixel_bytes += u64::from(dtype_size(band.band_type() as sys::GDALDataType::Type));
-        }
-        let decoded_bytes = pixels.saturating_mul(pixel_bytes);
+        let pixels = width.saturating_mul(height);
+        let decoded_bytes = pixels.saturating_mul(h.pixel_bytes);
         if pixels > self.max_pixels {
             return Err(StageError::permanent(format!(
                 "{id}: declares {width} x {height} = {pixels} pixels, over max_pixels ({})",
@@ -334,9 +261,8 @@ impl Decode {
             .zip(item.source.lines())
             .map(|(part, line)| self.open_one(part, line, &id))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut first = rasters.remove(0);
-        first.others = rasters;
-        Ok(first)
+        let first = rasters.remove(0);
+        Ok(first.with_others(rasters))
     }
 
     /// Opens one input's bytes (`line`: its source) and checks its header.
@@ -365,53 +291,17 @@ impl Decode {
         let failed = || {
             remote
                 .as_ref()
-                .and_then(crate::gdal::RemoteFile::take_failure)
+                .and_then(RemoteFile::take_failure)
                 .map(|m| StageError::transient(format!("{id}: {m}")))
         };
         let ds = self.open(&path, &id).map_err(|e| failed().unwrap_or(e))?;
-        let checked = refs::refuse_references(&ds, &id)
-            .and_then(|()| {
-                if path.starts_with("/vsizip/") || path.starts_with("/vstar/") {
-                    refs::refuse_archive_siblings(&path, &id)
-                } else {
-                    refs::refuse_sibling_references(&path, &id)
-                }
-            })
-            .and_then(|()| self.check_size(&ds, &id));
-        checked.map_err(|e| failed().unwrap_or(e))?;
+        self.check_size(&ds, &id)
+            .map_err(|e| failed().unwrap_or(e))?;
         if let Some(e) = failed() {
             return Err(e);
         }
-        let Some(how) = georeferencing(&ds) else {
-            return Err(StageError::permanent(format!(
-                "{id}: has no geotransform (nor GCPs, RPCs or a world file): it cannot be placed on the map"
-            )));
-        };
-        if has_crs(&ds, how) {
-            return Ok(Raster {
-                ds,
-                _under: None,
-                files: Some(dir),
-                others: Vec::new(),
-                scratch: None,
-                remote,
-            });
-        }
-        let Some(assumed) = &self.assume_crs else {
-            return Err(StageError::permanent(format!(
-                "{id}: has no CRS; set `assume_crs` on the decode stage if you know it"
-            )));
-        };
-        let view = vrt_view(&ds, &["-a_srs".to_owned(), assumed.clone()])
-            .map_err(|m| StageError::permanent(format!("{id}: cannot assume the CRS: {m}")))?;
-        Ok(Raster {
-            ds: view,
-            _under: Some(ds),
-            files: Some(dir),
-            others: Vec::new(),
-            scratch: None,
-            remote,
-        })
+        ds.into_raster(dir, remote, self.assume_crs.as_deref())
+            .map_err(|e| StageError::permanent(format!("{id}: {e}")))
     }
 }
 
@@ -448,7 +338,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::gdal::{RangeRead, RemoteFile};
+    use warpline_gdal::RangeRead;
 
     /// A small GTiff read by ranges, whose reads all succeed but that says
     /// once that an earlier read failed (one GDAL tolerated).
@@ -482,7 +372,10 @@ mod tests {
     #[test]
     fn a_range_read_failure_gdal_tolerated_fails_decode() {
         let file = Arc::new(Tolerated {
-            bytes: crate::samples::sample_tiles(1, 64).unwrap().remove(0).bytes,
+            bytes: warpline_gdal::samples::sample_tiles(1, 64)
+                .unwrap()
+                .remove(0)
+                .bytes,
             failed: AtomicBool::new(true),
         });
         let decode = Decode {

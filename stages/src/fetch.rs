@@ -35,63 +35,14 @@ use warpline_engine::{
     Ticket,
 };
 
+use crate::http::error_chain;
 use crate::store::{self, Stores};
 
 mod window;
 
 use window::Read;
 
-/// What fetch hands on: the input's bytes, and for a local file the
-/// siblings GDAL would read beside it.
-#[derive(Debug, Default)]
-pub struct Fetched {
-    /// The body or file contents.
-    pub bytes: Vec<u8>,
-    /// Files beside a local input that GDAL reads with it (external mask,
-    /// overviews, `.aux.xml`, world file, `.prj`): see [`Sibling`].
-    pub siblings: Vec<Sibling>,
-    /// A mosaic's inputs, one each, in order (`bytes` is then empty).
-    pub parts: Vec<Fetched>,
-    /// An input read by ranges while it is warped (`read = "window"`):
-    /// `bytes` is then empty.
-    pub(crate) remote: Option<crate::gdal::RemoteFile>,
-}
-
-impl Fetched {
-    /// Bytes with no siblings.
-    pub fn new(bytes: Vec<u8>) -> Self {
-        Fetched {
-            bytes,
-            ..Fetched::default()
-        }
-    }
-
-    /// Bytes held, siblings included.
-    pub fn len(&self) -> u64 {
-        self.bytes.len() as u64
-            + self
-                .siblings
-                .iter()
-                .map(|s| s.bytes.len() as u64)
-                .sum::<u64>()
-    }
-
-    /// Whether there are no bytes at all.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// A file beside a local input, by what follows the input's name (an
-/// appended `.msk`, `.ovr`, `.aux.xml`) or its stem (`.tfw`, `.wld`,
-/// `.prj`): see [`crate::names::sibling_candidates`].
-#[derive(Debug)]
-pub struct Sibling {
-    /// `.msk`, `.ovr`, `.aux.xml`, `.tfw`, `.prj`, ... as found on disk.
-    pub suffix: String,
-    /// The file's contents.
-    pub bytes: Vec<u8>,
-}
+pub use crate::payloads::{Fetched, Sibling};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -151,7 +102,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         ));
     }
     let max_redirects = f.max_redirects.unwrap_or(5) as usize;
-    let client = match http_client(connect_timeout, timeout, max_redirects, f.user_agent) {
+    let client = match crate::http::client(connect_timeout, timeout, max_redirects, f.user_agent) {
         Ok(c) => c,
         Err(e) => {
             problems.push(s.problem("", format!("cannot build the HTTP client: {e}")));
@@ -178,32 +129,6 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         limits: s.stage_limits().to_vec(),
         timeout,
     }))
-}
-
-/// The HTTP client: timeouts, at most `max_redirects` redirects and only
-/// to http(s), the User-Agent.
-pub(crate) fn http_client(
-    connect_timeout: Duration,
-    timeout: Duration,
-    max_redirects: usize,
-    user_agent: Option<String>,
-) -> reqwest::Result<reqwest::Client> {
-    let redirects = reqwest::redirect::Policy::custom(move |attempt| {
-        if attempt.previous().len() > max_redirects {
-            attempt.error(format!("more than {max_redirects} redirects"))
-        } else if !matches!(attempt.url().scheme(), "http" | "https") {
-            let scheme = attempt.url().scheme().to_owned();
-            attempt.error(format!("redirect to a {scheme} URL refused"))
-        } else {
-            attempt.follow()
-        }
-    });
-    reqwest::Client::builder()
-        .connect_timeout(connect_timeout)
-        .timeout(timeout)
-        .redirect(redirects)
-        .user_agent(user_agent.unwrap_or_else(|| format!("warpline/{}", env!("CARGO_PKG_VERSION"))))
-        .build()
 }
 
 /// The longest `Retry-After` obeyed: a server that asks for more (a date
@@ -487,17 +412,6 @@ impl Fetch {
 struct Held {
     ticket: Option<Ticket>,
     bytes: u64,
-}
-
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 fn request_error(shown: &str, e: reqwest::Error) -> StageError {

@@ -205,13 +205,7 @@ pub fn is_companion(name: &str) -> bool {
         .any(|s| lower.ends_with(s))
 }
 
-/// Whether bytes are a TIFF (the only form warpline reads an external
-/// mask or overview file in: a sibling is not trusted with other drivers).
-pub fn is_tiff(head: &[u8]) -> bool {
-    [b"II*\0", b"MM\0*", b"II+\0", b"MM\0+"]
-        .iter()
-        .any(|m| head.starts_with(*m))
-}
+pub use warpline_gdal::files::is_tiff;
 
 #[cfg(test)]
 mod tests {

@@ -10,8 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::fetch::Sibling;
 use crate::names::{is_tiff, sibling_candidates, APPENDED};
+use crate::payloads::Sibling;
 
 /// A sibling found on disk: its path, suffix and size.
 #[derive(Debug)]

@@ -25,7 +25,6 @@
 //! de-duplicated id can be no other input's name, earlier or later (the
 //! inputs are a stream read lazily: nothing can be looked ahead at).
 
-use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -118,95 +117,8 @@ fn scheme_of(text: &str) -> Option<&str> {
     ok.then_some(scheme)
 }
 
-/// Makes ids unique and file-name safe.
-///
-/// `seen` holds every plain id given so far (the names made safe), with how
-/// many inputs had it. A de-duplicated id is `NAME~N`: no plain id holds a
-/// `~` ([`safe_char`] turns it into `_`), and `NAME~N` is new for each
-/// `(NAME, N)`, so no id is ever given twice, whatever comes later.
-#[derive(Debug, Default)]
-pub(crate) struct Ids {
-    seen: HashMap<String, u32>,
-}
-
-/// Marks a de-duplicated id (`NAME~2`); never in a name made safe.
-pub const DEDUP_MARK: char = '~';
-
-/// Characters kept in ids; every other one becomes `_`.
-fn safe_char(c: char) -> char {
-    if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
-        c
-    } else {
-        '_'
-    }
-}
-
-/// A file-name-safe form of `raw`: ASCII letters, digits, `-`, `_`, `.`;
-/// no leading dot; at most 120 characters.
-pub fn safe_id(raw: &str) -> String {
-    tidy(raw.chars().map(safe_char).collect(), &['.'], 120)
-}
-
-/// `name` (already of safe characters) without the leading `lead`
-/// characters, cut to `max` bytes (every character is ASCII); `_` when
-/// nothing or only dots are left.
-fn tidy(mut name: String, lead: &[char], max: usize) -> String {
-    let trimmed = name.trim_start_matches(lead);
-    if trimmed.len() != name.len() {
-        name = trimmed.to_owned();
-    }
-    name.truncate(max);
-    if name.is_empty() || name.chars().all(|c| c == '.') {
-        "_".to_owned()
-    } else {
-        name
-    }
-}
-
-impl Ids {
-    pub(crate) fn next(&mut self, source: &str) -> String {
-        // The last path segment, without query or extension.
-        let path = source.split(['?', '#']).next().unwrap_or(source);
-        let name = path.rsplit(['/', '\\']).next().unwrap_or(path);
-        let decoded = percent_decode(name);
-        let stem = match decoded.rsplit_once('.') {
-            Some((stem, _)) if !stem.is_empty() => stem.to_owned(),
-            _ => decoded,
-        };
-        self.named(&stem)
-    }
-
-    /// `name` made safe, and unique as [`Ids::next`]'s ids are.
-    pub(crate) fn named(&mut self, name: &str) -> String {
-        let id = safe_id(name);
-        let n = self.seen.entry(id.clone()).or_insert(0);
-        *n += 1;
-        if *n == 1 {
-            id
-        } else {
-            format!("{id}{DEDUP_MARK}{n}")
-        }
-    }
-}
-
-/// The form of an item's id used in an output's file name: as [`safe_id`],
-/// but keeping the [`DEDUP_MARK`] and up to 160 characters, so that every
-/// id a source here makes (a name of at most 120 characters, `~`, a count)
-/// is kept as it is and two of them never name one file. Ids from other
-/// sources are made safe the same way.
-pub fn file_name_id(id: &str) -> String {
-    let safe = id
-        .chars()
-        .map(|c| if c == DEDUP_MARK { c } else { safe_char(c) })
-        .collect();
-    tidy(safe, &['.', DEDUP_MARK], 160)
-}
-
-fn percent_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
-}
+use crate::ids::Ids;
+pub use crate::ids::{file_name_id, safe_id, DEDUP_MARK};
 
 // --- list -----------------------------------------------------------------
 

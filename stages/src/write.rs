@@ -25,20 +25,19 @@ use warpline_engine::{
     BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
 };
 
-use crate::gdal::{init, Raster};
-use crate::source::file_name_id;
+use warpline_gdal::{init, Raster, ScratchFile};
+
+use crate::ids::file_name_id;
+use crate::space::{failed, io_full, SpaceWatch};
 use crate::store::Output;
 use crate::temps::{temporary_name, Sweeper};
 
 mod claims;
 mod options;
 mod sidecars;
-mod space;
 
 use claims::Claims;
 use options::{check_option, declared_options};
-use space::{failed, io_full};
-pub(crate) use space::{failed as disk_failed, SpaceWatch};
 
 /// The bytes the item holds of byte limiters (`None`: it holds none).
 fn byte_share(item: &Item) -> Option<u64> {
@@ -49,12 +48,7 @@ fn byte_share(item: &Item) -> Option<u64> {
     bytes.map(|t| t.amount()).reduce(|a, b| a + b)
 }
 
-/// What write hands on: where the output is.
-#[derive(Debug, Clone)]
-pub struct Written {
-    /// The final path (for an upload, the object's `s3://` URL).
-    pub path: PathBuf,
-}
+pub use crate::payloads::Written;
 
 /// What to do when the output already exists: `exists = "skip"` (the
 /// default), `"overwrite"` or `"error"`.
@@ -177,10 +171,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     let driver = w.format.unwrap_or_default().driver().to_owned();
     let options: Vec<(String, String)> =
         w.creation_options.unwrap_or_default().into_iter().collect();
-    match gdal::DriverManager::get_driver_by_name(&driver)
-        .map_err(|e| e.to_string())
-        .and_then(|d| declared_options(&d))
-    {
+    match warpline_gdal::creation_option_list(&driver).and_then(|xml| declared_options(&xml)) {
         Err(m) => problems.push(s.problem("format", m)),
         Ok(declared) => {
             for (k, v) in &options {
@@ -294,7 +285,7 @@ impl Write {
         if !has("BIGTIFF") && raster.pixel_bytes() > 4_000_000_000 - (64 << 20) {
             out.push("BIGTIFF=YES".to_owned());
         }
-        if self.driver == "GTiff" && !has("INTERLEAVE") && raster.ds.raster_count() > 1 {
+        if self.driver == "GTiff" && !has("INTERLEAVE") && raster.band_count() > 1 {
             out.push("INTERLEAVE=PIXEL".to_owned());
         }
         out
@@ -456,10 +447,7 @@ impl Write {
         if !matches!(self.driver.as_str(), "GTiff" | "COG") {
             return Ok(());
         }
-        let values: Vec<Option<f64>> = (1..=raster.ds.raster_count())
-            .filter_map(|i| raster.ds.rasterband(i).ok())
-            .map(|b| b.no_data_value())
-            .collect();
+        let values = raster.nodata_values();
         let same = values.windows(2).all(|w| match (w[0], w[1]) {
             (Some(a), Some(b)) => a == b || (a.is_nan() && b.is_nan()),
             (a, b) => a.is_none() && b.is_none(),
@@ -503,18 +491,18 @@ impl Write {
         // The temporary name is new: CreateCopy need not look for an
         // existing dataset there to delete (it asks every driver: ~0.35 ms).
         options.push("QUIET_DELETE_ON_CREATE_COPY=NO".to_owned());
-        crate::gdal::create_copy(&self.driver, &raster.ds, tmp, &options)
+        warpline_gdal::create_copy(&self.driver, raster, tmp, &options)
     }
 }
 
 /// Moves a scratch file (and GDAL's side files of it) to `tmp`: a rename,
 /// or a copy when they are on different file systems.
-fn move_scratch(file: crate::gdal::ScratchFile, tmp: &Path) -> Result<(), String> {
+fn move_scratch(file: ScratchFile, tmp: &Path) -> Result<(), String> {
     let from = file.path().to_owned();
     let pairs = std::iter::once((from.clone(), tmp.to_owned())).chain(
-        crate::gdal::ScratchFile::side_files(&from)
+        ScratchFile::side_files(&from)
             .into_iter()
-            .zip(crate::gdal::ScratchFile::side_files(tmp))
+            .zip(ScratchFile::side_files(tmp))
             .filter(|(side, _)| side.exists()),
     );
     for (a, b) in pairs {

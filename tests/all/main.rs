@@ -14,6 +14,7 @@ mod embed;
 mod faults;
 mod fidelity;
 mod large;
+mod layers;
 mod raster;
 mod service;
 mod vertical;

@@ -337,7 +337,7 @@ fn the_memory_charged_for_a_warp_matches_the_output_it_makes() {
             let charged = reproject.demand(&mut item).unwrap();
             reproject.process(&mut item).unwrap();
             let out = item.payload::<warpline::stages::gdal::Raster>().unwrap();
-            let (w, h) = out.dataset().raster_size();
+            let (w, h) = out.size();
             let actual = out.pixel_bytes();
             let estimated = (charged - files - input) / 2;
             assert_eq!(

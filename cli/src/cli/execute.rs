@@ -132,6 +132,12 @@ pub(super) async fn execute(
     acker: Option<Arc<warpline_cli::coordinator::Acker>>,
 ) -> anyhow::Result<u8> {
     let mut outputs = Outputs::open(args, acker.clone())?;
+    // Which loop warps, and why: once, at start-up, before any item.
+    for s in pipeline.stages() {
+        for note in s.handler.notes() {
+            tracing::info!("{}: {note}", s.name);
+        }
+    }
     if let Some(addr) = args.metrics {
         metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)

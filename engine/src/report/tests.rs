@@ -51,6 +51,7 @@ fn stage(name: &str, workers: u32, busy_s: f64, cpu_s: f64) -> StageReport {
         utilisation: busy_s / (f64::from(workers) * 10.0),
         cpu_s: Some(cpu_s),
         paths: Default::default(),
+        notes: Vec::new(),
     }
 }
 

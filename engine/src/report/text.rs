@@ -119,6 +119,9 @@ impl RunReport {
                 let ways: Vec<String> = s.paths.iter().map(|(k, v)| format!("{k} {v}")).collect();
                 writeln!(f, "    {:<12} took: {}", "", ways.join(", "))?;
             }
+            for note in &s.notes {
+                writeln!(f, "    {:<12} {note}", "")?;
+            }
         }
         Ok(())
     }

@@ -16,7 +16,7 @@
 //! thread in `Runtime::block_on`), and takes no `connections` permit (one
 //! taken while the item holds its `memory` share would break the one
 //! acquisition order) and no budget (the file's block cache,
-//! [`CACHE_BYTES`](crate::gdal::CACHE_BYTES), was charged by fetch): only
+//! [`CACHE_BYTES`](CACHE_BYTES), was charged by fetch): only
 //! rate tokens, which are never held. Every request has the client's
 //! `timeout`, a read makes at most [`TRIES`] of them, and the wait for the
 //! task is bounded by the same sum, so a stalled server ends the read with
@@ -32,7 +32,7 @@ use warpline_engine::{Limiter, LimiterKind, StageError};
 use super::{request_error, Fetch, Fetched, Held};
 use crate::store;
 
-use crate::gdal::RangeRead;
+use warpline_gdal::{RangeRead, RemoteFile, CACHE_BYTES};
 
 /// How an input is read (fetch's `read`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
@@ -210,7 +210,7 @@ impl Inner {
             .header(reqwest::header::RANGE, format!("bytes={offset}-{last}"))
             .send()
             .await
-            .map_err(|e| transient(super::error_chain(&e.without_url())))?;
+            .map_err(|e| transient(crate::http::error_chain(&e.without_url())))?;
         let status = response.status();
         if status != reqwest::StatusCode::PARTIAL_CONTENT {
             let code = status.as_u16();
@@ -350,15 +350,12 @@ impl Fetch {
         size: u64,
         held: &mut Held,
     ) -> Result<Fetched, StageError> {
-        self.charge_to(id, held, crate::gdal::CACHE_BYTES).await?;
-        held.bytes += crate::gdal::CACHE_BYTES;
+        self.charge_to(id, held, CACHE_BYTES).await?;
+        held.bytes += CACHE_BYTES;
         let reader = RangeReader::new(source, url, size, self.timeout, &self.limits);
         let name = crate::names::safe_file_name(crate::names::last_component(url));
         Ok(Fetched {
-            remote: Some(crate::gdal::RemoteFile::new(
-                &name,
-                std::sync::Arc::new(reader),
-            )),
+            remote: Some(RemoteFile::new(&name, std::sync::Arc::new(reader))),
             ..Fetched::default()
         })
     }

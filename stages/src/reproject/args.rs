@@ -1,18 +1,19 @@
-//! The reproject stage's settings, turned into `gdalwarp` arguments: one
-//! key per gdalwarp option (docs/pipeline.md lists them all, and says why
-//! an option has no key), each checked here with the key's name in the
-//! message, then the whole list checked by `GDALWarpAppOptionsNew` itself.
+//! The reproject stage's settings, turned into a typed
+//! [`WarpSpec`](warpline_gdal::WarpSpec): one key per gdalwarp option
+//! (docs/pipeline.md lists them all, and says why an option has no key),
+//! each checked here with the key's name in the message, then the
+//! gdalwarp arguments derived from the spec checked by
+//! `GDALWarpAppOptionsNew` itself.
 
 use std::collections::BTreeMap;
 
-use gdal_sys as sys;
 use serde::Deserialize;
 use warpline_engine::units::Size;
 use warpline_engine::{Problem, Settings};
+use warpline_gdal::spec::{DEFAULT_ERROR_THRESHOLD, DEFAULT_WARP_MEMORY};
+use warpline_gdal::{Cutline, DataType, GcpTransformer, Resampling as Method, WarpSpec};
 
 use super::disk::WarpTo;
-use crate::decode::crs_to_wkt;
-use crate::gdal::{dtype_by_name, WarpOptions};
 
 /// The resampling methods, by gdalwarp's names (`nearest` is also taken
 /// for `near`).
@@ -36,7 +37,7 @@ pub const RESAMPLING: &[&str] = &[
 /// A resampling method by gdalwarp's name (`-r`), any case; `nearest` is
 /// taken for `near`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Resampling(&'static str);
+pub(super) struct Resampling(Method);
 
 impl<'de> Deserialize<'de> for Resampling {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -49,25 +50,11 @@ impl<'de> Deserialize<'de> for Resampling {
 impl TryFrom<String> for Resampling {
     type Error = String;
     fn try_from(given: String) -> Result<Self, String> {
-        let method = match given.to_ascii_lowercase().as_str() {
-            "nearest" => "near".to_owned(),
-            m => m.to_owned(),
-        };
-        RESAMPLING
-            .iter()
-            .find(|m| **m == method)
-            .map(|m| Resampling(m))
+        Method::from_name(&given)
+            .map(Resampling)
             .ok_or_else(|| format!("unknown method {given:?}; one of {}", RESAMPLING.join(", ")))
     }
 }
-
-/// gdalwarp's transformers for a source without a geotransform.
-const TRANSFORMERS: &[(&str, &str, &str)] = &[
-    ("polynomial", "-order", "GCP_POLYNOMIAL"),
-    ("tps", "-tps", "GCP_TPS"),
-    ("rpc", "-rpc", "RPC"),
-    ("geoloc", "-geoloc", "GEOLOC_ARRAY"),
-];
 
 /// A number or a pair of numbers.
 #[derive(Debug, Clone, Deserialize)]
@@ -160,18 +147,15 @@ pub(super) struct ReprojectSettings {
 }
 
 /// What the stage needs from its settings.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Parsed {
-    /// gdalwarp's arguments (without `-of`, sources and destination).
-    pub(super) args: Vec<String>,
-    /// The options gdalwarp gives the transformer, for sizing the output
-    /// the same way (`DST_SRS` and an area of interest are added per item).
-    pub(super) transformer: Vec<String>,
+    /// The warp, typed; gdalwarp's arguments are derived from it.
+    pub(super) spec: WarpSpec,
+    /// The target CRS as WKT, and `src_crs`'s (for sizing the output as
+    /// gdalwarp's transformer does).
     pub(super) target_wkt: String,
-    pub(super) resolution: Option<(f64, f64)>,
-    pub(super) size: Option<(u32, u32)>,
-    pub(super) extent: Option<[f64; 4]>,
-    pub(super) dtype: Option<sys::GDALDataType::Type>,
+    pub(super) src_crs_wkt: Option<String>,
+    pub(super) dtype: Option<DataType>,
     pub(super) bands: Option<Vec<usize>>,
     pub(super) max_pixels: u64,
     pub(super) warp_memory: u64,
@@ -193,8 +177,6 @@ pub(crate) enum Kernel {
     Gdal,
 }
 
-pub(super) const DEFAULT_WARP_MEMORY: u64 = 64 << 20;
-
 /// Collects the arguments and the problems of every key.
 struct Builder<'a> {
     s: &'a Settings,
@@ -212,7 +194,18 @@ pub(super) fn parse(s: &Settings) -> Result<Parsed, Vec<Problem>> {
     let mut b = Builder {
         s,
         r,
-        out: Parsed::default(),
+        out: Parsed {
+            spec: WarpSpec::new(""),
+            target_wkt: String::new(),
+            src_crs_wkt: None,
+            dtype: None,
+            bands: None,
+            max_pixels: 0,
+            warp_memory: DEFAULT_WARP_MEMORY,
+            warp_to: WarpTo::default(),
+            scratch: None,
+            kernel: Kernel::default(),
+        },
         problems,
     };
     b.crs();
@@ -228,7 +221,7 @@ pub(super) fn parse(s: &Settings) -> Result<Parsed, Vec<Problem>> {
     } = b;
     // The options must be accepted by GDALWarp itself.
     if problems.is_empty() {
-        if let Err(m) = WarpOptions::new(&out.args) {
+        if let Err(m) = warpline_gdal::warp::WarpOptions::new(&out.spec.gdalwarp_args()) {
             problems.push(s.problem("", format!("GDALWarp refuses these settings: {m}")));
         }
     }
@@ -244,15 +237,10 @@ impl Builder<'_> {
         self.problems.push(self.s.problem(key, message));
     }
 
-    fn arg(&mut self, flag: &str, values: &[String]) {
-        self.out.args.push(flag.to_owned());
-        self.out.args.extend(values.iter().cloned());
-    }
-
     /// A CRS key: checked with PROJ, its WKT returned.
     fn check_crs(&mut self, key: &str, text: &str) -> Option<String> {
-        crs_to_wkt(text)
-            .map_err(|m| self.problems.push(self.s.env_problem(key, m)))
+        warpline_gdal::crs_to_wkt(text)
+            .map_err(|e| self.problems.push(self.s.env_problem(key, e.to_string())))
             .ok()
     }
 
@@ -264,20 +252,18 @@ impl Builder<'_> {
             ),
             Some(text) => {
                 self.out.target_wkt = self.check_crs("crs", &text).unwrap_or_default();
-                self.arg("-t_srs", &[text]);
+                self.out.spec.dst_crs = text;
             }
         }
         if let Some(text) = self.r.src_crs.clone() {
-            if let Some(wkt) = self.check_crs("src_crs", &text) {
-                self.out.transformer.push(format!("SRC_SRS={wkt}"));
-            }
-            self.arg("-s_srs", &[text]);
+            self.out.src_crs_wkt = self.check_crs("src_crs", &text);
+            self.out.spec.src_crs = Some(text);
         }
     }
 
     fn resampling(&mut self) {
-        let Resampling(method) = self.r.resampling.unwrap_or(Resampling("near"));
-        self.arg("-r", &[method.to_owned()]);
+        let Resampling(method) = self.r.resampling.unwrap_or(Resampling(Method::Near));
+        self.out.spec.resampling = method;
     }
 
     fn grid(&mut self) {
@@ -294,9 +280,8 @@ impl Builder<'_> {
             if !(x > 0.0 && y > 0.0 && x.is_finite() && y.is_finite()) {
                 self.problem("resolution", "must be positive");
             }
-            self.arg("-tr", &[format!("{x}"), format!("{y}")]);
         }
-        self.out.resolution = resolution;
+        self.out.spec.resolution = resolution;
         let size = match self.r.size.clone() {
             None => None,
             Some(v) if v.len() == 2 && (v[0] > 0 || v[1] > 0) => Some((v[0], v[1])),
@@ -308,19 +293,16 @@ impl Builder<'_> {
                 None
             }
         };
-        if let Some((w, h)) = size {
-            if resolution.is_some() {
-                self.problem("size", "give `resolution` or `size`, not both");
-            }
-            self.arg("-ts", &[w.to_string(), h.to_string()]);
+        if size.is_some() && resolution.is_some() {
+            self.problem("size", "give `resolution` or `size`, not both");
         }
-        self.out.size = size;
+        self.out.spec.size = size;
         self.extent();
         if self.r.tap == Some(true) {
             if resolution.is_none() {
                 self.problem("tap", "needs `resolution` (as gdalwarp's -tap needs -tr)");
             }
-            self.arg("-tap", &[]);
+            self.out.spec.target_aligned = true;
         }
     }
 
@@ -336,57 +318,45 @@ impl Builder<'_> {
                 None
             }
         };
-        if let Some(e) = extent {
-            let values: Vec<String> = e.iter().map(|v| format!("{v}")).collect();
-            self.arg("-te", &values);
-        }
+        self.out.spec.extent = extent;
         if let Some(text) = self.r.extent_crs.clone() {
             if extent.is_none() {
                 self.problem("extent_crs", "only applies with `extent`");
             }
             self.check_crs("extent_crs", &text);
-            self.arg("-te_srs", &[text]);
+            self.out.spec.extent_crs = Some(text);
         }
-        // In another CRS, the extent in the target's is GDAL's to work out.
-        self.out.extent = extent.filter(|_| self.r.extent_crs.is_none());
     }
 
     fn nodata_and_alpha(&mut self) {
-        if let Some(v) = self.r.src_nodata.clone() {
-            self.arg("-srcnodata", &[v.arg()]);
-        }
-        if let Some(v) = self.r.dst_nodata.clone() {
-            self.arg("-dstnodata", &[v.arg()]);
-        }
-        match self.r.src_alpha {
-            Some(true) => self.arg("-srcalpha", &[]),
-            Some(false) => self.arg("-nosrcalpha", &[]),
-            None => {}
-        }
-        if self.r.dst_alpha == Some(true) {
-            self.arg("-dstalpha", &[]);
-        }
+        self.out.spec.src_nodata = self.r.src_nodata.as_ref().map(NoData::arg);
+        self.out.spec.dst_nodata = self.r.dst_nodata.as_ref().map(NoData::arg);
+        self.out.spec.src_alpha = self.r.src_alpha;
+        self.out.spec.dst_alpha = self.r.dst_alpha == Some(true);
     }
 
-    fn data_type(&mut self, key: &str, flag: &str) -> Option<sys::GDALDataType::Type> {
+    fn data_type(&mut self, key: &str) -> Option<DataType> {
         let name = match key {
             "dtype" => self.r.dtype.clone()?,
             _ => self.r.working_type.clone()?,
         };
-        let t = dtype_by_name(&name);
+        let t = DataType::from_name(&name);
         if t.is_none() {
             self.problem(
                 key,
                 format!("unknown data type {name:?}; e.g. Byte, UInt16, Int16, UInt32, Int32, Float32, Float64"),
             );
         }
-        self.arg(flag, &[name]);
+        match key {
+            "dtype" => self.out.spec.output_type = Some(name),
+            _ => self.out.spec.working_type = Some(name),
+        }
         t
     }
 
     fn types_and_bands(&mut self) {
-        self.out.dtype = self.data_type("dtype", "-ot");
-        self.data_type("working_type", "-wt");
+        self.out.dtype = self.data_type("dtype");
+        self.data_type("working_type");
         if let Some(b) = self.r.bands.clone() {
             if b.is_empty() || b.contains(&0) {
                 self.problem("bands", "give band numbers counted from 1, e.g. [1, 2, 3]");
@@ -395,7 +365,7 @@ impl Builder<'_> {
         }
         match self.r.overview.clone() {
             None => {}
-            Some(Overview::Level(n)) => self.arg("-ovr", &[n.to_string()]),
+            Some(Overview::Level(n)) => self.out.spec.overview = Some(n.to_string()),
             Some(Overview::Word(w)) => {
                 let upper = w.to_ascii_uppercase();
                 let ok = upper == "AUTO"
@@ -409,97 +379,74 @@ impl Builder<'_> {
                         format!("{w:?}: give \"AUTO\" (gdalwarp's default), \"NONE\", \"AUTO-n\" or a level number from 0"),
                     );
                 }
-                self.arg("-ovr", &[upper]);
+                self.out.spec.overview = Some(upper);
             }
         }
-        if self.r.metadata == Some(false) {
-            self.arg("-nomd", &[]);
-        }
-        if let Some(v) = self.r.conflicting_metadata.clone() {
-            self.arg("-cvmd", &[v]);
-        }
-        match self.r.vertical_shift {
-            Some(true) => self.arg("-vshift", &[]),
-            Some(false) => self.arg("-novshift", &[]),
-            None => {}
-        }
+        self.out.spec.metadata = self.r.metadata != Some(false);
+        self.out.spec.conflicting_metadata = self.r.conflicting_metadata.clone();
+        self.out.spec.vertical_shift = self.r.vertical_shift;
     }
 
     fn transformer(&mut self) {
-        let et = self.r.error_threshold.unwrap_or(0.125);
+        let et = self.r.error_threshold.unwrap_or(DEFAULT_ERROR_THRESHOLD);
         if !(et >= 0.0 && et.is_finite()) {
             self.problem(
                 "error_threshold",
                 "must be 0 (exact) or a positive number of pixels",
             );
         }
-        self.arg("-et", &[format!("{et}")]);
+        self.out.spec.error_threshold = et;
         if let Some(name) = self.r.transformer.clone() {
-            match TRANSFORMERS.iter().find(|(n, _, _)| *n == name) {
-                None => self.problem(
+            let order = self.r.order.unwrap_or(0);
+            let t = match name.as_str() {
+                "polynomial" => Some(GcpTransformer::Polynomial(order)),
+                "tps" => Some(GcpTransformer::Tps),
+                "rpc" => Some(GcpTransformer::Rpc),
+                "geoloc" => Some(GcpTransformer::Geoloc),
+                _ => None,
+            };
+            if t.is_none() {
+                self.problem(
                     "transformer",
                     format!("unknown transformer {name:?}; one of polynomial, tps, rpc, geoloc"),
-                ),
-                Some(("polynomial", _, method)) => {
-                    self.out.transformer.push(format!("METHOD={method}"));
-                    let order = self.r.order.unwrap_or(0);
-                    if order > 3 {
-                        self.problem(
-                            "order",
-                            "the polynomial order is 1, 2 or 3 (0: from the GCP count)",
-                        );
-                    }
-                    if order > 0 {
-                        self.out.transformer.push(format!("MAX_GCP_ORDER={order}"));
-                        self.arg("-order", &[order.to_string()]);
-                    }
-                }
-                Some((_, flag, method)) => {
-                    self.out.transformer.push(format!("METHOD={method}"));
-                    self.arg(flag, &[]);
-                }
+                );
             }
+            if order > 3 && name == "polynomial" {
+                self.problem(
+                    "order",
+                    "the polynomial order is 1, 2 or 3 (0: from the GCP count)",
+                );
+            }
+            self.out.spec.gcp_transformer = t;
         } else if self.r.order.is_some() {
             self.problem("order", "only applies with transformer = \"polynomial\"");
         }
-        match self.r.refine_gcps.clone().as_deref() {
-            None => {}
-            Some([t]) if *t > 0.0 => {
-                self.out.transformer.push(format!("REFINE_TOLERANCE={t}"));
-                self.arg("-refine_gcps", &[format!("{t}")]);
+        self.out.spec.refine_gcps = match self.r.refine_gcps.clone().as_deref() {
+            None => None,
+            Some([t]) if *t > 0.0 => Some((*t, None)),
+            Some([t, n])
+                if *t > 0.0 && *n >= 1.0 && n.fract() == 0.0 && *n <= f64::from(u32::MAX) =>
+            {
+                Some((*t, Some(*n as u32)))
             }
-            Some([t, n]) if *t > 0.0 && *n >= 1.0 && n.fract() == 0.0 => {
-                self.out.transformer.push(format!("REFINE_TOLERANCE={t}"));
-                self.out.transformer.push(format!("REFINE_MINIMUM_GCPS={n}"));
-                self.arg("-refine_gcps", &[format!("{t}"), format!("{n}")]);
+            Some(_) => {
+                self.problem(
+                    "refine_gcps",
+                    "give [tolerance] or [tolerance, minimum GCPs]: a positive tolerance (pixels, or georeferenced units with polynomial order > 1) and a whole number",
+                );
+                None
             }
-            Some(_) => self.problem(
-                "refine_gcps",
-                "give [tolerance] or [tolerance, minimum GCPs]: a positive tolerance (pixels, or georeferenced units with polynomial order > 1) and a whole number",
-            ),
-        }
-        for (k, v) in self.r.transformer_options.clone().iter().flatten() {
-            self.out.transformer.push(format!("{k}={v}"));
-            self.arg("-to", &[format!("{k}={v}")]);
-        }
-        if let Some(op) = self.r.coordinate_operation.clone() {
-            self.out
-                .transformer
-                .push(format!("COORDINATE_OPERATION={op}"));
-            self.arg("-ct", &[op]);
-        }
-        if let Some(e) = self.r.src_coord_epoch {
-            self.out
-                .transformer
-                .push(format!("SRC_COORDINATE_EPOCH={e}"));
-            self.arg("-s_coord_epoch", &[format!("{e}")]);
-        }
-        if let Some(e) = self.r.dst_coord_epoch {
-            self.out
-                .transformer
-                .push(format!("DST_COORDINATE_EPOCH={e}"));
-            self.arg("-t_coord_epoch", &[format!("{e}")]);
-        }
+        };
+        self.out.spec.transformer_options = self
+            .r
+            .transformer_options
+            .clone()
+            .into_iter()
+            .flatten()
+            .collect();
+        self.out.spec.coordinate_operation = self.r.coordinate_operation.clone();
+        self.out.spec.src_coord_epoch = self.r.src_coord_epoch;
+        self.out.spec.dst_coord_epoch = self.r.dst_coord_epoch;
     }
 
     fn cutline(&mut self) {
@@ -525,22 +472,14 @@ impl Builder<'_> {
                     .env_problem("cutline", format!("{path}: no such file")),
             );
         }
-        self.arg("-cutline", &[path]);
-        if let Some(l) = self.r.cutline_layer.clone() {
-            self.arg("-cl", &[l]);
-        }
-        if let Some(w) = self.r.cutline_where.clone() {
-            self.arg("-cwhere", &[w]);
-        }
-        if let Some(q) = self.r.cutline_sql.clone() {
-            self.arg("-csql", &[q]);
-        }
-        if let Some(d) = self.r.cutline_blend {
-            self.arg("-cblend", &[format!("{d}")]);
-        }
-        if self.r.crop_to_cutline == Some(true) {
-            self.arg("-crop_to_cutline", &[]);
-        }
+        self.out.spec.cutline = Some(Cutline {
+            path,
+            layer: self.r.cutline_layer.clone(),
+            where_clause: self.r.cutline_where.clone(),
+            sql: self.r.cutline_sql.clone(),
+            blend: self.r.cutline_blend,
+            crop: self.r.crop_to_cutline == Some(true),
+        });
     }
 
     fn warp(&mut self) {
@@ -552,12 +491,9 @@ impl Builder<'_> {
                 DEFAULT_WARP_MEMORY
             }
         };
-        // gdalwarp reads values of 10000 or more as bytes.
-        self.arg("-wm", &[wm.to_string()]);
+        self.out.spec.warp_memory = wm;
         self.out.warp_memory = wm;
-        for (k, v) in self.r.warp_options.clone().iter().flatten() {
-            self.arg("-wo", &[format!("{k}={v}")]);
-        }
+        self.out.spec.warp_options = self.r.warp_options.clone().into_iter().flatten().collect();
         self.out.max_pixels = self.r.max_pixels.unwrap_or(1 << 28);
         self.out.warp_to = self.r.warp_to.unwrap_or_default();
         self.out.kernel = self.r.kernel.unwrap_or_default();

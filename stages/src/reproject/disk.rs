@@ -11,17 +11,16 @@
 //! before); `"disk"` always on disk. Either way the pixels are gdalwarp's:
 //! the warp's options, chunking included, are the same.
 
-use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use gdal::Dataset;
 use serde::Deserialize;
 use warpline_engine::limit::Oversize;
 use warpline_engine::{Limiter, LimiterKind, Settings, StageError};
+use warpline_gdal::{Raster, ScratchFile, Sources, WarpError, WarpSpec};
 
-use crate::gdal::{warp_into, Raster, ScratchFile, WarpError, WarpOptions};
-use crate::source::file_name_id;
+use crate::ids::file_name_id;
+use crate::space::{failed as disk_failed, SpaceWatch};
 use crate::temps::{temporary_name, Sweeper};
 
 /// Where the warp's output is made (`warp_to`).
@@ -120,14 +119,14 @@ impl Disk {
             .map_err(String::clone)
     }
 
-    /// `gdalwarp -of GTiff <args> srcs... FILE` into a new hidden file in
+    /// `gdalwarp -of GTiff <spec> srcs... FILE` into a new hidden file in
     /// the scratch directory, which the returned raster removes when
     /// dropped. `out_bytes` is the output's size, for the message of a full
     /// disk.
     pub(crate) fn warp(
         &self,
-        srcs: &[&Dataset],
-        args: &[String],
+        srcs: &Sources<'_>,
+        spec: &WarpSpec,
         id: &str,
         out_bytes: u64,
     ) -> Result<Raster, StageError> {
@@ -138,43 +137,18 @@ impl Disk {
         self.temps.once(dir);
         let name = format!("{}.warp.tif", file_name_id(id));
         let file = ScratchFile::new(temporary_name(&dir.join(name), std::process::id()));
-        let c_path = CString::new(file.path().to_string_lossy().as_bytes())
-            .map_err(|_| StageError::permanent(format!("{id}: the scratch path has a NUL byte")))?;
-        let options = WarpOptions::with_format(args, "GTiff")
-            .map_err(|m| StageError::permanent(format!("{id}: {m}")))?;
-        let fail =
-            |what: String, full: bool| crate::write::disk_failed(id, dir, out_bytes, what, full);
-        let watch = crate::write::SpaceWatch::start();
-        let warped = warp_into(srcs, &options, &c_path).and_then(|mut ds| {
-            // Blocks still in GDAL's cache are written now, so a full disk
-            // is seen here, not when the raster is dropped.
-            crate::gdal::flush(&mut ds).map_err(WarpError::Failed)?;
-            Ok(ds)
-        });
+        let watch = SpaceWatch::start();
+        let warped = srcs.warp_to_file(spec, file);
         let said_full = watch.said_full();
-        let ds = warped.map_err(|e| match e {
-            WarpError::OutOfMemory(m) => {
-                StageError::transient(format!("{id}: the warp ran out of memory: {m}"))
-            }
-            WarpError::Unreadable(m) => {
-                StageError::permanent(format!("{id}: corrupt or truncated pixel data: {m}"))
-            }
-            WarpError::Failed(m) => {
-                fail(format!("warp to {} failed: {m}", dir.display()), said_full)
-            }
-        })?;
-        // Closed and opened again read-only: the raster write reads.
-        drop(ds);
-        let ds = Dataset::open_ex(
-            file.path(),
-            gdal::DatasetOptions {
-                open_flags: gdal::GdalOpenFlags::GDAL_OF_RASTER
-                    | gdal::GdalOpenFlags::GDAL_OF_READONLY,
-                allowed_drivers: Some(&["GTiff"]),
-                ..Default::default()
-            },
-        )
-        .map_err(|e| fail(format!("cannot open the warped file again: {e}"), false))?;
-        Ok(Raster::on_disk(ds, file))
+        warped.map_err(|e| match e {
+            WarpError::Failed(m) => disk_failed(
+                id,
+                dir,
+                out_bytes,
+                format!("warp to {} failed: {m}", dir.display()),
+                said_full,
+            ),
+            other => super::warp_failure(id, other),
+        })
     }
 }

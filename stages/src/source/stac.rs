@@ -99,9 +99,8 @@ pub(super) fn stac(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
             None
         }
     };
-    let client =
-        crate::fetch::http_client(Duration::from_secs(10), Duration::from_secs(60), 5, None)
-            .map_err(|e| vec![s.problem("", format!("cannot build the HTTP client: {e}"))])?;
+    let client = crate::http::client(Duration::from_secs(10), Duration::from_secs(60), 5, None)
+        .map_err(|e| vec![s.problem("", format!("cannot build the HTTP client: {e}"))])?;
     match first {
         Some((kind, first)) if problems.is_empty() => Ok(Arc::new(Stac {
             kind,

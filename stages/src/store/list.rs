@@ -18,7 +18,7 @@ use object_store::{ObjectMeta, ObjectStore};
 use warpline_engine::{Input, Problem, Settings, Source, SourceError, SourceSpec};
 
 use super::{stage_error, Config, ObjectUrl, Stores};
-use crate::source::Ids;
+use crate::ids::Ids;
 
 #[derive(Debug)]
 struct S3Glob {

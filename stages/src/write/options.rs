@@ -10,15 +10,10 @@ pub(super) struct DeclaredOption {
     values: Vec<String>,
 }
 
-/// The creation options a driver declares (`DMD_CREATIONOPTIONLIST`).
-pub(super) fn declared_options(
-    driver: &gdal::Driver,
-) -> Result<BTreeMap<String, DeclaredOption>, String> {
-    use gdal::Metadata;
-    let xml = driver
-        .metadata_item("DMD_CREATIONOPTIONLIST", "")
-        .ok_or_else(|| format!("driver {} lists no creation options", driver.short_name()))?;
-    let doc = roxmltree::Document::parse(&xml)
+/// The creation options a driver declares, from its
+/// `DMD_CREATIONOPTIONLIST` XML.
+pub(super) fn declared_options(xml: &str) -> Result<BTreeMap<String, DeclaredOption>, String> {
+    let doc = roxmltree::Document::parse(xml)
         .map_err(|e| format!("cannot read the driver's option list: {e}"))?;
     let mut out = BTreeMap::new();
     for node in doc.descendants().filter(|n| n.has_tag_name("Option")) {

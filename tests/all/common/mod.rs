@@ -164,27 +164,22 @@ pub fn assert_same_raster(ours: &Path, oracle: &Path, what: &str) {
     }
 }
 
-/// Runs `gdalwarp` with `args`, from `src` to a GTiff at `dst`.
-pub fn gdalwarp(args: &[String], src: &Path, dst: &Path) {
-    gdalwarp_many(args, &[src], dst);
-}
+mod oracle;
 
-/// Runs `gdalwarp` with `args`, from every one of `srcs` (a mosaic, in
-/// order) to a GTiff at `dst`.
-pub fn gdalwarp_many<P: AsRef<Path>>(args: &[String], srcs: &[P], dst: &Path) {
-    let out = std::process::Command::new("gdalwarp")
-        .args(["-q", "-overwrite", "-of", "GTiff"])
-        .args(args)
-        .args(srcs.iter().map(AsRef::as_ref))
-        .arg(dst)
-        .output()
-        .expect("gdalwarp (install gdal-bin)");
-    assert!(
-        out.status.success(),
-        "gdalwarp {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// Whether a warp accelerator is active in this process; when it is not,
+/// says "skipped: ..." (with why) for the assertions that need it.
+pub fn accelerated() -> bool {
+    warpline::install_accelerator();
+    match warpline::warp_path() {
+        warpline::stages::gdal::WarpPath::Accelerated { .. } => true,
+        other => {
+            eprintln!("skipped: the accelerator's own assertions: {other}");
+            false
+        }
+    }
 }
+#[allow(unused_imports)] // cli/tests includes this module and warps with no oracle
+pub use oracle::{gdalwarp, gdalwarp_many};
 
 /// Sha-256 of every file in `dir`, by name (temporary files included, so a
 /// leftover shows up). A file renamed away while listing (a run is live) is

@@ -199,7 +199,7 @@ impl Reader {
         }
         let mut response = builder.send().await.map_err(|e| {
             let transient = e.is_connect() || e.is_timeout() || e.is_request();
-            let text = redact_text(&crate::fetch::error_chain(&e.without_url()));
+            let text = redact_text(&crate::http::error_chain(&e.without_url()));
             (
                 format!("{shown}: {text}"),
                 transient.then_some(Duration::ZERO),
@@ -228,7 +228,7 @@ impl Reader {
         }
         let mut bytes = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| {
-            let text = redact_text(&crate::fetch::error_chain(&e.without_url()));
+            let text = redact_text(&crate::http::error_chain(&e.without_url()));
             (format!("{shown}: {text}"), Some(Duration::ZERO))
         })? {
             if (bytes.len() + chunk.len()) as u64 > MAX_DOCUMENT_BYTES {

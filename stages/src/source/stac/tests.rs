@@ -21,13 +21,8 @@ fn spec(first: &str, assets: &[&str]) -> Stac {
                 .collect(),
         },
         reader: Reader {
-            client: crate::fetch::http_client(
-                Duration::from_secs(5),
-                Duration::from_secs(30),
-                5,
-                None,
-            )
-            .unwrap(),
+            client: crate::http::client(Duration::from_secs(5), Duration::from_secs(30), 5, None)
+                .unwrap(),
         },
     }
 }
