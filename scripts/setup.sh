@@ -18,6 +18,23 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# GDAL 3.12.1 and PROJ built from source (the `bundled` feature; only for
+# scripts/test-bundled.sh and `cargo install --path cli --features bundled`):
+# cmake builds them, PROJ's database needs sqlite3 and its headers.
+if [ "${WARPLINE_SETUP_BUNDLED:-0}" = 1 ]; then
+  bundled=()
+  for p in cmake libclang-dev sqlite3 libsqlite3-dev; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || bundled+=("$p")
+  done
+  if [ ${#bundled[@]} -gt 0 ]; then
+    echo "setup: installing ${bundled[*]} (for the bundled GDAL)" >&2
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${bundled[@]}" >/dev/null
+  fi
+fi
+
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found: install Rust (https://rustup.rs) and run this again" >&2
   exit 1

@@ -133,6 +133,23 @@ if [ "$status" = 0 ]; then
 fi
 passed=$(grep -oE 'test result: .* ([0-9]+) passed' "$log" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -E 'test result:' "$log" | grep -oE '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
+sys_passed=$passed
+sys_failed=$failed
+# The same suite on the bundled GDAL 3.12.1, without the accelerator
+# (scripts/test-bundled.sh), when asked (.ci/run asks).
+bundled=""
+if [ "${WARPLINE_TEST_BUNDLED:-0}" = 1 ]; then
+  if bash scripts/test-bundled.sh >"$log.bundled" 2>&1; then :; else status=1; fi
+  tail -n 400 "$log.bundled" | grep -E "^(test .* FAILED|failures:|---- )|panicked" >&2 || true
+  line=$(tail -n 1 "$log.bundled")
+  b_passed=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+  b_failed=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 1)
+  bundled="; GDAL 3.12.1 (bundled): $b_passed passed, $b_failed failed"
+  passed=$((passed + b_passed))
+  failed=$((failed + b_failed))
+  rm -f "$log.bundled"
+fi
 echo
-echo "tests: $passed passed, $failed failed; $demo"
+echo "GDAL $(gdal-config --version) (system): $sys_passed passed, $sys_failed failed; $demo$bundled"
+echo "tests: $passed passed, $failed failed"
 exit "$status"

@@ -11,7 +11,7 @@ use warpline_gdal::{Raster, RemoteFile};
 
 /// What `fetch` hands on and `decode` takes: the input's bytes.
 pub fn fetched() -> Payload {
-    Payload::of::<Fetched>("fetched bytes")
+    Payload::of::<Fetched>("fetched bytes").shown_as("warpline_stages::fetch::Fetched")
 }
 
 /// What `decode` and `reproject` hand on, and `reproject` and `write`
@@ -22,7 +22,7 @@ pub fn raster() -> Payload {
 
 /// What `write` hands on: where the output is.
 pub fn written() -> Payload {
-    Payload::of::<Written>("a written file")
+    Payload::of::<Written>("a written file").shown_as("warpline_stages::write::Written")
 }
 
 /// What fetch hands on: the input's bytes, and for a local file the
