@@ -8,7 +8,7 @@ use gdal::{Dataset, Metadata};
 use gdal_sys as sys;
 
 use super::{last_error, reset_error, string_list};
-use crate::Raster;
+use crate::{Error, Raster};
 
 /// Whether this GDAL has a driver called `name`.
 pub fn driver_exists(name: &str) -> bool {
@@ -18,12 +18,13 @@ pub fn driver_exists(name: &str) -> bool {
 
 /// The creation options driver `name` declares: its
 /// `DMD_CREATIONOPTIONLIST` XML.
-pub fn creation_option_list(name: &str) -> Result<String, String> {
+pub fn creation_option_list(name: &str) -> Result<String, Error> {
     crate::init();
-    let driver = gdal::DriverManager::get_driver_by_name(name).map_err(|e| e.to_string())?;
+    let driver = gdal::DriverManager::get_driver_by_name(name)
+        .map_err(|e| Error::Gdal(format!("no driver {name}: {e}")))?;
     driver
         .metadata_item("DMD_CREATIONOPTIONLIST", "")
-        .ok_or_else(|| format!("driver {name} lists no creation options"))
+        .ok_or_else(|| Error::Gdal(format!("driver {name} lists no creation options")))
 }
 
 /// Writes `raster` to `path` with the driver named `driver` and its
@@ -34,12 +35,13 @@ pub fn create_copy(
     raster: &Raster,
     path: &Path,
     options: &[String],
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let src = raster.dataset();
-    let driver = gdal::DriverManager::get_driver_by_name(driver).map_err(|e| e.to_string())?;
+    let driver = gdal::DriverManager::get_driver_by_name(driver)
+        .map_err(|e| Error::Gdal(format!("no driver {driver}: {e}")))?;
     let options = string_list(options)?;
     let c_path = std::ffi::CString::new(path.to_string_lossy().as_bytes())
-        .map_err(|_| "the output path has a NUL byte".to_owned())?;
+        .map_err(|_| Error::Input("the output path has a NUL byte".to_owned()))?;
     reset_error();
     // SAFETY: valid driver, path, source dataset and option list (only
     // read); the new dataset is closed right below.
@@ -55,14 +57,14 @@ pub fn create_copy(
         )
     };
     if out.is_null() {
-        return Err(last_error("GDALCreateCopy failed"));
+        return Err(Error::Gdal(last_error("GDALCreateCopy failed")));
     }
     // SAFETY: `out` is the dataset just created; closing flushes it.
     unsafe { sys::GDALClose(out) };
     // SAFETY: reads this thread's last error class.
     let class = unsafe { sys::CPLGetLastErrorType() };
     if class == sys::CPLErr::CE_Failure || class == sys::CPLErr::CE_Fatal {
-        return Err(last_error("write failed"));
+        return Err(Error::Gdal(last_error("write failed")));
     }
     Ok(())
 }

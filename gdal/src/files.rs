@@ -88,16 +88,19 @@ impl MemDir {
 
     /// Adds `data` as the file `name` (one safe path component, see
     /// `warpline_stages::names::safe_file_name`) and returns its GDAL path.
-    pub fn add(&mut self, name: &str, data: Vec<u8>) -> Result<String, String> {
+    pub fn add(&mut self, name: &str, data: Vec<u8>) -> Result<String, crate::Error> {
         if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\', '\0']) {
-            return Err(format!("{name:?} is not a plain file name"));
+            return Err(crate::Error::Input(format!(
+                "{name:?} is not a plain file name"
+            )));
         }
         if data.is_empty() {
-            return Err(format!("{name}: empty (0 bytes)"));
+            return Err(crate::Error::Input(format!("{name}: empty (0 bytes)")));
         }
         let path = format!("{}/{name}", self.dir);
-        let c = CString::new(path.as_str()).map_err(|e| e.to_string())?;
-        self.files.push(MemFile::new(c, data)?);
+        let c = CString::new(path.as_str()).map_err(|e| crate::Error::Input(e.to_string()))?;
+        self.files
+            .push(MemFile::new(c, data).map_err(crate::Error::Gdal)?);
         Ok(path)
     }
 

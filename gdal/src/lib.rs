@@ -283,12 +283,12 @@ pub fn reset_error() {
 /// item with `=` is not split into a name and a value (the gdal crate's
 /// `FromIterator` would, and drop an item such as `+proj=longlat` whose
 /// "name" GDAL would refuse).
-pub fn string_list<S: AsRef<str>>(items: &[S]) -> Result<CslStringList, String> {
+pub fn string_list<S: AsRef<str>>(items: &[S]) -> Result<CslStringList, Error> {
     let mut list = CslStringList::new();
     for s in items {
         let s = s.as_ref();
         list.add_string(s)
-            .map_err(|_| format!("{s:?} contains a NUL byte"))?;
+            .map_err(|_| Error::Input(format!("{s:?} contains a NUL byte")))?;
     }
     Ok(list)
 }

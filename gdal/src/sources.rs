@@ -90,7 +90,7 @@ impl<'r> Sources<'r> {
         items.extend(spec.area_of_interest.clone());
         let mut all: Option<Suggested> = None;
         for src in self.datasets() {
-            let next = suggested_output(src, &items).map_err(Error::Gdal)?;
+            let next = suggested_output(src, &items)?;
             all = Some(match all {
                 None => next,
                 Some(a) => union(a, next),
@@ -151,7 +151,7 @@ impl<'r> Sources<'r> {
                 }
             }
             None => {
-                let options = WarpOptions::new(&spec.gdalwarp_args()).map_err(WarpError::Failed)?;
+                let options = WarpOptions::new(&spec.gdalwarp_args()).map_err(WarpError::from)?;
                 (warp(&srcs, &options)?, WarpedBy::Gdal)
             }
         };
@@ -171,7 +171,7 @@ impl<'r> Sources<'r> {
         let c_path = std::ffi::CString::new(file.path().to_string_lossy().as_bytes())
             .map_err(|_| WarpError::Failed("the scratch path has a NUL byte".to_owned()))?;
         let options =
-            WarpOptions::with_format(&spec.gdalwarp_args(), "GTiff").map_err(WarpError::Failed)?;
+            WarpOptions::with_format(&spec.gdalwarp_args(), "GTiff").map_err(WarpError::from)?;
         let mut ds = warp_into(&self.datasets(), &options, c_path.as_c_str())?;
         // Blocks still in GDAL's cache are written now, so a full disk is
         // seen here, not when the raster is dropped.

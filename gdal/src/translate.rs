@@ -16,7 +16,7 @@ use super::{last_error, reset_error, string_list};
 
 /// `gdal_translate -of VRT <args>` of `src`, in memory. The view refers to
 /// `src`, which must outlive it.
-pub fn vrt_view(src: &Dataset, args: &[String]) -> Result<Dataset, String> {
+pub fn vrt_view(src: &Dataset, args: &[String]) -> Result<Dataset, crate::Error> {
     let mut argv: Vec<String> = vec!["-of".to_owned(), "VRT".to_owned()];
     argv.extend(args.iter().cloned());
     let list = string_list(&argv)?;
@@ -25,7 +25,7 @@ pub fn vrt_view(src: &Dataset, args: &[String]) -> Result<Dataset, String> {
     // call; GDAL only reads it and copies what it needs. Freed below.
     let options = unsafe { sys::GDALTranslateOptionsNew(list.as_ptr(), ptr::null_mut()) };
     if options.is_null() {
-        return Err(last_error("invalid translate options"));
+        return Err(crate::Error::Input(last_error("invalid translate options")));
     }
     let mut usage_error = 0;
     // SAFETY: a valid source dataset and options; "" names an in-memory
@@ -35,7 +35,9 @@ pub fn vrt_view(src: &Dataset, args: &[String]) -> Result<Dataset, String> {
     // SAFETY: made by GDALTranslateOptionsNew, freed once.
     unsafe { sys::GDALTranslateOptionsFree(options) };
     if out.is_null() {
-        return Err(last_error("GDALTranslate returned nothing"));
+        return Err(crate::Error::Gdal(last_error(
+            "GDALTranslate returned nothing",
+        )));
     }
     // SAFETY: a new dataset GDALTranslate handed to us; closed on drop.
     Ok(unsafe { Dataset::from_c_dataset(out) })

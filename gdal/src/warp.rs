@@ -19,13 +19,13 @@ pub struct WarpOptions(*mut sys::GDALWarpAppOptions);
 
 impl WarpOptions {
     /// Options from `gdalwarp` arguments, warping to a MEM dataset.
-    pub fn new(args: &[String]) -> Result<Self, String> {
+    pub fn new(args: &[String]) -> Result<Self, crate::Error> {
         Self::with_format(args, "MEM")
     }
 
     /// Options from `gdalwarp` arguments, warping to a dataset of `format`
     /// (`GTiff`: a file, chunked by `-wm` as the command does).
-    pub fn with_format(args: &[String], format: &str) -> Result<Self, String> {
+    pub fn with_format(args: &[String], format: &str) -> Result<Self, crate::Error> {
         let mut argv: Vec<String> = args.to_vec();
         argv.extend(["-of".to_owned(), format.to_owned()]);
         let list = string_list(&argv)?;
@@ -34,7 +34,7 @@ impl WarpOptions {
         // call; GDAL only reads it and copies what it needs.
         let options = unsafe { sys::GDALWarpAppOptionsNew(list.as_ptr(), ptr::null_mut()) };
         if options.is_null() {
-            return Err(last_error("invalid warp options"));
+            return Err(crate::Error::Input(last_error("invalid warp options")));
         }
         Ok(WarpOptions(options))
     }
@@ -60,7 +60,7 @@ pub struct Suggested {
 /// The output GDAL suggests for warping `src` with a general image
 /// projection transformer made with `options` (`NAME=VALUE` items such as
 /// `DST_SRS=...`). The error says which step failed, with GDAL's message.
-pub fn suggested_output(src: &Dataset, options: &[String]) -> Result<Suggested, String> {
+pub fn suggested_output(src: &Dataset, options: &[String]) -> Result<Suggested, crate::Error> {
     let options = string_list(options)?;
     reset_error();
     // SAFETY: `src` is a valid dataset; `options` a NULL-terminated list
@@ -69,10 +69,10 @@ pub fn suggested_output(src: &Dataset, options: &[String]) -> Result<Suggested, 
         sys::GDALCreateGenImgProjTransformer2(src.c_dataset(), ptr::null_mut(), options.as_ptr())
     };
     if transformer.is_null() {
-        return Err(format!(
+        return Err(crate::Error::Gdal(format!(
             "cannot transform to the target CRS: {}",
             last_error("no transformation")
-        ));
+        )));
     }
     let mut geo_transform = [0f64; 6];
     let mut extent = [0f64; 4];
@@ -94,10 +94,10 @@ pub fn suggested_output(src: &Dataset, options: &[String]) -> Result<Suggested, 
     // SAFETY: made by GDALCreateGenImgProjTransformer2, destroyed once.
     unsafe { sys::GDALDestroyGenImgProjTransformer(transformer) };
     if err != sys::CPLErr::CE_None {
-        return Err(format!(
+        return Err(crate::Error::Gdal(format!(
             "cannot work out the output of the warp: {}",
             last_error("no suggestion")
-        ));
+        )));
     }
     Ok(Suggested {
         geo_transform,
@@ -116,6 +116,12 @@ pub enum WarpError {
     Unreadable(String),
     /// No output at all.
     Failed(String),
+}
+
+impl From<crate::Error> for WarpError {
+    fn from(e: crate::Error) -> Self {
+        WarpError::Failed(e.to_string())
+    }
 }
 
 /// `gdalwarp` of `srcs` (one, or a mosaic's inputs in order) with

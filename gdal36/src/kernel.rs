@@ -411,7 +411,7 @@ impl Transformer {
     /// `GDALCreateGenImgProjTransformer2(src, NULL, to)`, as gdalwarp's
     /// output creation makes the one it then warps with.
     fn new(src: &Dataset, to: &[String]) -> Result<Self, WarpError> {
-        let to = string_list(to).map_err(WarpError::Failed)?;
+        let to = string_list(to).map_err(WarpError::from)?;
         reset_error();
         // SAFETY: valid dataset; a NULL-terminated list, only read.
         let t = unsafe {

@@ -192,7 +192,9 @@ fn files_of(fetched: Fetched, source: &str, id: &str) -> Result<(MemDir, String)
         .map_or(name.as_str(), |(s, _)| s)
         .to_owned();
     let mut dir = MemDir::new();
-    let path = dir.add(&name, fetched.bytes).map_err(fail)?;
+    let path = dir
+        .add(&name, fetched.bytes)
+        .map_err(|e| fail(e.to_string()))?;
     for sibling in fetched.siblings {
         let appended = APPENDED
             .iter()
@@ -201,7 +203,8 @@ fn files_of(fetched: Fetched, source: &str, id: &str) -> Result<(MemDir, String)
         // The suffix made safe on its own: `base` is already safe, and a
         // long one must not be cut again (GDAL looks for `base` + suffix).
         let sibling_name = format!("{base}.{}", names::safe_file_name(&sibling.suffix));
-        dir.add(&sibling_name, sibling.bytes).map_err(fail)?;
+        dir.add(&sibling_name, sibling.bytes)
+            .map_err(|e| fail(e.to_string()))?;
     }
     Ok((dir, path))
 }

@@ -171,7 +171,10 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     let driver = w.format.unwrap_or_default().driver().to_owned();
     let options: Vec<(String, String)> =
         w.creation_options.unwrap_or_default().into_iter().collect();
-    match warpline_gdal::creation_option_list(&driver).and_then(|xml| declared_options(&xml)) {
+    match warpline_gdal::creation_option_list(&driver)
+        .map_err(|e| e.to_string())
+        .and_then(|xml| declared_options(&xml))
+    {
         Err(m) => problems.push(s.problem("format", m)),
         Ok(declared) => {
             for (k, v) in &options {
@@ -491,7 +494,7 @@ impl Write {
         // The temporary name is new: CreateCopy need not look for an
         // existing dataset there to delete (it asks every driver: ~0.35 ms).
         options.push("QUIET_DELETE_ON_CREATE_COPY=NO".to_owned());
-        warpline_gdal::create_copy(&self.driver, raster, tmp, &options)
+        warpline_gdal::create_copy(&self.driver, raster, tmp, &options).map_err(|e| e.to_string())
     }
 }
 
