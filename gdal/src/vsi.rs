@@ -367,8 +367,11 @@ unsafe extern "C" fn close(h: *mut c_void) -> c_int {
     })
 }
 
-/// Installs the file system in GDAL, once per process.
-fn install() {
+/// Installs the file system in GDAL, once per process. The fetch stage
+/// calls it when the pipeline compiles (`read = "window"`), so that no GDAL
+/// call is made later on the async runtime: [`RemoteFile::new`], which
+/// fetch calls on a tokio worker, then finds it done (an atomic check).
+pub fn install() {
     static INSTALL: Once = Once::new();
     INSTALL.call_once(|| {
         super::init();

@@ -79,6 +79,11 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     let Some(f) = s.read::<FetchSettings>(&mut problems) else {
         return Err(problems);
     };
+    if f.read == Some(Read::Window) {
+        // GDAL runs only on blocking threads and here, at compile time:
+        // the range-read file system is installed now, not on the runtime.
+        warpline_gdal::vsi::install();
+    }
     let connect_timeout = f.connect_timeout.map_or(Duration::from_secs(10), |d| d.0);
     let timeout = f.timeout.map_or(Duration::from_secs(60), |d| d.0);
     let max_bytes = f.max_bytes.map_or(DEFAULT_MAX_BYTES, |b| b.0);
