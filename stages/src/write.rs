@@ -376,8 +376,12 @@ impl BlockingStage for Write {
         };
         self.check_nodata(&raster, &id)?;
         let parent = path.parent().unwrap_or(&self.dir).to_owned();
-        // What the output may take on disk: its pixels uncompressed.
-        let needed = raster.pixel_bytes();
+        // What the output may take on disk: its pixels uncompressed, twice
+        // for COG (the driver writes a temporary GTiff first, and removes
+        // it when it fails: GDAL 3.12 then says only that the file it
+        // reads back is not a TIFF, so the free space must tell).
+        let copies = if self.driver == "COG" { 2 } else { 1 };
+        let needed = raster.pixel_bytes().saturating_mul(copies);
         let fail = |what: String, said_full: bool| failed(&id, &parent, needed, what, said_full);
         std::fs::create_dir_all(&parent).map_err(|e| {
             fail(

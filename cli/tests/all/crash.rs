@@ -177,7 +177,6 @@ fn after_ctrl_c_the_run_drains_leaves_no_temporary_file_and_a_rerun_finishes() {
     let i = &r["items"];
     assert_eq!(i["failed"], 0, "{r}");
     assert_eq!(i["done"], i["total"], "{r}");
-    assert!(i["total"].as_u64().unwrap() < TOTAL, "{r}");
     let left: Vec<String> = hashes(&s.out)
         .into_keys()
         .filter(|n| n.starts_with('.'))
