@@ -14,7 +14,9 @@ pub enum Tier {
     /// acquisition order.
     Graph,
     /// This machine: CRSs PROJ understands, GDAL drivers and creation
-    /// options, output directories that can be written.
+    /// options, output directories that can be written; and, only when
+    /// asked (`validate --online`), what the pipeline reaches over the
+    /// network (an output bucket can be listed).
     Environment,
 }
 

@@ -11,7 +11,7 @@ use super::carried::Flowing;
 use super::file::{
     LimitSection, PipelineSection, RetrySection, SourceCommon, StageCommon, SOURCE_KEYS, STAGE_KEYS,
 };
-use super::{join, known, Problem};
+use super::{join, known, MachineChecks, Problem};
 use crate::adapt::{Adaptive, AdaptiveSection, AdaptiveValue};
 use crate::item::ErrorKind;
 use crate::lenient::LeftOut;
@@ -129,7 +129,7 @@ pub(super) fn compile(
     default_name: &str,
     shared: Option<&Limits>,
     global: Option<&RateBackendFactory>,
-    environment: bool,
+    machine: MachineChecks,
 ) -> Result<Pipeline, Failed> {
     let mut problems = Vec::new();
     check_sections(&root, &mut problems);
@@ -145,13 +145,14 @@ pub(super) fn compile(
         root.shift_remove("stages"),
         registry,
         &known_limits,
-        environment,
+        machine,
         &mut problems,
     );
     let source = compile_source(
         root.shift_remove("source"),
         registry,
         &known_limits,
+        machine,
         &mut problems,
     );
     let taken = declared.taken();
@@ -359,14 +360,15 @@ impl DeclaredStages {
     }
 }
 
-/// `[stages.NAME]`, each through its kind's factory; with `environment`,
-/// the checks of this machine (an output directory is writable) for every
-/// stage that compiled, in the same pass.
+/// `[stages.NAME]`, each through its kind's factory; with `machine`, the
+/// checks of this machine (an output directory is writable) and, online,
+/// of what the stage reaches (its bucket) for every stage that compiled,
+/// in the same pass.
 fn compile_stages(
     value: Option<Value>,
     registry: &Registry,
     known_limits: &Declared<'_>,
-    environment: bool,
+    machine: MachineChecks,
     problems: &mut Vec<Problem>,
 ) -> DeclaredStages {
     let mut declared = DeclaredStages {
@@ -388,10 +390,10 @@ fn compile_stages(
         };
         let (plan, known) = build_stage(&path, &name, t, registry, known_limits, problems);
         if let Some(plan) = plan {
-            if environment {
-                for m in plan.handler.check_environment() {
-                    problems.push(Problem::environment(path.clone(), m));
-                }
+            let local = (machine >= MachineChecks::Local).then(|| plan.handler.check_environment());
+            let online = (machine == MachineChecks::Online).then(|| plan.handler.check_online());
+            for m in local.into_iter().chain(online).flatten() {
+                problems.push(Problem::environment(path.clone(), m));
             }
             declared.flowing.insert(name.clone(), Flowing::of(&plan));
             declared.plans.push((name, plan));
@@ -402,24 +404,30 @@ fn compile_stages(
     declared
 }
 
-/// `[source]`, which every pipeline needs.
+/// `[source]`, which every pipeline needs; online, with the checks of
+/// what it reaches (a STAC API, a bucket).
 fn compile_source(
     value: Option<Value>,
     registry: &Registry,
     known_limits: &Declared<'_>,
+    machine: MachineChecks,
     problems: &mut Vec<Problem>,
 ) -> Option<SourcePlan> {
-    match value {
-        None => {
-            problems.push(Problem::new(
-                "source",
-                "missing: a pipeline needs a [source] table with a `kind`",
-            ));
-            None
+    let Some(v) = value else {
+        problems.push(Problem::new(
+            "source",
+            "missing: a pipeline needs a [source] table with a `kind`",
+        ));
+        return None;
+    };
+    let source = table("source", v, problems)
+        .and_then(|t| build_source(t, registry, known_limits, problems));
+    if let (Some(s), MachineChecks::Online) = (&source, machine) {
+        for m in s.spec.check_online() {
+            problems.push(Problem::environment("source", m));
         }
-        Some(v) => table("source", v, problems)
-            .and_then(|t| build_source(t, registry, known_limits, problems)),
     }
+    source
 }
 
 /// A `kind` key at `path` and what `lookup` finds for it: or a problem
