@@ -3,8 +3,9 @@
 # Safe to run again: it only installs what is not there yet.
 set -euo pipefail
 
-# Debian packages the build and the tests need.
-PACKAGES=(pkg-config libgdal-dev gdal-bin redis-server)
+# Debian packages the build and the tests need (strace: cli/tests/all/offline.rs
+# watches every connect() of `warpline validate`).
+PACKAGES=(pkg-config libgdal-dev gdal-bin redis-server strace)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

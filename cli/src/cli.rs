@@ -68,7 +68,8 @@ pub(crate) fn main() -> ExitCode {
             pipelines,
             sets,
             format,
-        } => validate(&pipelines, &sets, format),
+            online,
+        } => validate(&pipelines, &sets, format, online),
         Command::Plan {
             pipeline,
             sets,

@@ -46,7 +46,8 @@
 //!
 //! The modules form layers with no import circle (a module uses only the
 //! ones below it): leaves (`units`, `redact`, `shard`, `stall`, `adapt`,
-//! `payload`, the panic guard, a config `Problem`); then [`limit`],
+//! `payload`, the panic guard, a config `Problem` and the lenient read
+//! that finds every mistake of a table at once); then [`limit`],
 //! [`item`], [`observe`], [`live`] and the retry policy; [`stage`];
 //! [`pipeline`] (the compiled plan); [`registry`] and [`synthetic`];
 //! [`config`] (which compiles a file into a pipeline) and [`builder`];
@@ -85,6 +86,7 @@ pub mod config;
 mod guard;
 pub mod handle;
 pub mod item;
+mod lenient;
 pub mod limit;
 pub mod live;
 pub mod observe;

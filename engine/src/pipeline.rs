@@ -181,8 +181,9 @@ impl Pipeline {
             .sum::<u64>()
     }
 
-    /// Checks this machine for every stage (output directories writable,
-    /// ...): the environment tier of `warpline validate`.
+    /// Checks this machine for every stage, without the network (output
+    /// directories writable, ...): the environment tier of `warpline
+    /// validate`.
     pub fn check_environment(&self) -> Vec<crate::problem::Problem> {
         self.stages
             .iter()
@@ -192,5 +193,24 @@ impl Pipeline {
                 })
             })
             .collect()
+    }
+
+    /// Checks what the source and the stages will reach over the network
+    /// (an output bucket can be listed, ...): what `warpline validate
+    /// --online` adds to the environment tier.
+    pub fn check_online(&self) -> Vec<crate::problem::Problem> {
+        let source = self
+            .source
+            .spec
+            .check_online()
+            .into_iter()
+            .map(|m| crate::problem::Problem::environment("source", m));
+        let stages = self.stages.iter().flat_map(|s| {
+            s.handler
+                .check_online()
+                .into_iter()
+                .map(move |m| crate::problem::Problem::environment(format!("stages.{}", s.name), m))
+        });
+        source.chain(stages).collect()
     }
 }

@@ -14,7 +14,9 @@ pub enum Tier {
     /// acquisition order.
     Graph,
     /// This machine: CRSs PROJ understands, GDAL drivers and creation
-    /// options, output directories that can be written.
+    /// options, output directories that can be written; and, only when
+    /// asked (`validate --online`), what the pipeline reaches over the
+    /// network (an output bucket can be listed).
     Environment,
 }
 
@@ -84,6 +86,9 @@ pub(crate) fn problem_from(path: &str, error: config::ConfigError, also: &[&str]
         return Problem::new(path, message);
     }
     match error {
+        config::ConfigError::NotFound(key) => {
+            Problem::new(join(path, &key), "missing: this key is required")
+        }
         config::ConfigError::Type {
             unexpected,
             expected,
@@ -195,85 +200,4 @@ pub(crate) fn join(path: &str, key: &str) -> String {
     } else {
         format!("{path}.{key}")
     }
-}
-
-/// Reads `value` into `T`, adding a problem at `path` for what is wrong:
-/// as serde stops at the first error, a value that reads as its type but
-/// not as a setting (a misspelt word, a duration without a unit: what
-/// `T`'s own conversions say) is left out and the rest read again, so that
-/// every such value is reported at once and the checks that follow still
-/// see the others. Any other error (an unknown key, a wrong type) is the
-/// one problem, as serde found it. `also` are keys of the same table that
-/// the engine reads itself, for the did-you-mean of an unknown key.
-pub(crate) fn deserialize_all<T: serde::de::DeserializeOwned>(
-    path: &str,
-    mut value: config::Value,
-    also: &[&str],
-    problems: &mut Vec<Problem>,
-) -> Option<T> {
-    let mut left_out = 0;
-    loop {
-        let error = match value.clone().try_deserialize::<T>() {
-            Ok(t) => return Some(t),
-            Err(e) => e,
-        };
-        match bad_setting(&error) {
-            Some(key) if remove(&mut value, key) => left_out += 1,
-            // Once a value was left out, what follows from its absence
-            // (a missing key) is not another problem.
-            _ if left_out > 0 && matches!(error, config::ConfigError::NotFound(_)) => return None,
-            _ => {
-                problems.push(problem_from(path, error, also));
-                return None;
-            }
-        }
-        // `remove` found the key: report it now, read the rest again.
-        problems.push(problem_from(path, error, also));
-    }
-}
-
-/// The key of a value that read as its type but not as a setting: the
-/// message of one of the settings' own conversions, at a key.
-fn bad_setting(error: &config::ConfigError) -> Option<&str> {
-    let config::ConfigError::At {
-        error,
-        key: Some(key),
-        ..
-    } = error
-    else {
-        return None;
-    };
-    let config::ConfigError::Message(message) = error.as_ref() else {
-        return None;
-    };
-    let serde_own = [
-        "unknown field",
-        "missing field",
-        "invalid type",
-        "invalid value",
-    ];
-    (!serde_own.iter().any(|p| message.starts_with(p))).then_some(key.as_str())
-}
-
-/// Removes the key at a dotted path (`retry.base_delay`) from a table;
-/// false when there is none, or the path goes through a list.
-fn remove(value: &mut config::Value, key: &str) -> bool {
-    if key.contains('[') {
-        return false;
-    }
-    let mut at = value;
-    let mut parts = key.split('.').peekable();
-    while let Some(part) = parts.next() {
-        let config::ValueKind::Table(table) = &mut at.kind else {
-            return false;
-        };
-        if parts.peek().is_none() {
-            return table.shift_remove(part).is_some();
-        }
-        match table.get_mut(part) {
-            Some(next) => at = next,
-            None => return false,
-        }
-    }
-    false
 }

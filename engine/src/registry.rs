@@ -28,6 +28,9 @@ pub struct Settings {
     ///
     /// [`limiter`]: Settings::limiter
     charged: std::cell::RefCell<Vec<Limiter>>,
+    /// The problems [`read`](Settings::read) found: the table's own keys
+    /// and values, whatever else the kind checks.
+    read_problems: std::cell::RefCell<Vec<Problem>>,
 }
 
 impl Settings {
@@ -45,6 +48,7 @@ impl Settings {
             held,
             engine_keys,
             charged: std::cell::RefCell::new(Vec::new()),
+            read_problems: std::cell::RefCell::new(Vec::new()),
         }
     }
 
@@ -103,6 +107,14 @@ impl Settings {
         self.charged.borrow().clone()
     }
 
+    /// What reading the settings found wrong with their keys and values
+    /// (unknown keys, wrong types, values refused), whatever else the kind
+    /// said: for a table whose engine keys did not read, whose kind's
+    /// checks would rest on a guess.
+    pub(crate) fn read_problems(&self) -> Vec<Problem> {
+        self.read_problems.borrow().clone()
+    }
+
     /// Settings from TOML text, for tests and for building kinds in code.
     pub fn from_toml(path: &str, text: &str) -> Result<Self, Problem> {
         let cfg = config::Config::builder()
@@ -147,14 +159,22 @@ impl Settings {
         }
     }
 
-    /// Reads the settings into `T` as [`parse`](Settings::parse) does, adding
-    /// to `problems` every value that did not read as its setting (a word
-    /// no setting takes, a duration without a unit) and returning `T`
-    /// without those values, so the kind's own checks still run; `None`
-    /// after any other problem (an unknown key, a wrong type).
+    /// Reads the settings into `T` as [`parse`](Settings::parse) does,
+    /// adding to `problems` every unknown key, every value of the wrong
+    /// type and every value that did not read as its setting (a word no
+    /// setting takes, a duration without a unit), all at once, each at its
+    /// key path. Returns `T` without the refused values when those are all
+    /// that is wrong, so the kind's own checks still run; `None` after an
+    /// unknown key or a wrong type.
     pub fn read<T: DeserializeOwned>(&self, problems: &mut Vec<Problem>) -> Option<T> {
         let table = config::Value::new(None, config::ValueKind::Table(self.table.clone()));
-        crate::problem::deserialize_all(&self.path, table, self.engine_keys, problems)
+        let mut found = Vec::new();
+        let read = crate::lenient::deserialize_all(&self.path, table, self.engine_keys, &mut found);
+        self.read_problems
+            .borrow_mut()
+            .extend(found.iter().cloned());
+        problems.append(&mut found);
+        read
     }
 }
 

@@ -53,9 +53,19 @@ pub trait Stage: Send + Sync + 'static {
         false
     }
 
-    /// Checks this machine before a run (for example: the output directory
-    /// can be written). Each message is a problem; none by default.
+    /// Checks this machine before a run, without the network (for
+    /// example: the output directory can be written): `warpline validate`.
+    /// Each message is a problem; none by default.
     fn check_environment(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Checks what the stage will reach over the network (for example: the
+    /// output bucket can be listed with the credentials at hand): only
+    /// `warpline validate --online` asks, as a check must not surprise its
+    /// user with network traffic. Each message is a problem; none by
+    /// default.
+    fn check_online(&self) -> Vec<String> {
         Vec::new()
     }
 
@@ -142,6 +152,13 @@ impl Handler {
         }
     }
 
+    pub(crate) fn check_online(&self) -> Vec<String> {
+        match self {
+            Handler::Async(s) => s.check_online(),
+            Handler::Blocking(s) => s.check_online(),
+        }
+    }
+
     /// What the stage says of how it will work ([`Stage::notes`]).
     pub fn notes(&self) -> Vec<String> {
         match self {
@@ -219,6 +236,13 @@ pub trait SourceSpec: Send + Sync + 'static {
     /// Opens the source for a run. An error here fails the whole run (for
     /// example: the list file does not exist).
     fn open(&self) -> Result<Box<dyn Source>, OpenError>;
+
+    /// Checks what the source will reach over the network (for example: a
+    /// STAC API answers), as [`Stage::check_online`]: only `warpline
+    /// validate --online` asks. None by default.
+    fn check_online(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Why a source could not be opened for a run, said by the source kind

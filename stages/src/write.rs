@@ -327,13 +327,24 @@ impl warpline_engine::Stage for Write {
                 at.display()
             )))
         };
+        let what = match self.remote {
+            Some(_) => "staging directory",
+            None => "output directory",
+        };
         match result {
-            Ok(()) => self.remote.as_ref().map(Output::check).unwrap_or_default(),
+            Ok(()) => Vec::new(),
             Err(e) => vec![format!(
-                "output directory {} cannot be written: {e}",
+                "{what} {} cannot be written: {e}",
                 self.dir.display()
             )],
         }
+    }
+
+    fn check_online(&self) -> Vec<String> {
+        // The bucket can be listed with the credentials at hand: a request
+        // to the store, and to a metadata service when the environment
+        // has no credentials.
+        self.remote.as_ref().map(Output::check).unwrap_or_default()
     }
 
     fn skip_check(&self, item: &Item) -> Option<String> {

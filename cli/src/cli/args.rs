@@ -159,6 +159,11 @@ pub(super) enum Command {
         /// Text for people, JSON for tools.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// Also check what the pipelines will reach over the network (an
+        /// output bucket can be listed with the credentials at hand). Off:
+        /// validate opens no connection to anything but this machine.
+        #[arg(long)]
+        online: bool,
     },
     /// Put the inputs of a pipeline's source in the run's work queue in
     /// Redis, once each (enqueueing twice adds nothing).

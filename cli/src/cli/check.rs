@@ -24,7 +24,10 @@ struct Checked {
     bound: Option<u64>,
 }
 
-pub(super) fn validate(paths: &[PathBuf], sets: &[String], format: Format) -> u8 {
+/// `warpline validate`: every file in tiers; what the pipelines reach over
+/// the network (buckets, ...) only when `online`, so that a check never
+/// surprises its user with network traffic.
+pub(super) fn validate(paths: &[PathBuf], sets: &[String], format: Format, online: bool) -> u8 {
     let registry = warpline::registry();
     let mut files = Vec::new();
     for path in paths {
@@ -37,10 +40,13 @@ pub(super) fn validate(paths: &[PathBuf], sets: &[String], format: Format) -> u8
             // coordinator is reached only when the pipeline runs.
             // Every tier in one pass: this machine is checked for every
             // stage that compiles, whatever else is wrong.
-            Ok(l) => l
-                .with_global_rates(not_connected())
-                .with_environment_checks()
-                .load(&registry),
+            Ok(l) => {
+                let l = l
+                    .with_global_rates(not_connected())
+                    .with_environment_checks();
+                let l = if online { l.with_online_checks() } else { l };
+                l.load(&registry)
+            }
         };
         files.push(match loaded {
             Ok(p) => Checked {

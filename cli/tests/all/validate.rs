@@ -149,3 +149,51 @@ fn a_flow_that_hands_write_fetched_bytes_fails_validation() {
     let (code, json) = validate(&file(dir.path(), "fixed.toml", &fixed));
     assert_eq!(code, Some(0), "{json:#}");
 }
+
+/// Issue 37's table: `workerz = 4` and `timeout = "soon"` in fetch, and a
+/// second misspelt key: all three said at once, each at its key path and
+/// with the nearest key, in text and in JSON.
+#[test]
+fn every_mistake_of_a_stage_table_is_said_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = generated(
+        &["fetch"],
+        1,
+        "[stages.fetch]\nkind = \"fetch\"\nworkerz = 4\ntimeout = \"soon\"\nmax_redirect = 2\n",
+    );
+    let path = file(dir.path(), "three.toml", &text);
+    let (code, json) = validate(&path);
+    assert_eq!(code, Some(2), "{json:#}");
+    let problems = json["files"][0]["problems"].as_array().unwrap();
+    let found: Vec<(&str, &str)> = problems
+        .iter()
+        .map(|p| (p["path"].as_str().unwrap(), p["message"].as_str().unwrap()))
+        .collect();
+    assert_eq!(found.len(), 3, "{json:#}");
+    assert_eq!(found[0].0, "stages.fetch", "{json:#}");
+    assert!(
+        found[0]
+            .1
+            .starts_with("unknown field `workerz` (did you mean `workers`?)"),
+        "{json:#}"
+    );
+    assert_eq!(found[1].0, "stages.fetch.timeout", "{json:#}");
+    assert!(found[1].1.contains("soon"), "{json:#}");
+    assert_eq!(found[2].0, "stages.fetch", "{json:#}");
+    assert!(
+        found[2]
+            .1
+            .starts_with("unknown field `max_redirect` (did you mean `max_redirects`?)"),
+        "{json:#}"
+    );
+    let out = warpline().arg("validate").arg(&path).output().unwrap();
+    let text = said(&out);
+    assert!(text.contains("three.toml: 3 problems"), "{text}");
+    for line in [
+        "  - [schema] stages.fetch: unknown field `workerz` (did you mean `workers`?)",
+        "  - [schema] stages.fetch.timeout: ",
+        "  - [schema] stages.fetch: unknown field `max_redirect` (did you mean `max_redirects`?)",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+}

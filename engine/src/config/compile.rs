@@ -11,9 +11,10 @@ use super::carried::Flowing;
 use super::file::{
     LimitSection, PipelineSection, RetrySection, SourceCommon, StageCommon, SOURCE_KEYS, STAGE_KEYS,
 };
-use super::{join, known, Problem};
+use super::{join, known, MachineChecks, Problem};
 use crate::adapt::{Adaptive, AdaptiveSection, AdaptiveValue};
 use crate::item::ErrorKind;
+use crate::lenient::LeftOut;
 use crate::limit::{Limiter, LimiterKind, Limits, RateBackendFactory, RateScope};
 use crate::pipeline::{OnError, RetryPolicy};
 use crate::pipeline::{Pipeline, SourcePlan, StagePlan};
@@ -78,28 +79,23 @@ fn split(
         .partition(|(k, _)| engine_keys.contains(&k.as_str()))
 }
 
-/// Reads a table, saying every value that does not read as its setting
-/// (see [`deserialize_all`](crate::problem::deserialize_all)).
-fn parse<T: serde::de::DeserializeOwned>(
-    path: &str,
-    value: Value,
-    problems: &mut Vec<Problem>,
-) -> Option<T> {
-    crate::problem::deserialize_all(path, value, &[], problems)
-}
-
-/// Reads a table whose keys depend on each other (a limiter is one of
-/// `permits`, `budget` or `per_second`): the first problem only, as a value
-/// left out would make the checks that follow say more than is wrong.
-fn parse_whole<T: serde::de::DeserializeOwned>(
-    path: &str,
-    value: Value,
-    problems: &mut Vec<Problem>,
-) -> Option<T> {
-    value
-        .try_deserialize::<T>()
-        .map_err(|e| problems.push(crate::problem::problem_from(path, e, &[])))
-        .ok()
+/// Reads a `[limits.NAME]` table, whose keys depend on each other (a
+/// limiter is one of `permits`, `budget` or `per_second`): every unknown
+/// key and bad value is said, but the table is returned only when it read
+/// whole, as a value left out would make the checks that follow say more
+/// than is wrong. Its counts are still checked alone (`permits = "two"`),
+/// each on its own.
+fn limit_section(path: &str, value: Value, problems: &mut Vec<Problem>) -> Option<LimitSection> {
+    let read = crate::lenient::read_all::<LimitSection>(path, value, &[], problems);
+    match read.value {
+        Some(s) if read.left_out == LeftOut::Nothing => Some(s),
+        Some(s) => {
+            count(&join(path, "permits"), &s.permits, 1, problems);
+            count(&join(path, "burst"), &s.burst, 1, problems);
+            None
+        }
+        None => None,
+    }
 }
 
 fn table(path: &str, value: Value, problems: &mut Vec<Problem>) -> Option<Map<String, Value>> {
@@ -133,7 +129,7 @@ pub(super) fn compile(
     default_name: &str,
     shared: Option<&Limits>,
     global: Option<&RateBackendFactory>,
-    environment: bool,
+    machine: MachineChecks,
 ) -> Result<Pipeline, Failed> {
     let mut problems = Vec::new();
     check_sections(&root, &mut problems);
@@ -149,13 +145,14 @@ pub(super) fn compile(
         root.shift_remove("stages"),
         registry,
         &known_limits,
-        environment,
+        machine,
         &mut problems,
     );
     let source = compile_source(
         root.shift_remove("source"),
         registry,
         &known_limits,
+        machine,
         &mut problems,
     );
     let taken = declared.taken();
@@ -225,36 +222,16 @@ fn check_sections(root: &Map<String, Value>, problems: &mut Vec<Problem>) {
     }
 }
 
-/// `[pipeline]`, read as it is (empty when missing or not a table). One
-/// bad value fails the whole table at once, so then each key is read
-/// alone: a good `flow` is still read (not said to be missing), and every
-/// bad key is said, not only the first.
+/// `[pipeline]`, read as it is (empty when missing or not a table): every
+/// bad key is said, and the good ones are still read (a good `flow` is not
+/// said to be missing because `on_error` is misspelt).
 fn pipeline_section(value: Option<Value>, problems: &mut Vec<Problem>) -> PipelineSection {
     let Some(value) = value else {
         return PipelineSection::default();
     };
-    let mut whole = Vec::new();
-    if let Some(section) = parse("pipeline", value.clone(), &mut whole) {
-        // Only values left out, each said: the rest of the section read.
-        problems.append(&mut whole);
-        return section;
-    }
-    let Ok(keys) = value.clone().into_table() else {
-        problems.append(&mut whole);
-        return PipelineSection::default();
-    };
-    let mut section = PipelineSection::default();
-    for (key, v) in keys {
-        let alone = Value::new(None, Map::from([(key, v)]));
-        if let Some(s) = parse::<PipelineSection>("pipeline", alone, problems) {
-            section.name = section.name.or(s.name);
-            section.flow = section.flow.or(s.flow);
-            section.on_error = section.on_error.or(s.on_error);
-            section.shutdown_deadline = section.shutdown_deadline.or(s.shutdown_deadline);
-            section.stall_warning = section.stall_warning.or(s.stall_warning);
-        }
-    }
-    section
+    crate::lenient::read_all("pipeline", value, &[], problems)
+        .value
+        .unwrap_or_default()
 }
 
 /// What `[pipeline]` says of the run as a whole.
@@ -317,7 +294,7 @@ fn compile_limits(
         for (name, value) in table("limits", v, problems).unwrap_or_default() {
             let path = join("limits", &name);
             let built = check_name(&path, &name, problems)
-                .then(|| parse_whole::<LimitSection>(&path, value, problems))
+                .then(|| limit_section(&path, value, problems))
                 .flatten()
                 .and_then(|s| match s.shared {
                     Some(true) => take_shared(&path, &name, &s, shared, problems),
@@ -383,14 +360,15 @@ impl DeclaredStages {
     }
 }
 
-/// `[stages.NAME]`, each through its kind's factory; with `environment`,
-/// the checks of this machine (an output directory is writable) for every
-/// stage that compiled, in the same pass.
+/// `[stages.NAME]`, each through its kind's factory; with `machine`, the
+/// checks of this machine (an output directory is writable) and, online,
+/// of what the stage reaches (its bucket) for every stage that compiled,
+/// in the same pass.
 fn compile_stages(
     value: Option<Value>,
     registry: &Registry,
     known_limits: &Declared<'_>,
-    environment: bool,
+    machine: MachineChecks,
     problems: &mut Vec<Problem>,
 ) -> DeclaredStages {
     let mut declared = DeclaredStages {
@@ -412,10 +390,10 @@ fn compile_stages(
         };
         let (plan, known) = build_stage(&path, &name, t, registry, known_limits, problems);
         if let Some(plan) = plan {
-            if environment {
-                for m in plan.handler.check_environment() {
-                    problems.push(Problem::environment(path.clone(), m));
-                }
+            let local = (machine >= MachineChecks::Local).then(|| plan.handler.check_environment());
+            let online = (machine == MachineChecks::Online).then(|| plan.handler.check_online());
+            for m in local.into_iter().chain(online).flatten() {
+                problems.push(Problem::environment(path.clone(), m));
             }
             declared.flowing.insert(name.clone(), Flowing::of(&plan));
             declared.plans.push((name, plan));
@@ -426,24 +404,30 @@ fn compile_stages(
     declared
 }
 
-/// `[source]`, which every pipeline needs.
+/// `[source]`, which every pipeline needs; online, with the checks of
+/// what it reaches (a STAC API, a bucket).
 fn compile_source(
     value: Option<Value>,
     registry: &Registry,
     known_limits: &Declared<'_>,
+    machine: MachineChecks,
     problems: &mut Vec<Problem>,
 ) -> Option<SourcePlan> {
-    match value {
-        None => {
-            problems.push(Problem::new(
-                "source",
-                "missing: a pipeline needs a [source] table with a `kind`",
-            ));
-            None
+    let Some(v) = value else {
+        problems.push(Problem::new(
+            "source",
+            "missing: a pipeline needs a [source] table with a `kind`",
+        ));
+        return None;
+    };
+    let source = table("source", v, problems)
+        .and_then(|t| build_source(t, registry, known_limits, problems));
+    if let (Some(s), MachineChecks::Online) = (&source, machine) {
+        for m in s.spec.check_online() {
+            problems.push(Problem::environment("source", m));
         }
-        Some(v) => table("source", v, problems)
-            .and_then(|t| build_source(t, registry, known_limits, problems)),
     }
+    source
 }
 
 /// A `kind` key at `path` and what `lookup` finds for it: or a problem
@@ -489,7 +473,27 @@ fn build_source(
     problems: &mut Vec<Problem>,
 ) -> Option<SourcePlan> {
     let (common, own) = split(table, SOURCE_KEYS);
-    let common: SourceCommon = parse("source", Value::from(common), problems)?;
+    let read =
+        crate::lenient::read_all::<SourceCommon>("source", Value::from(common), &[], problems);
+    let common = match read.value {
+        Some(common) if read.left_out < LeftOut::Keys => common,
+        guess => {
+            // The kind's own keys are still read, for their mistakes only
+            // (as a stage's, see `stage::own_keys`).
+            let kind = guess.and_then(|c| c.kind);
+            let (_, factory) = source_kind(kind, registry, problems)?;
+            let settings = Settings::new(
+                "source".to_owned(),
+                own,
+                declared.limits.clone(),
+                Vec::new(),
+                SOURCE_KEYS,
+            );
+            let _ = factory(&settings);
+            problems.extend(settings.read_problems());
+            return None;
+        }
+    };
     let held = resolve_limits("source.limits", &common.limits, declared, problems);
     for (i, l) in held.iter().enumerate() {
         if l.kind() != LimiterKind::Count {
@@ -504,14 +508,7 @@ fn build_source(
             ));
         }
     }
-    let (kind, factory) = resolve_kind(
-        "source.kind".to_owned(),
-        "source",
-        common.kind,
-        |k| registry.source(k),
-        || registry.source_kinds(),
-        problems,
-    )?;
+    let (kind, factory) = source_kind(common.kind, registry, problems)?;
     match factory(&Settings::new(
         "source".to_owned(),
         own,
@@ -529,4 +526,20 @@ fn build_source(
             None
         }
     }
+}
+
+/// The source's `kind`, and its factory when the registry knows it.
+fn source_kind<'r>(
+    kind: Option<String>,
+    registry: &'r Registry,
+    problems: &mut Vec<Problem>,
+) -> Option<(String, &'r crate::registry::SourceFactory)> {
+    resolve_kind(
+        "source.kind".to_owned(),
+        "source",
+        kind,
+        |k| registry.source(k),
+        || registry.source_kinds(),
+        problems,
+    )
 }

@@ -18,6 +18,19 @@ pub(crate) use crate::problem::{join, known, nearest};
 pub use crate::problem::{Problem, Tier};
 pub use file::{LimitSection, PipelineSection};
 
+/// How much of this machine a load checks besides the file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum MachineChecks {
+    /// None: the file alone (`run`, `plan`).
+    #[default]
+    None,
+    /// What can be checked without the network (`validate`).
+    Local,
+    /// That, and what the pipeline will reach over the network (`validate
+    /// --online`).
+    Online,
+}
+
 /// Every problem found in a pipeline.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigErrors {
@@ -94,7 +107,7 @@ pub struct Loader {
     sets: Vec<(String, String)>,
     shared: Option<crate::limit::Limits>,
     global: Option<crate::limit::RateBackendFactory>,
-    environment: bool,
+    machine: MachineChecks,
     /// The name of a pipeline given as text.
     name: Option<String>,
 }
@@ -157,7 +170,7 @@ impl Loader {
             sets: Vec::new(),
             shared: None,
             global: None,
-            environment: false,
+            machine: MachineChecks::None,
             name: None,
         }
     }
@@ -178,11 +191,22 @@ impl Loader {
     }
 
     /// Also checks this machine for every stage that compiles (an output
-    /// directory is writable, ...), in the same pass as the file: the
-    /// environment tier of `warpline validate`, whose problems then come
-    /// with the others (see [`Pipeline::check_environment`](crate::Pipeline::check_environment)).
+    /// directory is writable, ...), in the same pass as the file, without
+    /// the network: the environment tier of `warpline validate`, whose
+    /// problems then come with the others (see
+    /// [`Pipeline::check_environment`](crate::Pipeline::check_environment)).
     pub fn with_environment_checks(mut self) -> Self {
-        self.environment = true;
+        self.machine = self.machine.max(MachineChecks::Local);
+        self
+    }
+
+    /// Also checks, as [`with_environment_checks`](Self::with_environment_checks)
+    /// does and in the same pass, what the source and every stage that
+    /// compiles will reach over the network (an output bucket can be
+    /// listed with the credentials at hand, ...): `warpline validate
+    /// --online` (see [`Pipeline::check_online`](crate::Pipeline::check_online)).
+    pub fn with_online_checks(mut self) -> Self {
+        self.machine = MachineChecks::Online;
         self
     }
 
@@ -281,7 +305,7 @@ impl Loader {
             &default_name,
             self.shared.as_ref(),
             self.global.as_ref(),
-            self.environment,
+            self.machine,
         )
         .map_err(|f| ConfigErrors {
             origin: origin.clone(),

@@ -552,5 +552,7 @@ fn a_broken_stage_does_not_make_the_next_one_look_wrong() {
 
 #[path = "config/named.rs"]
 mod named;
+#[path = "config/one_pass.rs"]
+mod one_pass;
 #[path = "config/payloads.rs"]
 mod payloads;

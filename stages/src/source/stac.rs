@@ -251,6 +251,31 @@ impl SourceSpec for Stac {
             ended: false,
         }))
     }
+
+    /// `validate --online`: the first document read over http(s) (a STAC
+    /// API's first page, a remote ItemCollection or catalog) is there and
+    /// is JSON. A document on this machine is not looked at: it is an
+    /// input, which may be made just before the run (a failed item then).
+    fn check_online(&self) -> Vec<String> {
+        if !matches!(self.first.url.scheme(), "http" | "https") {
+            return Vec::new();
+        }
+        let (reader, first) = (self.reader.clone(), self.first.clone());
+        let read = crate::store::block_on(async move {
+            reader
+                .read(&first)
+                .await
+                .map(|_| ())
+                .map_err(warpline_engine::StageError::permanent)
+        });
+        match read {
+            Ok(()) => Vec::new(),
+            Err(e) => vec![format!(
+                "cannot read the first STAC document: {}",
+                e.message
+            )],
+        }
+    }
 }
 
 /// A document to read, with the POST body it was asked with (a `next`

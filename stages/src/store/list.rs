@@ -76,6 +76,30 @@ impl SourceSpec for S3Glob {
             ids: Ids::default(),
         }))
     }
+
+    /// `validate --online`: the bucket can be listed where the pattern
+    /// starts, with the credentials at hand (one page is asked for).
+    fn check_online(&self) -> Vec<String> {
+        let store = match self.stores.bucket(&self.bucket) {
+            Ok(s) => s,
+            Err(e) => return vec![e.message],
+        };
+        let (dir, shown) = (self.dir.clone(), self.shown.clone());
+        let listed = super::block_on(async move {
+            match store.list(Some(&dir)).next().await {
+                Some(Err(e)) => Err(stage_error(&shown, &e)),
+                _ => Ok(()),
+            }
+        });
+        match listed {
+            Ok(()) => Vec::new(),
+            Err(e) => vec![format!(
+                "the pattern's {} cannot be listed: {}",
+                self.bucket.scheme.bucket_word(),
+                e.message
+            )],
+        }
+    }
 }
 
 struct S3GlobRun {

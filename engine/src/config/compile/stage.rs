@@ -15,8 +15,19 @@ pub(super) fn build_stage(
     problems: &mut Vec<Problem>,
 ) -> (Option<StagePlan>, Option<Flowing>) {
     let (common, own) = split(table, STAGE_KEYS);
-    let Some(common): Option<StageCommon> = parse(path, Value::from(common), problems) else {
-        return (None, None);
+    let read = crate::lenient::read_all::<StageCommon>(path, Value::from(common), &[], problems);
+    let common = match read.value {
+        Some(common) if read.left_out < LeftOut::Keys => common,
+        guess => {
+            // The counts are checked alone, each on its own.
+            let kind = guess.and_then(|c| {
+                count(&join(path, "workers"), &c.workers, 1, problems);
+                count(&join(path, "mailbox"), &c.mailbox, 1, problems);
+                c.kind
+            });
+            own_keys(path, kind, own, registry, declared, problems);
+            return (None, None);
+        }
     };
     let workers = count(&join(path, "workers"), &common.workers, 1, problems);
     let mailbox = count(&join(path, "mailbox"), &common.mailbox, workers, problems);
@@ -73,6 +84,33 @@ pub(super) fn build_stage(
         adaptive,
     };
     (Some(plan), None)
+}
+
+/// When the engine's keys of a stage did not read (a wrong type, a key
+/// unknown in its `retry`): the mistakes in the kind's own keys too, so
+/// that every mistake of the table is said at once. The kind's factory
+/// reads them; only what its read found is kept, as its other checks would
+/// rest on engine keys that are not known (the limiters it holds).
+fn own_keys(
+    path: &str,
+    kind: Option<String>,
+    own: Map<String, Value>,
+    registry: &Registry,
+    declared: &Declared<'_>,
+    problems: &mut Vec<Problem>,
+) {
+    let Some((_, factory)) = stage_kind(path, kind, registry, problems) else {
+        return;
+    };
+    let settings = Settings::new(
+        path.to_owned(),
+        own,
+        declared.limits.clone(),
+        Vec::new(),
+        STAGE_KEYS,
+    );
+    let _ = factory(&settings);
+    problems.extend(settings.read_problems());
 }
 
 /// The stage's `kind`, and its factory when the registry knows it.
