@@ -21,3 +21,4 @@ mod s3;
 mod security;
 mod terminal;
 mod validate;
+mod warp;
