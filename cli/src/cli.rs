@@ -1,8 +1,8 @@
 //! Command-line interface, split by concern as ripgrep splits its flags:
 //! `args` (what the command line is), `load` (a pipeline loaded for a
 //! command), `logging`, then the commands: `check` (`validate`, `plan`),
-//! `execute` (`run`, `demo`) and `coordinated` (`enqueue`, `status`,
-//! `dead`, `requeue`). This file parses and dispatches. Every flag and
+//! `execute` (`run`, `demo`), `warp` (gdalwarp's command line as a
+//! pipeline) and `coordinated` (`enqueue`, `status`, `dead`, `requeue`). This file parses and dispatches. Every flag and
 //! exit code is documented in docs/pipeline.md.
 
 use std::process::ExitCode;
@@ -34,6 +34,7 @@ mod coordinated;
 mod execute;
 mod load;
 mod logging;
+mod warp;
 use args::{
     Cli, Command, Format, LogFormat, ProgressMode, RunArgs, EXIT_ABORTED_ON_ERROR,
     EXIT_COORDINATOR_LOST, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_ITEMS_FAILED, EXIT_OK,
@@ -45,7 +46,7 @@ use load::{load_with, loader, not_connected, parse_sets, GlobalRates};
 use logging::init_logging;
 
 pub(crate) fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(warp::clap_order(std::env::args_os().collect())) {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() {
@@ -96,16 +97,23 @@ pub(crate) fn main() -> ExitCode {
                     return ExitCode::from(EXIT_INVALID);
                 }
             }
-            let only_ids = match retry_failed.as_deref().map(RunOptions::ids_from_failures) {
-                None => None,
-                Some(Ok(ids)) => Some(ids),
-                Some(Err(e)) => {
-                    say_err!("error: --retry-failed: {e}");
-                    return ExitCode::from(EXIT_INVALID);
-                }
+            let only_ids = match only_ids(retry_failed.as_deref()) {
+                Ok(ids) => ids,
+                Err(code) => return ExitCode::from(code),
             };
             or_error(run(&pipeline, &args, &redis, only_ids))
         }
+        Command::Warp {
+            gdalwarp,
+            print_pipeline,
+            args,
+            retry_failed,
+        } => warp::warp(&warp::WarpCommand {
+            gdalwarp: &gdalwarp,
+            print_pipeline,
+            args: &args,
+            retry_failed: retry_failed.as_deref(),
+        }),
         Command::Demo { dir, args } => or_error(demo(&dir, &args)),
         Command::Enqueue {
             pipeline,
@@ -120,6 +128,21 @@ pub(crate) fn main() -> ExitCode {
         }
     };
     ExitCode::from(code)
+}
+
+/// The ids of `--retry-failed FILE`, or the exit code of a file that
+/// cannot be read.
+fn only_ids(
+    retry_failed: Option<&std::path::Path>,
+) -> Result<Option<std::collections::HashSet<String>>, u8> {
+    match retry_failed.map(RunOptions::ids_from_failures) {
+        None => Ok(None),
+        Some(Ok(ids)) => Ok(Some(ids)),
+        Some(Err(e)) => {
+            say_err!("error: --retry-failed: {e}");
+            Err(EXIT_INVALID)
+        }
+    }
 }
 
 fn or_error(result: anyhow::Result<u8>) -> u8 {

@@ -33,6 +33,7 @@ Examples:
   warpline run pipelines/synthetic.toml --report report.json --report-html report.html
   warpline run my.toml --set stages.decode.workers=4 --failures failed.jsonl
   warpline run my.toml --retry-failed failed.jsonl
+  warpline warp -t_srs EPSG:3857 -r cubic -tr 30 30 'scenes/*.tif' out/mercator
   WARPLINE__STAGES__WORK__WORKERS=8 warpline run pipelines/synthetic.toml
 
 Exit codes: 0 all items done or skipped; 1 could not run; 2 invalid pipeline or
@@ -42,6 +43,57 @@ coordinated worker gave up on Redis (out of reach for --redis-timeout);
 
 Logs go to stderr; filter them with WARPLINE_LOG (like RUST_LOG), e.g.
 WARPLINE_LOG=debug. The pipeline file reference is docs/pipeline.md.";
+
+/// `warpline warp --help`: the gdalwarp options it takes, and the keys
+/// they set (docs/pipeline.md has the same table).
+pub(super) const WARP_HELP: &str = "\
+gdalwarp's options, in any case and any order, and the keys they set:
+  -t_srs SRS (required)          reproject.crs
+  -s_srs SRS                     reproject.src_crs
+  -ct STRING                     reproject.coordinate_operation
+  -to NAME=VALUE (repeatable)    reproject.transformer_options
+  -vshift | -novshift            reproject.vertical_shift
+  -s_coord_epoch E, -t_coord_epoch E   reproject.src_coord_epoch, dst_coord_epoch
+  -order N | -tps | -rpc | -geoloc     reproject.transformer (and order)
+  -et ERROR                      reproject.error_threshold
+  -refine_gcps TOL [MIN]         reproject.refine_gcps
+  -te XMIN YMIN XMAX YMAX        reproject.extent
+  -te_srs SRS                    reproject.extent_crs
+  -tr XRES YRES                  reproject.resolution
+  -tap                           reproject.tap
+  -ts WIDTH HEIGHT               reproject.size
+  -ovr LEVEL|AUTO|AUTO-n|NONE    reproject.overview
+  -wo NAME=VALUE (repeatable)    reproject.warp_options
+  -ot TYPE, -wt TYPE             reproject.dtype, working_type
+  -srcnodata \"V [V...]\"          reproject.src_nodata
+  -dstnodata \"V [V...]\"          reproject.dst_nodata
+  -srcalpha | -nosrcalpha        reproject.src_alpha
+  -dstalpha                      reproject.dst_alpha
+  -r METHOD                      reproject.resampling
+  -wm MEMORY                     reproject.warp_memory (MB below 10000, else bytes)
+  -cutline FILE, -cl LAYER, -cwhere EXPR, -csql SQL, -cblend DIST, -crop_to_cutline
+                                 reproject.cutline, cutline_layer, cutline_where,
+                                 cutline_sql, cutline_blend, crop_to_cutline
+  -nomd, -cvmd VALUE             reproject.metadata = false, conflicting_metadata
+  -b N, -srcband N (repeatable)  reproject.bands
+  -if DRIVER (repeatable)        decode.drivers (default GTiff only)
+  -oo NAME=VALUE (repeatable)    decode.open_options
+  -of GTiff|COG                  write.format (default GTiff)
+  -co NAME=VALUE (repeatable)    write.creation_options
+  -overwrite                     write.exists = \"overwrite\" (default \"skip\": resume)
+  -q, -quiet                     --progress off
+  -multi, -wo NUM_THREADS=N      taken, left out: they change only speed
+Refused, by name (exit code 2): -doo, -setci, -dstband, --config, --debug, --optfile.
+
+Unlike gdalwarp, which writes one output file, warpline warp writes one output
+per input into OUTDIR, named after the input ({id}.tif), and never warps into an
+existing file. docs/pipeline.md (`warpline warp`) says more.
+
+Examples:
+  warpline warp -t_srs EPSG:3857 -r cubic -tr 30 30 -co COMPRESS=DEFLATE \\
+      'scenes/*.tif' out/mercator
+  warpline warp -t_srs EPSG:4326 -of COG @tiles.txt out/wgs84 --report report.json
+  warpline warp -t_srs EPSG:3857 s3://bucket/a.tif out --print-pipeline > warp.toml";
 
 /// warpline: fetch, decode, reproject and write raster tiles, with every
 /// resource bounded and every input accounted for.
@@ -81,8 +133,8 @@ pub(super) enum ProgressMode {
     Off,
 }
 
-/// What `run` and `demo` share.
-#[derive(Debug, Args)]
+/// What `run`, `demo` and `warp` share.
+#[derive(Debug, Clone, Args)]
 pub(super) struct RunArgs {
     /// Override a setting, e.g. `--set stages.decode.workers=4`; applied
     /// after the file and WARPLINE__ environment variables. VALUE is read as
@@ -133,6 +185,35 @@ pub(super) enum Command {
         /// (the pipeline's source is read again; only those ids are admitted).
         /// Not with --coordinator: a coordinated run's failures are in its
         /// dead-letter stream.
+        #[arg(long, value_name = "FILE")]
+        retry_failed: Option<PathBuf>,
+    },
+    /// Warp rasters with gdalwarp's options: one output per input, named
+    /// after it, in OUTDIR. Runs the pipeline the options mean, as `run`
+    /// runs a file; `--print-pipeline` prints it as TOML instead.
+    #[command(after_long_help = WARP_HELP)]
+    Warp {
+        /// gdalwarp's options (-t_srs is required), then the inputs:
+        /// files, URLs, s3://, az:// or gs:// objects, one pattern
+        /// ('scenes/*.tif', 's3://bucket/scenes/*.tif') or @LIST (a file
+        /// of one input a line), then the output directory.
+        #[arg(
+            value_name = "GDALWARP_OPTIONS/INPUTS/OUTDIR",
+            required = true,
+            num_args = 1..
+        )]
+        gdalwarp: Vec<String>,
+        /// Print the pipeline as TOML instead of running it; grow it, then
+        /// `warpline run` it.
+        #[arg(long, conflicts_with_all = [
+            "sets", "report", "report_html", "events", "failures", "metrics", "progress",
+            "shard", "retry_failed",
+        ])]
+        print_pipeline: bool,
+        #[command(flatten)]
+        args: RunArgs,
+        /// Run only the items listed in a failures file of an earlier run
+        /// of the same command.
         #[arg(long, value_name = "FILE")]
         retry_failed: Option<PathBuf>,
     },

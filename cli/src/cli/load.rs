@@ -23,7 +23,16 @@ pub(super) fn parse_sets(sets: &[String]) -> Result<Vec<(String, String)>, Strin
 }
 
 pub(super) fn loader(path: &Path, sets: &[String]) -> Result<Loader, String> {
-    let mut loader = Loader::from_path(path).with_env();
+    with_sets(Loader::from_path(path).with_env(), sets)
+}
+
+/// A pipeline given as text (`warpline warp`'s), called `name`, with the
+/// overrides a file has: `WARPLINE__` variables, then `--set`.
+pub(super) fn text_loader(text: &str, name: &str, sets: &[String]) -> Result<Loader, String> {
+    with_sets(Loader::from_toml_str(text).named(name).with_env(), sets)
+}
+
+fn with_sets(mut loader: Loader, sets: &[String]) -> Result<Loader, String> {
     for (key, value) in parse_sets(sets)? {
         loader = loader.set(key, value);
     }

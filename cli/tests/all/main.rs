@@ -22,3 +22,4 @@ mod s3;
 mod security;
 mod terminal;
 mod validate;
+mod warp;

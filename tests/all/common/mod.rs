@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gdal::Dataset;
+use gdal::{Dataset, Metadata};
 
 /// The environment variable naming the folder of real rasters
 /// (`../shared/data/real` in CI, set by `.ci/run`).
@@ -161,6 +161,47 @@ pub fn assert_same_raster(ours: &Path, oracle: &Path, what: &str) {
             "{what}: band {} has {differing} differing pixels",
             i + 1
         );
+    }
+}
+
+/// Dataset and band metadata, descriptions, units, scale and offset, mask
+/// flags: as gdalinfo shows them.
+pub fn assert_same_metadata(ours: &Path, theirs: &Path, what: &str) {
+    let (a, b) = (Dataset::open(ours).unwrap(), Dataset::open(theirs).unwrap());
+    assert_eq!(
+        a.metadata_domain(""),
+        b.metadata_domain(""),
+        "{what}: dataset metadata"
+    );
+    for i in 1..=a.raster_count() {
+        let (x, y) = (a.rasterband(i).unwrap(), b.rasterband(i).unwrap());
+        let what = format!("{what}: band {i}");
+        assert_eq!(
+            x.metadata_domain(""),
+            y.metadata_domain(""),
+            "{what} metadata"
+        );
+        assert_eq!(
+            x.description().ok(),
+            y.description().ok(),
+            "{what} description"
+        );
+        assert_eq!(x.unit(), y.unit(), "{what} unit");
+        assert_eq!(
+            (x.scale(), x.offset()),
+            (y.scale(), y.offset()),
+            "{what} scale, offset"
+        );
+        let flags = |b: &gdal::raster::RasterBand| {
+            let f = b.mask_flags().unwrap();
+            (
+                f.is_all_valid(),
+                f.is_per_dataset(),
+                f.is_alpha(),
+                f.is_nodata(),
+            )
+        };
+        assert_eq!(flags(&x), flags(&y), "{what} mask flags");
     }
 }
 

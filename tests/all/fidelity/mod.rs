@@ -14,8 +14,9 @@ mod refused;
 
 use std::path::{Path, PathBuf};
 
+pub(crate) use common::assert_same_metadata;
 use common::{assert_same_raster, gdalwarp, raster_pipeline, run};
-use gdal::{Dataset, Metadata};
+use gdal::Dataset;
 
 /// The shared real rasters' folder, or `None` (the tests say they skip).
 pub(crate) fn data() -> Option<PathBuf> {
@@ -69,47 +70,6 @@ pub(crate) fn same_as_gdalwarp(
     assert_same_raster(&ours, &theirs, tag);
     assert_same_metadata(&ours, &theirs, tag);
     ours
-}
-
-/// Dataset and band metadata, descriptions, units, scale and offset, mask
-/// flags: as gdalinfo shows them.
-pub(crate) fn assert_same_metadata(ours: &Path, theirs: &Path, what: &str) {
-    let (a, b) = (Dataset::open(ours).unwrap(), Dataset::open(theirs).unwrap());
-    assert_eq!(
-        a.metadata_domain(""),
-        b.metadata_domain(""),
-        "{what}: dataset metadata"
-    );
-    for i in 1..=a.raster_count() {
-        let (x, y) = (a.rasterband(i).unwrap(), b.rasterband(i).unwrap());
-        let what = format!("{what}: band {i}");
-        assert_eq!(
-            x.metadata_domain(""),
-            y.metadata_domain(""),
-            "{what} metadata"
-        );
-        assert_eq!(
-            x.description().ok(),
-            y.description().ok(),
-            "{what} description"
-        );
-        assert_eq!(x.unit(), y.unit(), "{what} unit");
-        assert_eq!(
-            (x.scale(), x.offset()),
-            (y.scale(), y.offset()),
-            "{what} scale, offset"
-        );
-        let flags = |b: &gdal::raster::RasterBand| {
-            let f = b.mask_flags().unwrap();
-            (
-                f.is_all_valid(),
-                f.is_per_dataset(),
-                f.is_alpha(),
-                f.is_nodata(),
-            )
-        };
-        assert_eq!(flags(&x), flags(&y), "{what} mask flags");
-    }
 }
 
 pub(crate) fn pixels_differ(a: &Path, b: &Path) -> bool {
