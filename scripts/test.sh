@@ -133,6 +133,19 @@ if [ "$status" = 0 ]; then
 fi
 passed=$(grep -oE 'test result: .* ([0-9]+) passed' "$log" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -E 'test result:' "$log" | grep -oE '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
+# The Python package's suite (scripts/test-python.sh: a venv, maturin
+# develop, mypy --strict, pytest), on the same system GDAL.
+python="python: not run (a test failed)"
+if [ "$status" = 0 ]; then
+  if bash scripts/test-python.sh >"$log.py" 2>&1; then :; else status=1; cat "$log.py" >&2; fi
+  py_line=$(tail -n 1 "$log.py")
+  py_passed=$(echo "$py_line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+  py_failed=$(echo "$py_line" | grep -oE '[0-9]+ (failed|error)' | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
+  python="python: $py_passed passed, $py_failed failed"
+  passed=$((passed + py_passed))
+  failed=$((failed + py_failed))
+  rm -f "$log.py"
+fi
 sys_passed=$passed
 sys_failed=$failed
 # The same suite on the bundled GDAL 3.12.1, without the accelerator
@@ -150,6 +163,6 @@ if [ "${WARPLINE_TEST_BUNDLED:-0}" = 1 ]; then
   rm -f "$log.bundled"
 fi
 echo
-echo "GDAL $(gdal-config --version) (system): $sys_passed passed, $sys_failed failed; $demo$bundled"
+echo "GDAL $(gdal-config --version) (system): $sys_passed passed, $sys_failed failed ($python); $demo$bundled"
 echo "tests: $passed passed, $failed failed"
 exit "$status"
