@@ -7,33 +7,27 @@ set -euo pipefail
 # watches every connect() of `warpline validate`).
 PACKAGES=(pkg-config libgdal-dev gdal-bin redis-server strace)
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}" >&2
-  SUDO=""
+# Installs the Debian packages named after WHY that are not installed yet.
+apt_install_missing() {
+  local why=$1 missing=() p
+  shift
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  echo "setup: installing ${missing[*]}$why" >&2
+  local SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+}
+apt_install_missing "" "${PACKAGES[@]}"
 
 # GDAL 3.12.1 and PROJ built from source (the `bundled` feature; only for
 # scripts/test-bundled.sh and `cargo install --path cli --features bundled`):
 # cmake builds them, PROJ's database needs sqlite3 and its headers.
 if [ "${WARPLINE_SETUP_BUNDLED:-0}" = 1 ]; then
-  bundled=()
-  for p in cmake libclang-dev sqlite3 libsqlite3-dev; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || bundled+=("$p")
-  done
-  if [ ${#bundled[@]} -gt 0 ]; then
-    echo "setup: installing ${bundled[*]} (for the bundled GDAL)" >&2
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${bundled[@]}" >/dev/null
-  fi
+  apt_install_missing " (for the bundled GDAL)" cmake libclang-dev sqlite3 libsqlite3-dev
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
