@@ -9,19 +9,19 @@
 //!
 //! Where things live:
 //!
-//! - [`runtime`]: the one tokio runtime every run of the process shares,
+//! - `runtime`: the one tokio runtime every run of the process shares,
 //!   and the bridge from its futures to asyncio futures;
-//! - [`convert`]: Python values as JSON and TOML, and back;
-//! - [`load`]: a pipeline given as a path, TOML text or a dict, with its
+//! - `convert`: Python values as JSON and TOML, and back;
+//! - `load`: a pipeline given as a path, TOML text or a dict, with its
 //!   overrides and shared limits, compiled (every problem at once, as a
 //!   `PipelineError`);
-//! - [`limits`]: `Limits` shared by the runs of the process;
-//! - [`check`]: `validate` and `plan` (the binary's own `Plan`);
-//! - [`run`]: a run in the background (progress, events, stop, abort, the
+//! - `limits`: `Limits` shared by the runs of the process;
+//! - `check`: `validate` and `plan` (the binary's own `Plan`);
+//! - `run`: a run in the background (progress, events, stop, abort, the
 //!   report), every wait with the GIL released;
-//! - [`stage`] and [`raster`]: stages written in Python over numpy
+//! - `stage` and `raster`: stages written in Python over numpy
 //!   arrays, on the engine's blocking workers;
-//! - [`demo`]: the binary's demo, and the sample tiles.
+//! - `demo`: the binary's demo, and the sample tiles.
 
 #![warn(missing_debug_implementations, unreachable_pub)]
 #![forbid(unsafe_code)]
