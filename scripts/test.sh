@@ -152,7 +152,14 @@ sys_failed=$failed
 # (scripts/test-bundled.sh), when asked (.ci/run asks).
 bundled=""
 if [ "${WARPLINE_TEST_BUNDLED:-0}" = 1 ]; then
-  if bash scripts/test-bundled.sh >"$log.bundled" 2>&1; then :; else status=1; fi
+  if bash scripts/test-bundled.sh >"$log.bundled" 2>&1; then :; else
+    status=1
+    # A build that fails runs no test: show its end, not only failed tests.
+    if ! grep -q 'test result:' "$log.bundled"; then
+      echo "bundled: no test ran; the end of its log:" >&2
+      tail -n 60 "$log.bundled" >&2
+    fi
+  fi
   tail -n 400 "$log.bundled" | grep -E "^(test .* FAILED|failures:|---- )|panicked" >&2 || true
   line=$(tail -n 1 "$log.bundled")
   b_passed=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
