@@ -14,6 +14,7 @@ mod crash;
 mod disk_full;
 mod gcs;
 mod global_rate;
+mod map;
 mod offline;
 mod outputs;
 mod redis;
