@@ -10,6 +10,7 @@ mod own_redis;
 mod azure;
 mod cli;
 mod cli_pipes;
+mod cookbook;
 mod crash;
 mod disk_full;
 mod gcs;
