@@ -81,10 +81,10 @@ impl Window {
         if boxes.is_empty() || e - w >= 180.0 || n - s >= 90.0 {
             return Window::WORLD;
         }
+        // Under 270 degrees: the clamps below have a range.
         let span = ((e - w) * 1.5)
             .max((n - s) * 1.5 * 2.0)
-            .max(MIN_SPAN)
-            .min(360.0);
+            .clamp(MIN_SPAN, 360.0);
         let west = ((w + e) / 2.0 - span / 2.0).clamp(-180.0, 180.0 - span);
         let south = ((s + n) / 2.0 - span / 4.0).clamp(-90.0, 90.0 - span / 2.0);
         Window { west, south, span }
