@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::limit::Ticket;
+use crate::report::Footprint;
 
 /// One input as a source produces it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +40,11 @@ pub struct Item {
     pub bytes_in: u64,
     /// Bytes written for this item (a write adds the output's size).
     pub bytes_out: u64,
+    /// Where the item's data lies, in EPSG:4326, when a stage knows: the
+    /// input's (set by `decode`) until the output's replaces it (set by
+    /// `write`). The report's map draws it with how the item ended
+    /// ([`RunReport::footprints`](crate::RunReport::footprints)).
+    pub footprint: Option<Footprint>,
     payload: Option<Box<dyn Any + Send>>,
     tickets: Vec<Ticket>,
     /// The admission number: earlier items are served first by byte budgets.
@@ -73,6 +79,7 @@ impl Item {
             attempts: 0,
             bytes_in: 0,
             bytes_out: 0,
+            footprint: None,
             payload: None,
             tickets: Vec::new(),
             seq: 0,
@@ -157,6 +164,7 @@ impl Item {
         self.attempts = 0;
         self.bytes_in = 0;
         self.bytes_out = 0;
+        self.footprint = None;
     }
 }
 

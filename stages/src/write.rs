@@ -411,12 +411,17 @@ impl BlockingStage for Write {
         // and the free space is looked at before the guard removes what was
         // written.
         let watch = SpaceWatch::start();
+        // Where the output lies (the report's map), read before the raster
+        // is written away; the item's until then is its input's.
+        let footprint = raster.bounds_4326().map(crate::payloads::footprint);
         let written = self.make(raster, &tmp);
         let said_full = watch.said_full();
         written.map_err(|m| fail(format!("cannot write {}: {m}", path.display()), said_full))?;
         if let Some(remote) = &self.remote {
             // The guard removes the local files once they are sent (or not).
-            return self.upload(remote, item, &tmp);
+            let uploaded = self.upload(remote, item, &tmp)?;
+            item.footprint = footprint.or(item.footprint);
+            return Ok(uploaded);
         }
         let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
         sync(&tmp)
@@ -435,6 +440,7 @@ impl BlockingStage for Write {
             .sum::<u64>();
         // The rename is durable once the directory is synced.
         let _ = sync(&parent);
+        item.footprint = footprint.or(item.footprint);
         item.set_payload(Written { path });
         Ok(Outcome::Continue)
     }
