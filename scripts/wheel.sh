@@ -8,7 +8,8 @@
 #
 #   scripts/wheel.sh                 # the venv in a temporary folder, removed after
 #   scripts/wheel.sh VENV            # the venv made (afresh) at VENV and kept, e.g.
-#                                    # for the bench's mixed-pyapi scenario
+#                                    # for the bench's mixed-pyapi scenario; a folder
+#                                    # there that is not a venv is refused
 #
 # The wheel is left in $WARPLINE_WHEEL_DIR (default target/wheels).
 # Needs what scripts/test-python.sh needs (python3 with venv, the system
@@ -43,6 +44,10 @@ echo "wheel: $(basename "$wheel"), $size bytes ($((size / 1024)) KiB), built in 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 venv="${1:-$work/venv}"
+if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ]; then
+    echo "wheel: $venv exists and is not a venv; name a new folder or a venv to remake" >&2
+    exit 2
+fi
 rm -rf "$venv"
 "$python" -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check "$wheel"
