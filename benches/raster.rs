@@ -25,6 +25,11 @@
 //!   rasterio, one warp thread a core): its tiles/s, CPU ms per tile and
 //!   peak RSS, for issue 23's comparison. Runs `WARPLINE_BENCH_PYTHON`
 //!   (default `python3`), which needs `benches/python/requirements.txt`;
+//! - `mixed-cli`, `mixed-pyapi`, `mixed-pystage` (only when named): the
+//!   `mixed` pipeline run by the `warpline` binary, by the Python package,
+//!   and by the Python package with a pass-through stage written in Python
+//!   (`raster/pyapi.rs`): tiles/s, CPU ms per tile and peak RSS of each,
+//!   then their means, the Python / binary ratio and the stage's cost;
 //! - `mixed-floor` (only when named): each kind's floor, with `GDALWarp`
 //!   alone (in-process, the stage's options, from memory to MEM) beside its
 //!   reproject stage: what warpline adds to GDAL's warp, kind by kind
@@ -83,6 +88,8 @@ mod instructions;
 mod matrix;
 #[path = "raster/mixed.rs"]
 mod mixed;
+#[path = "raster/pyapi.rs"]
+mod pyapi;
 
 use corpus::{corpus, serve, shape, Corpus, Skew};
 use floor::floor;
@@ -229,6 +236,7 @@ fn scenario(name: &str) {
             let dir = std::env::var_os("WARPLINE_BENCH_MIXED").expect("tiles from the parent");
             floor::mixed_kernel_lines(Path::new(&dir), work.path());
         }
+        n if pyapi::is(n) => pyapi::cli_child(work.path()),
         n if instructions::is(n) => {
             let dir = std::env::var_os("WARPLINE_BENCH_MIXED").expect("tiles from the parent");
             instructions::child(n, Path::new(&dir), work.path());
@@ -382,6 +390,7 @@ fn main() {
     let mut ratios: Vec<(&str, Vec<(f64, f64)>)> =
         chosen.iter().map(|n| (*n, Vec::new())).collect();
     let mut rows = Vec::new();
+    let mut front_doors = Vec::new();
     for (round, name) in (0..rounds).flat_map(|r| chosen.iter().map(move |n| (r, *n))) {
         if adaptive::is(name) {
             adaptive::run(&mut parent, name);
@@ -416,9 +425,15 @@ fn main() {
                 extra += &format!(" achieved/limit={:.3}", r / 20.0);
             }
         }
+        if pyapi::is(name) {
+            front_doors.push((name, line.clone()));
+        }
         println!("{name}: {line}{extra}");
     }
     print_spreads(ratios);
+    if front_doors.len() > 1 {
+        pyapi::summary(&front_doors);
+    }
     if !rows.is_empty() {
         let (table, ok) = matrix::table(&rows);
         println!("\n{table}");
@@ -442,6 +457,8 @@ impl Parent {
     fn run(&mut self, name: &str) -> (String, String) {
         let mut cmd = if name == "mixed-python" {
             python_child()
+        } else if pyapi::is(name) {
+            pyapi::child(name)
         } else {
             let mut cmd = Command::new(std::env::current_exe().unwrap());
             cmd.env("WARPLINE_BENCH_SCENARIO", name);
@@ -454,10 +471,12 @@ impl Parent {
             _ => {
                 let (n, skew) = shape(name);
                 let faults = match name {
-                    "mixed" | "mixed-python" => Faults {
-                        latency: Some(Duration::from_millis(50)),
-                        ..Faults::default()
-                    },
+                    "mixed" | "mixed-python" | "mixed-cli" | "mixed-pyapi" | "mixed-pystage" => {
+                        Faults {
+                            latency: Some(Duration::from_millis(50)),
+                            ..Faults::default()
+                        }
+                    }
                     "rate" => Faults {
                         latency: Some(Duration::from_millis(50)),
                         rate_limit: Some(20.0),
@@ -476,6 +495,11 @@ impl Parent {
                 }
                 let s = self.rt.block_on(serve(n, skew, corpus, faults, work));
                 cmd.env("WARPLINE_BENCH_LIST", &s.list);
+                if pyapi::is(name) {
+                    let out = self.work.join(format!("{name}-out"));
+                    let toml = scenario_toml("mixed", &s.list, &out);
+                    pyapi::add_pipeline(&mut cmd, name, &toml, &self.work);
+                }
                 if name == "mixed-python" {
                     cmd.arg(&s.list).arg(self.work.join("python-out"));
                     cmd.env("WARPLINE_BENCH_MIXED_KINDS", mixed::KINDS.join(","));

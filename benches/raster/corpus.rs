@@ -82,7 +82,9 @@ pub fn shape(name: &str) -> (usize, Skew) {
         "skewed-1000" => (1000, Skew::Light),
         "rate" => (200, Skew::None),
         // Ten rounds of the 48 distinct tiles, 60 of each kind.
-        "mixed" | "mixed-python" => (480, Skew::Mixed),
+        "mixed" | "mixed-python" | "mixed-cli" | "mixed-pyapi" | "mixed-pystage" => {
+            (480, Skew::Mixed)
+        }
         "mixed-floor" | "mixed-kernel" | "mixed-instructions" => (0, Skew::Mixed),
         m if matrix::budget_mib(m).is_some() => (matrix::tiles(), Skew::Heavy),
         other => panic!("unknown scenario {other}"),
