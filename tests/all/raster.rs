@@ -326,6 +326,7 @@ fn the_memory_charged_for_a_warp_matches_the_output_it_makes() {
                 id: "t".into(),
                 source: file.display().to_string(),
                 size_hint: None,
+                meta: Default::default(),
             });
             item.set_payload(warpline::stages::fetch::Fetched::new(
                 std::fs::read(file).unwrap(),
