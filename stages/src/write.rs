@@ -16,9 +16,12 @@
 //!   `gs://` is read, not written (see `store::Scheme::writes`).
 //! - BIGTIFF is chosen from the uncompressed size (GDAL's `IF_NEEDED`
 //!   cannot know the compressed size); INTERLEAVE is passed explicitly.
+//! - `stac = true` (the default for COG): a STAC item beside each output,
+//!   the run's collection, and the provenance in the GeoTIFF (`publish`).
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 use warpline_engine::{
@@ -33,11 +36,15 @@ use crate::store::Output;
 use crate::temps::{temporary_name, Sweeper};
 
 mod claims;
+mod collection;
 mod options;
+mod publish;
 mod sidecars;
+mod stac;
 
 use claims::Claims;
 use options::{check_option, declared_options};
+use publish::{CollectionSettings, Publish, Publishing};
 
 /// The bytes the item holds of byte limiters (`None`: it holds none).
 fn byte_share(item: &Item) -> Option<u64> {
@@ -105,6 +112,8 @@ struct WriteSettings {
     exists: Option<Exists>,
     endpoint: Option<String>,
     staging: Option<String>,
+    stac: Option<bool>,
+    collection: Option<CollectionSettings>,
 }
 
 /// The write stage.
@@ -119,7 +128,9 @@ pub struct Write {
     claims: Claims,
     /// Where outputs are uploaded (`dir = "s3://..."`); `dir` is then the
     /// local staging directory.
-    remote: Option<Output>,
+    remote: Option<Arc<Output>>,
+    /// The STAC items, collection and provenance (`stac`).
+    publish: Option<Publish>,
 }
 
 /// Checks a name template: relative, no `..`, and it names `{id}`.
@@ -188,6 +199,24 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     if !problems.is_empty() {
         return Err(problems);
     }
+    let remote = remote.map(Arc::new);
+    let stac = w.stac.unwrap_or(driver == "COG");
+    let publish = match (stac, w.collection) {
+        (false, Some(_)) => {
+            return Err(vec![s.problem(
+                "collection",
+                "describes the STAC collection, which is written only with stac = true",
+            )])
+        }
+        (false, None) => None,
+        (true, table) => {
+            let settings = table.unwrap_or_default();
+            match Publish::new(&dir, remote.clone(), &name, &driver, settings) {
+                Ok(p) => Some(p),
+                Err(m) => return Err(vec![s.problem("name", m)]),
+            }
+        }
+    };
     Ok(Handler::from_blocking(Write {
         dir,
         name,
@@ -197,6 +226,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         temps: Sweeper::default(),
         claims: Claims::default(),
         remote,
+        publish,
     }))
 }
 
@@ -274,6 +304,19 @@ impl Write {
         }
     }
 
+    /// Whether the output is there and complete: with `stac`, its item
+    /// too (an output without one was left by a run killed between the
+    /// two, and is made again).
+    fn output_complete(&self, id: &str, path: &Path) -> Result<bool, StageError> {
+        if !self.output_exists(id, path)? {
+            return Ok(false);
+        }
+        match &self.publish {
+            Some(p) => p.item_exists(&self.file_name(id)),
+            None => Ok(true),
+        }
+    }
+
     fn creation_options(&self, raster: &Raster) -> Vec<String> {
         let has = |k: &str| {
             self.options
@@ -344,7 +387,23 @@ impl warpline_engine::Stage for Write {
         // The bucket can be listed with the credentials at hand: a request
         // to the store, and to a metadata service when the environment
         // has no credentials.
-        self.remote.as_ref().map(Output::check).unwrap_or_default()
+        self.remote
+            .as_deref()
+            .map(Output::check)
+            .unwrap_or_default()
+    }
+
+    fn run_starting(&self) {
+        if let Some(p) = &self.publish {
+            p.run_starting();
+        }
+    }
+
+    fn run_finished(&self) -> Vec<String> {
+        self.publish
+            .as_ref()
+            .map(Publish::finish)
+            .unwrap_or_default()
     }
 
     fn skip_check(&self, item: &Item) -> Option<String> {
@@ -353,7 +412,7 @@ impl warpline_engine::Stage for Write {
         }
         let path = self.output_path(&item.id);
         // An output that cannot be looked at is looked at again by process.
-        if !self.output_exists(&item.id, &path).unwrap_or(false) {
+        if !self.output_complete(&item.id, &path).unwrap_or(false) {
             return None;
         }
         // The output of another input of this run is not this item's: it
@@ -371,6 +430,9 @@ impl BlockingStage for Write {
         if self.exists != Exists::Overwrite && self.output_exists(&id, &path)? {
             let shown = self.shown(&id, &path);
             match self.exists {
+                Exists::Skip if !self.output_complete(&id, &path)? => {
+                    tracing::info!("{shown} has no STAC item: it is made again");
+                }
                 Exists::Skip => return Ok(Outcome::Skip(format!("{shown} exists"))),
                 Exists::Error => {
                     return Err(StageError::permanent(format!(
@@ -380,12 +442,13 @@ impl BlockingStage for Write {
                 Exists::Overwrite => {}
             }
         }
-        let Some(raster) = item.take_payload::<Raster>() else {
+        let Some(mut raster) = item.take_payload::<Raster>() else {
             return Err(StageError::permanent(format!(
                 "{id}: write needs a raster: put `decode` (and `reproject`) before `write`"
             )));
         };
         self.check_nodata(&raster, &id)?;
+        let stamped = self.stamp(item, &mut raster)?;
         let parent = path.parent().unwrap_or(&self.dir).to_owned();
         // What the output may take on disk: its pixels uncompressed, twice
         // for COG (the driver writes a temporary GTiff first, and removes
@@ -416,9 +479,14 @@ impl BlockingStage for Write {
         written.map_err(|m| fail(format!("cannot write {}: {m}", path.display()), said_full))?;
         if let Some(remote) = &self.remote {
             // The guard removes the local files once they are sent (or not).
-            return self.upload(remote, item, &tmp);
+            return self.upload(remote, item, &tmp, stamped.as_ref());
         }
         let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
+        if let Some(p) = self.publish.as_ref().filter(|_| stamped.is_some()) {
+            // The old output's item goes before the new output takes its
+            // name: no item ever describes bytes that are not there.
+            p.unpublish(&self.file_name(&id))?;
+        }
         sync(&tmp)
             .and_then(|_| sidecars::rename_beside(&tmp, &path))
             .and_then(|_| std::fs::rename(&tmp, &path))
@@ -435,6 +503,14 @@ impl BlockingStage for Write {
             .sum::<u64>();
         // The rename is durable once the directory is synced.
         let _ = sync(&parent);
+        if let (Some(p), Some(stamped)) = (&self.publish, &stamped) {
+            p.publish(Publishing {
+                item,
+                stamped,
+                file_name: &self.file_name(&id),
+                local: &path,
+            })?;
+        }
         item.set_payload(Written { path });
         Ok(Outcome::Continue)
     }
@@ -444,8 +520,19 @@ impl Write {
     /// Uploads the finished file at `tmp` (and its side files) as the
     /// item's output in the store: the side files first, the output last
     /// (its object appears last, as a final name does on disk).
-    fn upload(&self, remote: &Output, item: &mut Item, tmp: &Path) -> Result<Outcome, StageError> {
+    fn upload(
+        &self,
+        remote: &Output,
+        item: &mut Item,
+        tmp: &Path,
+        stamped: Option<&publish::Stamped>,
+    ) -> Result<Outcome, StageError> {
         let name = self.file_name(&item.id);
+        let publish = self.publish.as_ref().zip(stamped);
+        if let Some((p, _)) = publish {
+            // As on disk: the old output's item goes first.
+            p.unpublish(&name)?;
+        }
         // The raster is gone: the upload's parts stay within the byte
         // budget the item still holds.
         let share = byte_share(item);
@@ -453,9 +540,35 @@ impl Write {
             item.bytes_out += remote.upload(&side, &to.to_string_lossy(), share)?;
         }
         item.bytes_out += remote.upload(tmp, &name, share)?;
+        if let Some((p, stamped)) = publish {
+            // The staged file is the object's bytes (the guard removes it after).
+            p.publish(Publishing {
+                item,
+                stamped,
+                file_name: &name,
+                local: tmp,
+            })?;
+        }
         let url = remote.shown(&name);
         item.set_payload(Written { path: url.into() });
         Ok(Outcome::Continue)
+    }
+
+    /// With `stac`: the provenance in the raster's metadata, and what the
+    /// item will say of it.
+    fn stamp(
+        &self,
+        item: &Item,
+        raster: &mut Raster,
+    ) -> Result<Option<publish::Stamped>, StageError> {
+        let Some(p) = &self.publish else {
+            return Ok(None);
+        };
+        let written = stac::Written {
+            driver: &self.driver,
+            options: &self.options,
+        };
+        p.stamp(item, raster, &written).map(Some)
     }
 
     /// GeoTIFF (and so COG) holds one nodata value for all bands: bands
