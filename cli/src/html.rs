@@ -1,9 +1,11 @@
 //! `--report-html FILE`: the run report as one self-contained HTML page
 //! (inline CSS and SVG, no script, nothing fetched), viewable offline: the
-//! diagnosis, a timeline of items in flight per stage and of limiter use,
-//! and the report's tables.
+//! diagnosis, a map of where the data went (`map`), a timeline of items in
+//! flight per stage and of limiter use, and the report's tables.
 
 use std::fmt::Write;
+
+mod map;
 
 use warpline_engine::observe::Timeline;
 use warpline_engine::{LimiterKind, RunReport};
@@ -285,7 +287,7 @@ pub fn render(report: &RunReport) -> String {
 <style>body{{font:14px system-ui,sans-serif;margin:2em;max-width:960px}}table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f4f4f4;text-align:center}}td:first-child{{text-align:left}}
 .chart{{width:100%;height:auto;font-size:11px}}.legend span{{margin-right:1em}}.legend i{{display:inline-block;width:10px;height:10px;margin-right:4px}}
-.diagnosis{{font-size:16px;padding:.6em;background:#fff7e0;border-left:4px solid #f0a000}}</style></head><body>
+.diagnosis{{font-size:16px;padding:.6em;background:#fff7e0;border-left:4px solid #f0a000}}{map_style}</style></head><body>
 <h1>warpline: pipeline <code>{name}</code></h1>
 <p>{outcome} in {elapsed:.2} s: {total} items, {done} done, {skipped} skipped, {failed} failed; {tp:.1} items/s.</p>
 <p class="diagnosis">{diagnosis}</p>"#,
@@ -297,8 +299,10 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#f
         skipped = i.skipped,
         failed = i.failed,
         tp = report.throughput_per_s,
-        diagnosis = code_spans(&report.diagnosis)
+        diagnosis = code_spans(&report.diagnosis),
+        map_style = map::STYLE,
     );
+    page.push_str(&map::map(report));
     match &report.timeline {
         Some(t) if !t.samples.is_empty() => page.push_str(&charts(t)),
         _ => page.push_str("<p>(No timeline: the run was not sampled.)</p>"),

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::limit::Ticket;
+use crate::report::Footprint;
 
 /// One input as a source produces it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +68,11 @@ pub struct Item {
     /// The kinds of the stages the item has passed, in order (the current
     /// one is not in it until it finishes).
     pub(crate) passed: Vec<String>,
+    /// Where the item's data lies, in EPSG:4326, when a stage knows: the
+    /// input's (set by `decode`) until the output's replaces it (set by
+    /// `write`). The report's map draws it with how the item ended
+    /// ([`RunReport::footprints`](crate::RunReport::footprints)).
+    pub footprint: Option<Footprint>,
     payload: Option<Box<dyn Any + Send>>,
     tickets: Vec<Ticket>,
     /// The admission number: earlier items are served first by byte budgets.
@@ -104,6 +110,7 @@ impl Item {
             bytes_out: 0,
             meta: input.meta,
             passed: Vec::new(),
+            footprint: None,
             payload: None,
             tickets: Vec::new(),
             seq: 0,
@@ -197,6 +204,7 @@ impl Item {
         self.attempts = 0;
         self.bytes_in = 0;
         self.bytes_out = 0;
+        self.footprint = None;
     }
 }
 

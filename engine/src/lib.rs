@@ -116,7 +116,7 @@ pub use observe::{Event, EventKind, EventSink, TryOutcome};
 pub use payload::Payload;
 pub use pipeline::Pipeline;
 pub use registry::{Registry, Settings};
-pub use report::RunReport;
+pub use report::{Footprint, RunReport};
 pub use run::{FailuresFileError, RunControl, RunError, RunOptions};
 pub use stage::{
     AsyncStage, BlockingStage, Handler, OpenError, Source, SourceError, SourceSpec, Stage,

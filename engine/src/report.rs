@@ -14,7 +14,9 @@ pub use crate::observe::RunOutcome;
 use crate::observe::Timeline;
 use crate::pipeline::Pipeline;
 
+mod footprint;
 mod ledger;
+pub use footprint::{Ended, Footprint, ItemFootprint};
 pub(crate) use ledger::{HostStats, Ledger, StageStats};
 use std::collections::HashMap;
 
@@ -186,6 +188,12 @@ pub struct RunReport {
     /// Each time no item moved for the pipeline's `stall_warning`, with what
     /// waited for what (empty when the run never stalled).
     pub stalls: Vec<crate::stall::Stall>,
+    /// Where the items' data went: each item whose footprint a stage knew
+    /// when it ended, in the order they ended, up to
+    /// [`REPORTED_FOOTPRINTS`](crate::run::REPORTED_FOOTPRINTS). Left out of
+    /// JSON when empty (a run whose stages know no footprint).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub footprints: Vec<ItemFootprint>,
 }
 
 /// Above this share of the run at capacity, a limiter is called the
@@ -473,6 +481,11 @@ impl RunReport {
             }
         });
         let hosts = host_reports(hosts);
+        let footprints = ledger
+            .footprints
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
         let mut report = RunReport {
             pipeline: pipeline.name.clone(),
             outcome,
@@ -497,6 +510,7 @@ impl RunReport {
             peak_rss_bytes: peak_rss_bytes(),
             timeline,
             stalls: Vec::new(),
+            footprints,
         };
         report.diagnosis = diagnose(pipeline, &report);
         report

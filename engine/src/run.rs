@@ -64,6 +64,10 @@ use watch::{watch_stalls, Sampler};
 /// How many failures the report lists one by one; the rest are counted.
 pub const REPORTED_FAILURES: usize = 1000;
 
+/// The most item footprints a report lists
+/// ([`RunReport::footprints`](crate::RunReport::footprints)).
+pub const REPORTED_FOOTPRINTS: usize = 10_000;
+
 /// Stops or aborts a running pipeline. Clones control the same run.
 #[derive(Debug, Clone)]
 pub struct RunControl {

@@ -18,7 +18,8 @@
 //! - [`open`]: a raster opened from those files, its header checked
 //!   before any pixel is read; `translate`: in-memory VRT views;
 //! - [`Raster`]: the input as GDAL opened it, or the dataset a warp made,
-//!   with typed band access ([`Pixel`], [`DataType`]);
+//!   with typed band access ([`Pixel`], [`DataType`]) and its footprint
+//!   in EPSG:4326 ([`GeoBounds`]);
 //! - [`warp`]: the warp from a typed [`WarpSpec`] (gdalwarp's arguments are
 //!   derived from it, one way), the output size GDAL suggests, and the
 //!   [`accel`] hook through which an optional accelerator (the
@@ -45,6 +46,7 @@ mod blocks;
 mod copy;
 mod crs;
 pub mod files;
+mod footprint;
 pub mod open;
 mod range;
 mod raster;
@@ -63,6 +65,7 @@ pub(crate) use copy::flush;
 pub use copy::{create_copy, creation_option_list, driver_exists};
 pub use crs::{crs_name, crs_to_wkt, CrsError, CrsName};
 pub use files::MemDir;
+pub use footprint::{extent_to_4326, GeoBounds};
 pub(crate) use raster::pixel_bytes;
 pub use raster::{BandScaling, Raster, RasterError, ScratchFile};
 pub use sources::{Sources, WarpedBy};

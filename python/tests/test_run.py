@@ -88,6 +88,11 @@ def test_the_report_classes_name_exactly_the_json_fields(tiles: Path, tmp_path: 
         check_fields(warpline.LimiterReport, limiter)
     for h in d["hosts"]:
         check_fields(warpline.HostReport, h)
+    # A raster pipeline knows where each output lies.
+    assert len(d["footprints"]) == report.items.done > 0
+    for f in d["footprints"]:
+        check_fields(warpline.ItemFootprint, f)
+    assert {f.outcome for f in report.footprints} == {"done"}
     plan = warpline.plan(pipeline_dict(tiles, tmp_path / "o"))
     pd = plan.to_dict()
     check_fields(warpline.Plan, pd)

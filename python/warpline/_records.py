@@ -229,11 +229,25 @@ class Failure(Record):
     """The HTTP status, when a server's answer failed the item."""
 
 
+class ItemFootprint(Record):
+    """Where one item's data went: its bounds in EPSG:4326 (``west > east``
+    across the antimeridian) and how it ended."""
+
+    id: str
+    outcome: str
+    """``done`` (the output's bounds), ``skipped`` or ``failed`` (the
+    input's)."""
+    west: float
+    south: float
+    east: float
+    north: float
+
+
 class Report(Record):
     """The report of one run: the fields of ``warpline run --report``'s JSON;
     ``str(report)`` is the text the binary prints."""
 
-    _optional = {"timeline": None}
+    _optional = {"timeline": None, "footprints": []}
 
     pipeline: str
     outcome: str
@@ -253,6 +267,8 @@ class Report(Record):
     peak_rss_bytes: Optional[int]
     timeline: Optional[Dict[str, Any]]
     stalls: List[Dict[str, Any]]
+    footprints: List[ItemFootprint]
+    """Where each item's data went, when a stage knew (raster pipelines)."""
 
     _text: str = ""
 

@@ -329,6 +329,9 @@ impl warpline_engine::Stage for Decode {
 
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         let raster = self.open_header(item)?;
+        // Where the input lies, for the report's map until write says where
+        // the output does (a failed item is drawn where its input is).
+        item.footprint = raster.bounds_4326().map(crate::payloads::footprint);
         // The input's bytes (and siblings), as fetched: no pixel is read
         // here; the stage that reads them charges for what it reads.
         let bytes = raster.file_bytes();

@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
-use warpline_engine::Payload;
-use warpline_gdal::{Raster, RemoteFile};
+use warpline_engine::{Footprint, Payload};
+use warpline_gdal::{GeoBounds, Raster, RemoteFile};
 
 /// What `fetch` hands on and `decode` takes: the input's bytes.
 pub fn fetched() -> Payload {
@@ -82,4 +82,15 @@ pub struct Sibling {
 pub struct Written {
     /// The final path (for an upload, the object's `s3://` URL).
     pub path: PathBuf,
+}
+
+/// GDAL's bounds of a raster in EPSG:4326 as the engine's
+/// [`Footprint`] (the report's map).
+pub(crate) fn footprint(b: GeoBounds) -> Footprint {
+    Footprint {
+        west: b.west,
+        south: b.south,
+        east: b.east,
+        north: b.north,
+    }
 }

@@ -474,12 +474,17 @@ impl BlockingStage for Write {
         // and the free space is looked at before the guard removes what was
         // written.
         let watch = SpaceWatch::start();
+        // Where the output lies (the report's map), read before the raster
+        // is written away; the item's until then is its input's.
+        let footprint = raster.bounds_4326().map(crate::payloads::footprint);
         let written = self.make(raster, &tmp);
         let said_full = watch.said_full();
         written.map_err(|m| fail(format!("cannot write {}: {m}", path.display()), said_full))?;
         if let Some(remote) = &self.remote {
             // The guard removes the local files once they are sent (or not).
-            return self.upload(remote, item, &tmp, stamped.as_ref());
+            let uploaded = self.upload(remote, item, &tmp, stamped.as_ref())?;
+            item.footprint = footprint.or(item.footprint);
+            return Ok(uploaded);
         }
         let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
         if let Some(p) = self.publish.as_ref().filter(|_| stamped.is_some()) {
@@ -511,6 +516,7 @@ impl BlockingStage for Write {
                 local: &path,
             })?;
         }
+        item.footprint = footprint.or(item.footprint);
         item.set_payload(Written { path });
         Ok(Outcome::Continue)
     }

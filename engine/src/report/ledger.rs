@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::Failure;
+use super::{Ended, Failure, Footprint, ItemFootprint};
 
 /// Per-stage counters.
 #[derive(Debug, Default)]
@@ -75,9 +75,30 @@ pub(crate) struct Ledger {
     pub read: AtomicU64,
     /// Whether the source said it had no more inputs.
     pub exhausted: AtomicBool,
+    /// The first items that ended with a known footprint.
+    pub footprints: Mutex<Vec<ItemFootprint>>,
 }
 
 impl Ledger {
+    /// Keeps where `id`'s data went, if known, while fewer than
+    /// [`REPORTED_FOOTPRINTS`](crate::run::REPORTED_FOOTPRINTS) are kept.
+    pub(crate) fn place(&self, id: &str, outcome: Ended, footprint: Option<Footprint>) {
+        let Some(footprint) = footprint else {
+            return;
+        };
+        let mut kept = self
+            .footprints
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if kept.len() < crate::run::REPORTED_FOOTPRINTS {
+            kept.push(ItemFootprint {
+                id: id.to_owned(),
+                outcome,
+                footprint,
+            });
+        }
+    }
+
     /// Items admitted that have not ended yet.
     pub(crate) fn in_flight(&self) -> u64 {
         let ended = self.done.load(Ordering::Acquire)

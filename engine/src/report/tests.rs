@@ -35,6 +35,7 @@ fn report(stages: Vec<StageReport>) -> RunReport {
         peak_rss_bytes: None,
         timeline: None,
         stalls: Vec::new(),
+        footprints: Vec::new(),
     }
 }
 

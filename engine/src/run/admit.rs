@@ -33,13 +33,17 @@ pub(super) async fn forward(
     };
     // The slow path keeps the names, as the send future owns the item.
     let (id, source, attempts) = (item.id.clone(), item.source.clone(), item.attempts);
+    let footprint = item.footprint;
     let blocked = Instant::now();
     tokio::select! {
         biased;
-        _ = abort.cancelled() => shared.failed(
-            &id, &source, stage, attempts,
-            StageError::new(ErrorKind::Interrupted, "run aborted while handing the item on"),
-        ),
+        _ = abort.cancelled() => {
+            shared.ledger.place(&id, crate::report::Ended::Failed, footprint);
+            shared.failed(
+                &id, &source, stage, attempts,
+                StageError::new(ErrorKind::Interrupted, "run aborted while handing the item on"),
+            )
+        }
         sent = tx.send(item) => match sent {
             Ok(()) => peak(shared),
             Err(e) => shared.interrupted(e.into_inner(), stage, "before the next stage could take the item"),

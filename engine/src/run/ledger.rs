@@ -3,6 +3,7 @@
 //! source share ([`Shared`]): ending, failing and sending back items.
 
 use super::*;
+use crate::report::Ended;
 
 pub(super) fn add_ns(counter: &AtomicU64, since: Instant) {
     let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -46,10 +47,12 @@ impl Shared {
         }
     }
 
-    /// Counts an item that ended `outcome` (in `count`, with its bytes) and
-    /// tells those waiting for items to end.
-    fn ended(&self, item: &Item, count: &AtomicU64, outcome: &'static str) {
+    /// Counts an item that ended `outcome` (in `count`, with its bytes and
+    /// its footprint) and tells those waiting for items to end.
+    fn ended(&self, item: &Item, count: &AtomicU64, outcome: Ended) {
         self.bytes(item);
+        self.ledger.place(&item.id, outcome, item.footprint);
+        let outcome = outcome.as_str();
         count.fetch_add(1, Ordering::AcqRel);
         self.moved.notify_waiters();
         metrics::counter!("warpline_items_total", "pipeline" => self.label.clone(), "outcome" => outcome)
@@ -57,7 +60,7 @@ impl Shared {
     }
 
     pub(super) fn done(&self, item: &Item) {
-        self.ended(item, &self.ledger.done, "done");
+        self.ended(item, &self.ledger.done, Ended::Done);
         self.events.emit(|| EventKind::Done {
             item: item.id.clone(),
         });
@@ -65,12 +68,19 @@ impl Shared {
 
     pub(super) fn skipped(&self, item: &Item, stage: &str, reason: &str) {
         tracing::debug!(item = %item.id, stage, reason, "skipped");
-        self.ended(item, &self.ledger.skipped, "skipped");
+        self.ended(item, &self.ledger.skipped, Ended::Skipped);
         self.events.emit(|| EventKind::Skipped {
             item: item.id.clone(),
             stage: stage.to_owned(),
             reason: reason.to_owned(),
         });
+    }
+
+    /// Counts `item` failed at `stage`: [`Shared::failed`] with the
+    /// item's footprint kept for the report's map.
+    pub(super) fn fail(&self, item: &Item, stage: &str, error: StageError) {
+        self.ledger.place(&item.id, Ended::Failed, item.footprint);
+        self.failed(&item.id, &item.source, stage, item.attempts, error);
     }
 
     pub(super) fn failed(
@@ -217,12 +227,9 @@ impl Shared {
     }
 
     pub(super) fn interrupted(&self, item: Item, stage: &str, when: &str) {
-        let attempts = item.attempts;
-        self.failed(
-            &item.id,
-            &item.source,
+        self.fail(
+            &item,
             stage,
-            attempts,
             StageError::new(ErrorKind::Interrupted, format!("run aborted {when}")),
         );
     }

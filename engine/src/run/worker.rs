@@ -81,7 +81,8 @@ impl Worker {
                     return;
                 }
                 Err(text) => {
-                    shared.failed(&item.id, &item.source, stage, 0, panicked(&item.id, &text));
+                    let error = panicked(&item.id, &text);
+                    shared.failed(&item.id, &item.source, stage, 0, error);
                     return;
                 }
             }
@@ -111,9 +112,7 @@ impl Worker {
                 }
             },
             Ok(Outcome::Skip(reason)) => shared.skipped(&item, stage, &reason),
-            Err(error) => {
-                shared.failed(&item.id, &item.source, stage, item.attempts, error);
-            }
+            Err(error) => shared.fail(&item, stage, error),
         }
     }
 
@@ -383,9 +382,7 @@ impl Worker {
             _ => format!("{}: {e}", item.id),
         };
         let error = StageError::new(kind, message);
-        let stage = self.plan.name.as_str();
-        self.shared
-            .failed(&item.id, &item.source, stage, item.attempts, error);
+        self.shared.fail(item, &self.plan.name, error);
         Ok(Acquired::Gone)
     }
 

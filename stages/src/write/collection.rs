@@ -21,6 +21,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use warpline_gdal::GeoBounds;
 
 use super::stac::STAC_VERSION;
 
@@ -223,19 +224,33 @@ impl Collection {
     }
 }
 
-/// The smallest box holding both, `[west, south, east, north]`.
+/// The smallest box holding both, `[west, south, east, north]` (across
+/// the antimeridian when that is the shorter way: `west > east`).
 fn union(a: [f64; 4], b: [f64; 4]) -> [f64; 4] {
-    [
-        a[0].min(b[0]),
-        a[1].min(b[1]),
-        a[2].max(b[2]),
-        a[3].max(b[3]),
-    ]
+    let bounds = |[west, south, east, north]: [f64; 4]| GeoBounds {
+        west,
+        south,
+        east,
+        north,
+    };
+    let u = bounds(a).union(&bounds(b));
+    [u.west, u.south, u.east, u.north]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_extent_crosses_the_antimeridian_when_the_items_do() {
+        let east = [170.0, -10.0, 179.0, 0.0];
+        let west = [-179.0, 0.0, -170.0, 10.0];
+        assert_eq!(union(east, west), [170.0, -10.0, -170.0, 10.0]);
+        assert_eq!(
+            union([1.0, 2.0, 3.0, 4.0], [5.0, 0.0, 6.0, 3.0]),
+            [1.0, 0.0, 6.0, 4.0]
+        );
+    }
 
     #[test]
     fn an_item_finds_the_collection_at_the_root() {

@@ -238,8 +238,9 @@ pub(crate) struct Publishing<'a> {
 /// The raster's footprint in EPSG:4326, `[west, south, east, north]`
 /// (`west > east` across the antimeridian).
 pub(crate) fn bounds(raster: &Raster) -> Option<[f64; 4]> {
-    let _ = raster;
-    None
+    raster
+        .bounds_4326()
+        .map(|b| [b.west, b.south, b.east, b.north])
 }
 
 /// A local output directory.

@@ -15,7 +15,7 @@ use crate::common;
 pub(crate) mod faults;
 pub(crate) mod server;
 mod stac;
-mod stac_api;
+pub(crate) mod stac_api;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
