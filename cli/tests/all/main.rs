@@ -22,6 +22,7 @@ mod redis;
 mod redis_outage;
 mod s3;
 mod security;
+mod stac;
 mod terminal;
 mod validate;
 mod warp;
