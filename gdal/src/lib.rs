@@ -43,6 +43,7 @@ use gdal_sys as sys;
 
 pub mod accel;
 mod blocks;
+pub mod compare;
 mod copy;
 mod crs;
 pub mod files;

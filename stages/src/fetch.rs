@@ -394,8 +394,10 @@ impl Fetch {
             .map_err(|e| StageError::permanent(format!("{shown}: {e}")))?;
         let siblings = crate::siblings::read(&path, found).await;
         held.bytes += total;
+        // An absolute path: the record is read later, from anywhere.
+        let href = std::path::absolute(&path).map_or(shown, |p| p.display().to_string());
         let origin = Origin {
-            href: shown,
+            href,
             size: Some(bytes.len() as u64),
             etag: None,
             modified: meta.modified().ok().map(provenance::rfc3339),

@@ -25,4 +25,5 @@ mod security;
 mod stac;
 mod terminal;
 mod validate;
+mod verify;
 mod warp;
