@@ -21,6 +21,7 @@ mod outputs;
 mod redis;
 mod redis_outage;
 mod s3;
+mod same_bytes;
 mod security;
 mod stac;
 mod terminal;
