@@ -118,16 +118,10 @@ fn dataset_bounds(ds: &Dataset) -> Option<GeoBounds> {
 /// `extent` (`[xmin, ymin, xmax, ymax]` in the CRS `wkt`, x first) as
 /// bounds in EPSG:4326, or GDAL's reason why not.
 pub fn extent_to_4326(wkt: &str, extent: [f64; 4]) -> Result<GeoBounds, String> {
-    crate::init();
-    let order = AxisMappingStrategy::TraditionalGisOrder;
-    let mut source = SpatialRef::from_wkt(wkt).map_err(|e| e.to_string())?;
-    source.set_axis_mapping_strategy(order);
-    let mut target = SpatialRef::from_epsg(4326).map_err(|e| e.to_string())?;
-    target.set_axis_mapping_strategy(order);
-    let transform = CoordTransform::new(&source, &target).map_err(|e| e.to_string())?;
-    let [west, south, east, north] = transform
-        .transform_bounds(&extent, DENSIFY)
-        .map_err(|e| e.to_string())?;
+    let [west, south, east, north] = with_transform(wkt, |t| {
+        t.transform_bounds(&extent, DENSIFY)
+            .map_err(|e| e.to_string())
+    })?;
     if ![west, south, east, north].iter().all(|v| v.is_finite()) {
         return Err(format!(
             "the extent {extent:?} has no finite bounds in EPSG:4326"
@@ -147,6 +141,49 @@ pub fn extent_to_4326(wkt: &str, extent: [f64; 4]) -> Result<GeoBounds, String> 
     })
 }
 
+/// The transforms to EPSG:4326 this thread made lately, by source CRS:
+/// making one (PROJ's search for a pipeline) costs about a millisecond,
+/// using one a few microseconds, and a batch's rasters share a few CRSs.
+const KEPT_TRANSFORMS: usize = 8;
+
+thread_local! {
+    static TRANSFORMS: std::cell::RefCell<Vec<(String, CoordTransform)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Calls `f` with a transform from the CRS `wkt` to EPSG:4326, both in
+/// the traditional GIS axis order (x, or longitude, first).
+fn with_transform<T>(
+    wkt: &str,
+    f: impl FnOnce(&CoordTransform) -> Result<T, String>,
+) -> Result<T, String> {
+    TRANSFORMS.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        let at = match kept.iter().position(|(w, _)| w == wkt) {
+            Some(at) => at,
+            None => {
+                if kept.len() == KEPT_TRANSFORMS {
+                    kept.remove(0);
+                }
+                kept.push((wkt.to_owned(), new_transform(wkt)?));
+                kept.len() - 1
+            }
+        };
+        f(&kept[at].1)
+    })
+}
+
+/// A new transform from the CRS `wkt` to EPSG:4326.
+fn new_transform(wkt: &str) -> Result<CoordTransform, String> {
+    crate::init();
+    let order = AxisMappingStrategy::TraditionalGisOrder;
+    let mut source = SpatialRef::from_wkt(wkt).map_err(|e| e.to_string())?;
+    source.set_axis_mapping_strategy(order);
+    let mut target = SpatialRef::from_epsg(4326).map_err(|e| e.to_string())?;
+    target.set_axis_mapping_strategy(order);
+    CoordTransform::new(&source, &target).map_err(|e| e.to_string())
+}
+
 /// A longitude within -180..=180.
 fn wrap(lon: f64) -> f64 {
     if (-180.0..=180.0).contains(&lon) {
@@ -158,7 +195,25 @@ fn wrap(lon: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::GeoBounds;
+    use super::{extent_to_4326, GeoBounds};
+
+    /// UTM zone 60N from 700 to 1,000 km east: across the antimeridian
+    /// (about 833 km at these latitudes), so west > east; and EPSG:4326
+    /// itself in longitudes 0..360 comes back within -180..180.
+    #[test]
+    fn an_extent_across_the_antimeridian_has_west_above_east() {
+        let utm = crate::crs_to_wkt("EPSG:32660").unwrap();
+        let b = extent_to_4326(&utm, [700_000.0, 200_000.0, 1_000_000.0, 500_000.0]).unwrap();
+        assert!(b.west > 178.0 && b.west < 180.0, "{b:?}");
+        assert!(b.east > -179.0 && b.east < -178.0, "{b:?}");
+        assert!(b.width() < 5.0, "{b:?}");
+        let geographic = crate::crs_to_wkt("EPSG:4326").unwrap();
+        let b = extent_to_4326(&geographic, [0.0, -90.0, 360.0, 90.0]).unwrap();
+        assert_eq!(
+            (b.west, b.east, b.south, b.north),
+            (-180.0, 180.0, -90.0, 90.0)
+        );
+    }
 
     fn b(west: f64, east: f64) -> GeoBounds {
         GeoBounds {

@@ -30,7 +30,7 @@ const WIDTH: f64 = 800.0;
 const HEIGHT: f64 = 400.0;
 
 /// The fewest pixels a footprint is drawn across.
-const MIN_PX: f64 = 4.0;
+const MIN_PX: f64 = 6.0;
 
 /// The smallest window, in degrees of longitude (half as many of latitude):
 /// closer, the 1:110m outline is too coarse to tell where things are.
@@ -81,10 +81,10 @@ impl Window {
         if boxes.is_empty() || e - w >= 180.0 || n - s >= 90.0 {
             return Window::WORLD;
         }
+        // Under 270 degrees: the clamps below have a range.
         let span = ((e - w) * 1.5)
             .max((n - s) * 1.5 * 2.0)
-            .max(MIN_SPAN)
-            .min(360.0);
+            .clamp(MIN_SPAN, 360.0);
         let west = ((w + e) / 2.0 - span / 2.0).clamp(-180.0, 180.0 - span);
         let south = ((s + n) / 2.0 - span / 4.0).clamp(-90.0, 90.0 - span / 2.0);
         Window { west, south, span }
@@ -312,12 +312,12 @@ mod tests {
         let mut svg = String::new();
         shape(&mut svg, &p, &Window::WORLD);
         assert!(
-            svg.starts_with(r#"<path class="fp failed" d="M1780.00 160.00H1800.00"#),
+            svg.starts_with(r#"<path class="fp failed" d="M1773.00 160.00H1800.00"#),
             "{svg}"
         );
-        // 1 degree is under MIN_PX (1.8 degrees here): it grows away from
-        // the antimeridian.
-        assert!(svg.contains("ZM-1800.00 160.00H-1782.00"), "{svg}");
+        // 2 degrees and 1 are under MIN_PX (2.7 degrees here): each part
+        // grows away from the antimeridian.
+        assert!(svg.contains("ZM-1800.00 160.00H-1773.00"), "{svg}");
         assert_eq!(svg.matches('Z').count(), 2, "{svg}");
         assert!(svg.contains("<title>fiji&lt;1&gt;: failed"), "{svg}");
     }
