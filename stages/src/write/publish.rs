@@ -194,13 +194,31 @@ impl Publish {
         );
         let mut bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
         bytes.push(b'\n');
-        let place: Box<dyn Place> = match &self.remote {
-            Some(r) => Box::new(Remote(std::sync::Arc::clone(r))),
-            None => Box::new(Local(self.dir.clone())),
+        let written = match &self.remote {
+            Some(r) => r.write_small(&name, &bytes).map_err(|m| {
+                StageError::transient(format!("{id}: cannot write its STAC item {name}: {m}"))
+            }),
+            None => Local(self.dir.clone())
+                .write_io(&name, &bytes)
+                .map_err(|e| {
+                    let what = format!("cannot write its STAC item {name}: {e}");
+                    let at = self.dir.join(&name);
+                    let dir = at.parent().unwrap_or(&self.dir);
+                    crate::space::failed(id, dir, 0, what, crate::space::io_full(&e))
+                }),
         };
-        place.write(&name, &bytes).map_err(|m| {
-            StageError::transient(format!("{id}: cannot write its STAC item {name}: {m}"))
-        })?;
+        if let Err(e) = written {
+            // An output without its item is not complete: it goes too, as
+            // a failed write's files do.
+            let removed = match &self.remote {
+                Some(r) => r.remove_small(p.file_name),
+                None => std::fs::remove_file(self.dir.join(p.file_name)).map_err(|e| e.to_string()),
+            };
+            if let Err(m) = removed {
+                tracing::warn!("{id}: its output stays without its item: {m}");
+            }
+            return Err(e);
+        }
         if let Err(m) = self.collection.item_written() {
             tracing::warn!("the STAC collection is not up to date yet: {m}");
         }
@@ -284,16 +302,23 @@ impl Place for Local {
     }
 
     fn write(&self, name: &str, bytes: &[u8]) -> Result<(), String> {
+        self.write_io(name, bytes)
+            .map_err(|e| format!("{}: {e}", self.0.join(name).display()))
+    }
+}
+
+impl Local {
+    /// Writes `name` whole: a temporary name, synced, renamed into place.
+    fn write_io(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
         let path = self.0.join(name);
         let tmp = temporary_name(&path, std::process::id());
         let done = std::fs::write(&tmp, bytes)
             .and_then(|_| std::fs::File::open(&tmp).and_then(|f| f.sync_all()))
             .and_then(|_| std::fs::rename(&tmp, &path));
-        if let Err(e) = done {
+        if done.is_err() {
             let _ = std::fs::remove_file(&tmp);
-            return Err(format!("{}: {e}", path.display()));
         }
-        Ok(())
+        done
     }
 }
 

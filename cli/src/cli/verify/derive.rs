@@ -108,13 +108,24 @@ pub(super) fn gdalwarp(record: &Value, out: &Path) -> Result<Vec<String>, NotRed
         .map(str::to_owned)
         .collect();
     if let Some(decode) = settings(record, "decode") {
-        for key in decode
+        let unsaid = decode
             .keys()
-            .filter(|k| !matches!(k.as_str(), "drivers" | "open_options"))
-        {
+            .find(|k| !matches!(k.as_str(), "drivers" | "open_options"));
+        if let Some(key) = unsaid {
             return Err(NotRederivable(format!(
                 "decode's `{key}` has no gdalwarp option"
             )));
+        }
+        for driver in decode
+            .get("drivers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            args.extend([
+                "-if".to_owned(),
+                driver.as_str().unwrap_or_default().to_owned(),
+            ]);
         }
         for (k, v) in decode
             .get("open_options")
