@@ -28,7 +28,7 @@ use warpline_engine::{
     BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
 };
 
-use warpline_gdal::{init, Raster, ScratchFile};
+use warpline_gdal::{init, Raster};
 
 use crate::ids::file_name_id;
 use crate::space::{failed, io_full, SpaceWatch};
@@ -37,6 +37,7 @@ use crate::temps::{temporary_name, Sweeper};
 
 mod claims;
 mod collection;
+mod make;
 mod options;
 mod publish;
 mod sidecars;
@@ -45,15 +46,6 @@ mod stac;
 use claims::Claims;
 use options::{check_option, declared_options};
 use publish::{CollectionSettings, Publish, Publishing};
-
-/// The bytes the item holds of byte limiters (`None`: it holds none).
-fn byte_share(item: &Item) -> Option<u64> {
-    let bytes = item
-        .tickets()
-        .iter()
-        .filter(|t| t.limiter().kind() == warpline_engine::limit::LimiterKind::Bytes);
-    bytes.map(|t| t.amount()).reduce(|a, b| a + b)
-}
 
 pub use crate::payloads::Written;
 
@@ -338,6 +330,42 @@ impl Write {
     }
 }
 
+impl Write {
+    /// What `exists` says of an output that is already there (`None`: go
+    /// on and write it). Without its STAC item it is not complete, and is
+    /// made again.
+    fn already_there(&self, id: &str, path: &Path) -> Result<Option<Outcome>, StageError> {
+        if self.exists == Exists::Overwrite || !self.output_exists(id, path)? {
+            return Ok(None);
+        }
+        let shown = self.shown(id, path);
+        match self.exists {
+            Exists::Skip if !self.output_complete(id, path)? => {
+                tracing::info!("{shown} has no STAC item: it is made again");
+                Ok(None)
+            }
+            Exists::Skip => Ok(Some(Outcome::Skip(format!("{shown} exists")))),
+            Exists::Error => Err(StageError::permanent(format!(
+                "{id}: {shown} already exists"
+            ))),
+            Exists::Overwrite => Ok(None),
+        }
+    }
+
+    /// Syncs `tmp`, renames its side files and it to `path`, and syncs the
+    /// directory (the rename is durable once it is).
+    fn rename_into_place(tmp: &Path, path: &Path) -> std::io::Result<()> {
+        let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
+        sync(tmp)
+            .and_then(|_| sidecars::rename_beside(tmp, path))
+            .and_then(|_| std::fs::rename(tmp, path))?;
+        if let Some(parent) = path.parent() {
+            let _ = sync(parent);
+        }
+        Ok(())
+    }
+}
+
 impl warpline_engine::Stage for Write {
     fn takes(&self) -> Payload {
         crate::payloads::raster()
@@ -427,20 +455,8 @@ impl BlockingStage for Write {
         let id = item.id.clone();
         let path = self.output_path(&id);
         self.claims.claim(&path, item)?;
-        if self.exists != Exists::Overwrite && self.output_exists(&id, &path)? {
-            let shown = self.shown(&id, &path);
-            match self.exists {
-                Exists::Skip if !self.output_complete(&id, &path)? => {
-                    tracing::info!("{shown} has no STAC item: it is made again");
-                }
-                Exists::Skip => return Ok(Outcome::Skip(format!("{shown} exists"))),
-                Exists::Error => {
-                    return Err(StageError::permanent(format!(
-                        "{id}: {shown} already exists"
-                    )))
-                }
-                Exists::Overwrite => {}
-            }
+        if let Some(skipped) = self.already_there(&id, &path)? {
+            return Ok(skipped);
         }
         let Some(mut raster) = item.take_payload::<Raster>() else {
             return Err(StageError::permanent(format!(
@@ -486,28 +502,22 @@ impl BlockingStage for Write {
             item.footprint = footprint.or(item.footprint);
             return Ok(uploaded);
         }
-        let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
         if let Some(p) = self.publish.as_ref().filter(|_| stamped.is_some()) {
             // The old output's item goes before the new output takes its
             // name: no item ever describes bytes that are not there.
             p.unpublish(&self.file_name(&id))?;
         }
-        sync(&tmp)
-            .and_then(|_| sidecars::rename_beside(&tmp, &path))
-            .and_then(|_| std::fs::rename(&tmp, &path))
-            .map_err(|e| {
-                fail(
-                    format!("cannot finish {}: {e}", path.display()),
-                    io_full(&e),
-                )
-            })?;
+        Self::rename_into_place(&tmp, &path).map_err(|e| {
+            fail(
+                format!("cannot finish {}: {e}", path.display()),
+                io_full(&e),
+            )
+        })?;
         guard.keep = true;
         item.bytes_out += std::iter::once(path.clone())
             .chain(sidecars::existing(&path))
             .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
             .sum::<u64>();
-        // The rename is durable once the directory is synced.
-        let _ = sync(&parent);
         if let (Some(p), Some(stamped)) = (&self.publish, &stamped) {
             p.publish(Publishing {
                 item,
@@ -520,140 +530,6 @@ impl BlockingStage for Write {
         item.set_payload(Written { path });
         Ok(Outcome::Continue)
     }
-}
-
-impl Write {
-    /// Uploads the finished file at `tmp` (and its side files) as the
-    /// item's output in the store: the side files first, the output last
-    /// (its object appears last, as a final name does on disk).
-    fn upload(
-        &self,
-        remote: &Output,
-        item: &mut Item,
-        tmp: &Path,
-        stamped: Option<&publish::Stamped>,
-    ) -> Result<Outcome, StageError> {
-        let name = self.file_name(&item.id);
-        let publish = self.publish.as_ref().zip(stamped);
-        if let Some((p, _)) = publish {
-            // As on disk: the old output's item goes first.
-            p.unpublish(&name)?;
-        }
-        // The raster is gone: the upload's parts stay within the byte
-        // budget the item still holds.
-        let share = byte_share(item);
-        for (side, to) in sidecars::beside_name(tmp, Path::new(&name)) {
-            item.bytes_out += remote.upload(&side, &to.to_string_lossy(), share)?;
-        }
-        item.bytes_out += remote.upload(tmp, &name, share)?;
-        if let Some((p, stamped)) = publish {
-            // The staged file is the object's bytes (the guard removes it after).
-            p.publish(Publishing {
-                item,
-                stamped,
-                file_name: &name,
-                local: tmp,
-            })?;
-        }
-        let url = remote.shown(&name);
-        item.set_payload(Written { path: url.into() });
-        Ok(Outcome::Continue)
-    }
-
-    /// With `stac`: the provenance in the raster's metadata, and what the
-    /// item will say of it.
-    fn stamp(
-        &self,
-        item: &Item,
-        raster: &mut Raster,
-    ) -> Result<Option<publish::Stamped>, StageError> {
-        let Some(p) = &self.publish else {
-            return Ok(None);
-        };
-        let written = stac::Written {
-            driver: &self.driver,
-            options: &self.options,
-        };
-        p.stamp(item, raster, &written).map(Some)
-    }
-
-    /// GeoTIFF (and so COG) holds one nodata value for all bands: bands
-    /// with different ones are refused, not collapsed to one (gdalwarp
-    /// warns and keeps the last band's for all).
-    fn check_nodata(&self, raster: &Raster, id: &str) -> Result<(), StageError> {
-        if !matches!(self.driver.as_str(), "GTiff" | "COG") {
-            return Ok(());
-        }
-        let values = raster.nodata_values();
-        let same = values.windows(2).all(|w| match (w[0], w[1]) {
-            (Some(a), Some(b)) => a == b || (a.is_nan() && b.is_nan()),
-            (a, b) => a.is_none() && b.is_none(),
-        });
-        if same {
-            return Ok(());
-        }
-        let shown: Vec<String> = values
-            .iter()
-            .map(|v| v.map_or("none".to_owned(), |v| v.to_string()))
-            .collect();
-        Err(StageError::permanent(format!(
-            "{id}: the bands have different nodata values ({}), but {} stores one for all bands: \
-             give reproject one `dst_nodata`",
-            shown.join(", "),
-            self.driver
-        )))
-    }
-
-    /// Makes the output at `tmp`. A warp made on disk (an output larger
-    /// than the memory budget) is already the file a GTiff output without
-    /// creation options is (`gdalwarp -of GTiff`), so it is moved there;
-    /// anything else is copied by the driver.
-    fn make(&self, raster: Raster, tmp: &Path) -> Result<(), String> {
-        if self.driver == "GTiff" && self.options.is_empty() && raster.is_on_disk() {
-            if let Some(file) = raster.into_scratch() {
-                return move_scratch(file, tmp);
-            }
-            return Err("the warped file is gone".to_owned());
-        }
-        // An input read by ranges (`read = "window"`) whose read failed
-        // while GDAL copied it: that failure, not GDAL's words about a
-        // short read.
-        self.create_copy(&raster, tmp)
-            .map_err(|e| raster.remote_failure().unwrap_or(e))
-    }
-
-    /// Writes `raster` to `tmp` with GDAL; GDAL's last message on failure.
-    fn create_copy(&self, raster: &Raster, tmp: &Path) -> Result<(), String> {
-        let mut options = self.creation_options(raster);
-        // The temporary name is new: CreateCopy need not look for an
-        // existing dataset there to delete (it asks every driver: ~0.35 ms).
-        options.push("QUIET_DELETE_ON_CREATE_COPY=NO".to_owned());
-        warpline_gdal::create_copy(&self.driver, raster, tmp, &options).map_err(|e| e.to_string())
-    }
-}
-
-/// Moves a scratch file (and GDAL's side files of it) to `tmp`: a rename,
-/// or a copy when they are on different file systems.
-fn move_scratch(file: ScratchFile, tmp: &Path) -> Result<(), String> {
-    let from = file.path().to_owned();
-    let pairs = std::iter::once((from.clone(), tmp.to_owned())).chain(
-        ScratchFile::side_files(&from)
-            .into_iter()
-            .zip(ScratchFile::side_files(tmp))
-            .filter(|(side, _)| side.exists()),
-    );
-    for (a, b) in pairs {
-        if let Err(e) = std::fs::rename(&a, &b) {
-            if e.kind() != std::io::ErrorKind::CrossesDevices {
-                return Err(format!("cannot move {}: {e}", a.display()));
-            }
-            std::fs::copy(&a, &b).map_err(|e| format!("cannot copy {}: {e}", a.display()))?;
-        }
-    }
-    // Dropping `file` removes what is left under the scratch name (the
-    // copies' sources).
-    drop(file);
-    Ok(())
 }
 
 #[cfg(test)]
