@@ -262,6 +262,8 @@ mod tests {
                 "30",
                 "-of",
                 "GTiff",
+                "-if",
+                "GTiff",
                 "-oo",
                 "NUM_THREADS=1",
                 "-q",
