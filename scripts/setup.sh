@@ -91,3 +91,25 @@ if [ "${WARPLINE_SETUP_GCS:-0}" = 1 ]; then
     fi
   fi
 fi
+
+# The STAC checker (scripts/check-stac.py, run by cli/tests/all/stac.rs):
+# jsonschema, referencing and pystac, pinned, in a venv of their own (see
+# scripts/stac-check.sh), once; scripts/test.sh sets WARPLINE_SETUP_STAC=1.
+if [ "${WARPLINE_SETUP_STAC:-0}" = 1 ]; then
+  # shellcheck source=scripts/stac-check.sh
+  . "$(dirname "$0")/stac-check.sh"
+  if ! stac_check_python >/dev/null; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+      echo "setup: installing python3 python3-venv (for the STAC checker)" >&2
+      $SUDO apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3 python3-venv >/dev/null
+    fi
+    echo "setup: installing $STAC_CHECK_PACKAGES (pip, in $STAC_CHECK_VENV)" >&2
+    rm -rf "$STAC_CHECK_VENV"
+    python3 -m venv "$STAC_CHECK_VENV"
+    # shellcheck disable=SC2086
+    "$STAC_CHECK_VENV/bin/python" -m pip install --quiet --disable-pip-version-check $STAC_CHECK_PACKAGES
+  fi
+fi

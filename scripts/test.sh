@@ -6,7 +6,7 @@
 # emulator) for the object store tests. Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WARPLINE_SETUP_S3=1 WARPLINE_SETUP_AZURE=1 WARPLINE_SETUP_GCS=1 bash scripts/setup.sh
+WARPLINE_SETUP_S3=1 WARPLINE_SETUP_AZURE=1 WARPLINE_SETUP_GCS=1 WARPLINE_SETUP_STAC=1 bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked --quiet
@@ -112,6 +112,16 @@ fi
 GCS_PID=$!
 wait_for fake-gcs-server "$GCS_PORT" "$GCS_PID" "$GCS_ROOT/server.log"
 export WARPLINE_TEST_GCS="http://127.0.0.1:$GCS_PORT"
+
+# The STAC checker's Python (cli/tests/all/stac.rs validates what the
+# write stage publishes with it, offline: scripts/check-stac.py).
+# shellcheck source=scripts/stac-check.sh
+. scripts/stac-check.sh
+if ! WARPLINE_TEST_STAC_PYTHON="$(stac_check_python)"; then
+  echo "test: the STAC checker is not installed in $STAC_CHECK_VENV (scripts/setup.sh with WARPLINE_SETUP_STAC=1)" >&2
+  exit 1
+fi
+export WARPLINE_TEST_STAC_PYTHON
 
 status=0
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log" || status=$?

@@ -42,6 +42,7 @@ pub fn fetched(id: String, bytes: &[u8]) -> warpline::Item {
         id,
         source: "bench".into(),
         size_hint: None,
+        meta: Default::default(),
     });
     item.set_payload(warpline::stages::fetch::Fetched::new(bytes.to_vec()));
     item

@@ -2,7 +2,7 @@
 //! `args` (what the command line is), `load` (a pipeline loaded for a
 //! command), `logging`, then the commands: `check` (`validate`, `plan`),
 //! `execute` (`run`, `demo`), `warp` (gdalwarp's command line as a
-//! pipeline) and `coordinated` (`enqueue`, `status`, `dead`, `requeue`). This file parses and dispatches. Every flag and
+//! pipeline), `verify` (outputs against their provenance) and `coordinated` (`enqueue`, `status`, `dead`, `requeue`). This file parses and dispatches. Every flag and
 //! exit code is documented in docs/pipeline.md.
 
 use std::process::ExitCode;
@@ -34,6 +34,7 @@ mod coordinated;
 mod execute;
 mod load;
 mod logging;
+mod verify;
 mod warp;
 use args::{
     Cli, Command, Format, LogFormat, ProgressMode, RunArgs, EXIT_ABORTED_ON_ERROR,
@@ -115,6 +116,17 @@ pub(crate) fn main() -> ExitCode {
             retry_failed: retry_failed.as_deref(),
         }),
         Command::Demo { dir, args } => or_error(demo(&dir, &args)),
+        Command::Verify {
+            target,
+            sample,
+            gdalwarp,
+            format,
+        } => or_error(verify::verify(&verify::VerifyArgs {
+            target: &target,
+            sample,
+            gdalwarp,
+            format,
+        })),
         Command::Enqueue {
             pipeline,
             sets,

@@ -3,6 +3,7 @@
 //! stage fails it.
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -22,6 +23,27 @@ pub struct Input {
     /// A size in bytes known before any work, if the source knows one. Stages
     /// charge their byte limiters by it unless they know better.
     pub size_hint: Option<u64>,
+    /// What the source knows of the input beyond where it is (a STAC
+    /// item's `datetime`): the item starts with it in [`Item::meta`].
+    pub meta: Meta,
+}
+
+/// Facts about an item that a source or a stage records for the stages
+/// after it, by name (`"stac:datetime"`, `"input"`): what a payload,
+/// replaced at each stage, cannot carry to the end (the write stage's
+/// provenance record). Names are the recorder's to document.
+pub type Meta = BTreeMap<String, serde_json::Value>;
+
+impl Input {
+    /// An input with no size hint and no meta.
+    pub fn new(id: impl Into<String>, source: impl Into<String>) -> Self {
+        Input {
+            id: id.into(),
+            source: source.into(),
+            size_hint: None,
+            meta: Meta::new(),
+        }
+    }
 }
 
 /// One unit of work travelling between stages, with the permits it still
@@ -40,6 +62,12 @@ pub struct Item {
     pub bytes_in: u64,
     /// Bytes written for this item (a write adds the output's size).
     pub bytes_out: u64,
+    /// What the source and the stages recorded of the item (see [`Meta`]);
+    /// kept when the item starts the flow again.
+    pub meta: Meta,
+    /// The kinds of the stages the item has passed, in order (the current
+    /// one is not in it until it finishes).
+    pub(crate) passed: Vec<String>,
     /// Where the item's data lies, in EPSG:4326, when a stage knows: the
     /// input's (set by `decode`) until the output's replaces it (set by
     /// `write`). The report's map draws it with how the item ended
@@ -63,6 +91,7 @@ impl fmt::Debug for Item {
             .field("id", &self.id)
             .field("source", &self.source)
             .field("size_hint", &self.size_hint)
+            .field("meta", &self.meta)
             .field("has_payload", &self.payload.is_some())
             .field("tickets", &self.tickets)
             .finish()
@@ -79,6 +108,8 @@ impl Item {
             attempts: 0,
             bytes_in: 0,
             bytes_out: 0,
+            meta: input.meta,
+            passed: Vec::new(),
             footprint: None,
             payload: None,
             tickets: Vec::new(),
@@ -96,6 +127,14 @@ impl Item {
     /// [`StageReport::paths`]: crate::report::StageReport::paths
     pub fn took(&mut self, path: &'static str) {
         self.path = Some(path);
+    }
+
+    /// The kinds of the stages this item has passed so far, in order
+    /// (`["fetch", "decode", "reproject"]` in a write stage): a stage that
+    /// records how its output was made can tell whether a stage it does not
+    /// know had a hand in it.
+    pub fn passed(&self) -> &[String] {
+        &self.passed
     }
 
     /// Replaces the payload (what the previous stage made of the input).
@@ -161,6 +200,7 @@ impl Item {
     pub(crate) fn reset(&mut self) {
         self.payload = None;
         self.tickets.clear();
+        self.passed.clear();
         self.attempts = 0;
         self.bytes_in = 0;
         self.bytes_out = 0;
@@ -302,11 +342,7 @@ mod tests {
 
     #[test]
     fn payload_of_the_wrong_type_stays_in_place() {
-        let mut item = Item::new(Input {
-            id: "a".into(),
-            source: "s".into(),
-            size_hint: None,
-        });
+        let mut item = Item::new(Input::new("a", "s"));
         item.set_payload(5u32);
         assert_eq!(item.take_payload::<String>(), None);
         assert_eq!(item.payload::<u32>(), Some(&5));

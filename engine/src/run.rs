@@ -323,6 +323,9 @@ pub(crate) async fn run(
     let mailboxes = start::mailboxes(pipeline);
     let watchdog = start::spawn_deadline(pipeline, control, &shared);
     let gates = start::adaptive_gates(pipeline);
+    for stage in &pipeline.stages {
+        stage.handler.run_starting().await;
+    }
     let (workers, spawn_error) = start::spawn_workers(pipeline, &mailboxes, &shared, &gates);
     // Only workers hold senders now (and the source, the first): a mailbox
     // closes when everything upstream of it has finished.
@@ -357,6 +360,14 @@ pub(crate) async fn run(
     // Every worker has finished when the last one's token is dropped.
     workers.wait().await;
     watchdog.abort();
+    let mut finished = Vec::with_capacity(pipeline.stages.len());
+    for stage in &pipeline.stages {
+        let notes = stage.handler.run_finished().await;
+        for note in &notes {
+            tracing::warn!(stage = %stage.name, "{note}");
+        }
+        finished.push(notes);
+    }
 
     end::settle(pipeline, &shared, &receivers);
     if let Some(err) = spawn_error {
@@ -378,7 +389,11 @@ pub(crate) async fn run(
         stalls,
         gates,
     };
-    Ok(end::report(pipeline, &shared, options, outcome, watched).await)
+    let mut report = end::report(pipeline, &shared, options, outcome, watched).await;
+    for (stage, notes) in report.stages.iter_mut().zip(finished) {
+        stage.notes.extend(notes);
+    }
+    Ok(report)
 }
 
 impl Pipeline {

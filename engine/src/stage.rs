@@ -76,6 +76,20 @@ pub trait Stage: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Called once when a run of the pipeline starts, before any item is
+    /// admitted (a blocking stage's on a blocking thread): e.g. to note the
+    /// run's start. Nothing by default.
+    fn run_starting(&self) {}
+
+    /// Called once when a run's workers have all ended, before the report
+    /// is made (a blocking stage's on a blocking thread), whatever the
+    /// outcome: to finish what a stage keeps up to date across items (the
+    /// write stage's STAC collection). Each message is logged as a warning
+    /// and listed in the report's `stages[].notes`. None by default.
+    fn run_finished(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// The payload this stage takes from the stage before it: checked
     /// against what that stage [hands on](Self::hands_on) when the pipeline
     /// compiles. [`Payload::ANY`] by default.
@@ -199,12 +213,50 @@ impl Handler {
         }
     }
 
+    /// Runs [`Stage::run_starting`], a blocking stage's on a blocking
+    /// thread; a panic is logged, not raised.
+    pub(crate) async fn run_starting(&self) {
+        let outcome = match self {
+            Handler::Async(s) => guard(|| s.run_starting()),
+            Handler::Blocking(s) => {
+                let s = Arc::clone(s);
+                tokio::task::spawn_blocking(move || guard(|| s.run_starting()))
+                    .await
+                    .unwrap_or(Err(()))
+            }
+        };
+        if outcome.is_err() {
+            tracing::error!("a stage panicked as the run started");
+        }
+    }
+
+    /// Runs [`Stage::run_finished`] as [`run_starting`](Self::run_starting)
+    /// runs its hook; a panic is one message.
+    pub(crate) async fn run_finished(&self) -> Vec<String> {
+        let outcome = match self {
+            Handler::Async(s) => guard(|| s.run_finished()),
+            Handler::Blocking(s) => {
+                let s = Arc::clone(s);
+                tokio::task::spawn_blocking(move || guard(|| s.run_finished()))
+                    .await
+                    .unwrap_or(Err(()))
+            }
+        };
+        outcome.unwrap_or_else(|()| vec!["the stage panicked as the run finished".to_owned()])
+    }
+
     pub(crate) fn retry_default(&self) -> RetryPolicy {
         match self {
             Handler::Async(s) => s.retry_default(),
             Handler::Blocking(s) => s.retry_default(),
         }
     }
+}
+
+/// `f`'s answer, or `Err` if it panicked (the panic's message is printed
+/// by the panic hook).
+fn guard<T>(f: impl FnOnce() -> T) -> Result<T, ()> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| ())
 }
 
 /// An input the source could not turn into an item (a malformed line, an

@@ -118,6 +118,7 @@ impl Source for GenerateRun {
             id: format!("{}-{:0w$}", self.prefix, n + 1, w = self.width),
             source: format!("generate:{}", n + 1),
             size_hint,
+            meta: Default::default(),
         }))
     }
 

@@ -11,6 +11,17 @@ use crate::types::{DataType, Pixel};
 use super::files::MemDir;
 use super::{dtype_size, last_error, reset_error};
 
+/// A band's unit, scale and offset, where set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BandScaling {
+    /// The unit of its values (`""`: none).
+    pub unit: String,
+    /// Values are `value * scale + offset`.
+    pub scale: Option<f64>,
+    /// See `scale`.
+    pub offset: Option<f64>,
+}
+
 /// What went wrong reading or making a raster: GDAL's message.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -209,6 +220,60 @@ impl Raster {
     /// The CRS as WKT (empty if none).
     pub fn crs_wkt(&self) -> String {
         self.ds.projection()
+    }
+
+    /// The dataset's metadata item `key` in `domain` (`""`: the default
+    /// domain), if it has one.
+    pub fn metadata_item(&self, key: &str, domain: &str) -> Option<String> {
+        self.ds.metadata_item(key, domain)
+    }
+
+    /// Sets the dataset's metadata item `key` in `domain` (`""`: the
+    /// default domain): a driver that copies the raster writes it with its
+    /// own (GeoTIFF and COG: every domain but a few of GDAL's own, in the
+    /// file's `GDAL_METADATA` tag).
+    pub fn set_metadata_item(
+        &mut self,
+        key: &str,
+        value: &str,
+        domain: &str,
+    ) -> Result<(), RasterError> {
+        self.ds
+            .set_metadata_item(key, value, domain)
+            .map_err(|e| RasterError(e.to_string()))
+    }
+
+    /// Sets the XML document of an `xml:` metadata domain (`xml:XMP`: a
+    /// GeoTIFF's XMP packet, which the GTiff and COG drivers copy into the
+    /// file, TIFF tag 700, whatever the GDAL version; other non-default
+    /// domains they copy only from GDAL 3.8, with `COPY_SRC_MDD`).
+    pub fn set_xml_metadata(&mut self, domain: &str, xml: &str) -> Result<(), RasterError> {
+        let list = crate::string_list(&[xml]).map_err(|e| RasterError(e.to_string()))?;
+        let domain = std::ffi::CString::new(domain)
+            .map_err(|_| RasterError(format!("{domain:?} contains a NUL byte")))?;
+        reset_error();
+        // SAFETY: a valid dataset handle; the list and the domain are valid
+        // C strings for the call's duration (GDAL copies them).
+        let err = unsafe {
+            sys::GDALSetMetadata(self.ds.c_dataset().cast(), list.as_ptr(), domain.as_ptr())
+        };
+        if err != sys::CPLErr::CE_None {
+            return Err(RasterError(last_error("cannot set the metadata")));
+        }
+        Ok(())
+    }
+
+    /// Every band's unit, scale and offset, in band order (as GDAL has
+    /// them: an empty unit, a scale of 1 and an offset of 0 when unset).
+    pub fn band_scaling(&self) -> Vec<BandScaling> {
+        (1..=self.ds.raster_count())
+            .filter_map(|i| self.ds.rasterband(i).ok())
+            .map(|b| BandScaling {
+                unit: b.unit(),
+                scale: b.scale(),
+                offset: b.offset(),
+            })
+            .collect()
     }
 
     /// Band `band`'s nodata value.

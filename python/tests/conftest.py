@@ -126,7 +126,9 @@ def read_pixels(path: Path, tmp: Path) -> np.ndarray:
 
 
 def outputs(out: Path) -> List[Path]:
-    return sorted(p for p in out.iterdir() if p.is_file())
+    """The files written in `out`, but the STAC items and collection that
+    `write` puts beside COG outputs (`stac`, on for COG)."""
+    return sorted(p for p in out.iterdir() if p.is_file() and p.suffix != ".json")
 
 
 @pytest.fixture

@@ -128,4 +128,5 @@ def test_the_demo_runs_as_the_binary_runs_it(tmp_path: Path) -> None:
     assert report.pipeline == "demo"
     assert report.items.failed == 0 and report.items.done == report.items.total == 24
     assert len(outputs(tmp_path / "output")) == 24
+    assert len(list((tmp_path / "output").glob("*.json"))) == 24 + 1  # items, collection
     assert report.hosts[0].requests >= 24

@@ -55,6 +55,9 @@ pub struct Decode {
     open_options: Vec<String>,
     max_pixels: u64,
     max_decoded_bytes: u64,
+    /// The settings that decide which pixels are read, as recorded in an
+    /// output's provenance.
+    recorded: serde_json::Value,
 }
 
 const DEFAULT_MAX_PIXELS: u64 = 1 << 28; // 16384 x 16384
@@ -110,7 +113,14 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     if !problems.is_empty() {
         return Err(problems);
     }
+    let recorded = serde_json::json!({
+        "drivers": &drivers,
+        "assume_crs": d.assume_crs,
+        "open_options": d.open_options,
+    });
+    let recorded = crate::provenance::settings_json(&recorded, &[]);
     Ok(Handler::from_blocking(Decode {
+        recorded,
         drivers,
         assume_crs,
         open_options,
@@ -333,7 +343,21 @@ impl warpline_engine::Stage for Decode {
 /// Decode's work is all in `demand`, which the engine runs before every
 /// `process`: the raster is opened, checked and left in the payload there.
 impl BlockingStage for Decode {
-    fn process(&self, _item: &mut Item) -> Result<Outcome, StageError> {
+    fn process(&self, item: &mut Item) -> Result<Outcome, StageError> {
+        // What an output made of it records (`provenance`): these settings,
+        // and the input's own date.
+        let datetime = item
+            .payload::<Raster>()
+            .and_then(|r| r.metadata_item("TIFFTAG_DATETIME", ""))
+            .and_then(|d| crate::provenance::tiff_datetime(&d));
+        match datetime {
+            Some(d) => item
+                .meta
+                .insert(crate::provenance::INPUT_DATETIME.to_owned(), d.into()),
+            None => item.meta.remove(crate::provenance::INPUT_DATETIME),
+        };
+        let settings = self.recorded.clone();
+        crate::provenance::record_stage(item, "decode", settings, serde_json::Map::new());
         Ok(Outcome::Continue)
     }
 }
@@ -390,6 +414,7 @@ mod tests {
             open_options: Vec::new(),
             max_pixels: DEFAULT_MAX_PIXELS,
             max_decoded_bytes: u64::MAX,
+            recorded: serde_json::Value::Null,
         };
         let fetched = Fetched {
             remote: Some(RemoteFile::new(

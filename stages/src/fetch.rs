@@ -36,6 +36,7 @@ use warpline_engine::{
 };
 
 use crate::http::error_chain;
+use crate::provenance::{self, Origin};
 use crate::store::{self, Stores};
 
 mod window;
@@ -70,6 +71,8 @@ pub struct Fetch {
     limits: Vec<Limiter>,
     /// The whole-request timeout (bounds a range read's wait).
     timeout: Duration,
+    /// The object store's endpoint, as set (recorded in provenance).
+    endpoint: Option<String>,
 }
 
 const DEFAULT_MAX_BYTES: u64 = 256 << 20;
@@ -117,6 +120,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     if !problems.is_empty() {
         return Err(problems);
     }
+    let endpoint = f.endpoint.clone();
     let stores = Stores::new(store::Config {
         endpoint: f.endpoint,
         connect_timeout: Some(connect_timeout),
@@ -133,6 +137,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         read: f.read.unwrap_or_default(),
         limits: s.stage_limits().to_vec(),
         timeout,
+        endpoint,
     }))
 }
 
@@ -229,9 +234,15 @@ impl Fetch {
         }
     }
 
-    async fn http(&self, id: &str, url: &str, held: &mut Held) -> Result<Vec<u8>, StageError> {
+    async fn http(
+        &self,
+        id: &str,
+        url: &str,
+        held: &mut Held,
+    ) -> Result<(Vec<u8>, Origin), StageError> {
         let shown = redact(url);
         let mut response = self.answer(self.client.get(url), url, &shown).await?;
+        let mut origin = http_origin(&shown, response.headers());
         let declared = response.content_length();
         if let Some(len) = declared {
             if len > self.max_bytes {
@@ -286,7 +297,8 @@ impl Fetch {
         // charged by doubling).
         self.charge_to(id, held, body.len() as u64).await?;
         held.bytes += body.len() as u64;
-        Ok(body)
+        origin.size = Some(body.len() as u64);
+        Ok((body, origin))
     }
 
     async fn s3(
@@ -295,7 +307,7 @@ impl Fetch {
         source: &str,
         size_hint: Option<u64>,
         held: &mut Held,
-    ) -> Result<Fetched, StageError> {
+    ) -> Result<(Fetched, Origin), StageError> {
         let body = store::Body::locate(&self.stores, source, size_hint).await?;
         if body.size > self.max_bytes {
             return Err(StageError::permanent(format!(
@@ -321,7 +333,13 @@ impl Fetch {
         let total = body.size + siblings.iter().map(|(_, b)| b.size).sum::<u64>();
         self.charge_to(id, held, total).await?;
         let shown = body.shown.clone();
-        let bytes = body.read().await?;
+        let (bytes, etag, modified) = body.read_versioned().await?;
+        let origin = Origin {
+            href: redact(source),
+            size: Some(bytes.len() as u64),
+            etag,
+            modified: modified.map(provenance::rfc3339),
+        };
         let mut kept = Vec::with_capacity(siblings.len());
         for (suffix, sibling) in siblings {
             let at = sibling.shown.clone();
@@ -334,14 +352,20 @@ impl Fetch {
             }
         }
         held.bytes += total;
-        Ok(Fetched {
+        let fetched = Fetched {
             bytes,
             siblings: kept,
             ..Fetched::default()
-        })
+        };
+        Ok((fetched, origin))
     }
 
-    async fn file(&self, id: &str, source: &str, held: &mut Held) -> Result<Fetched, StageError> {
+    async fn file(
+        &self,
+        id: &str,
+        source: &str,
+        held: &mut Held,
+    ) -> Result<(Fetched, Origin), StageError> {
         let Some(path) = crate::names::local_path(source) else {
             let shown = redact(source);
             return Err(StageError::permanent(format!(
@@ -370,11 +394,20 @@ impl Fetch {
             .map_err(|e| StageError::permanent(format!("{shown}: {e}")))?;
         let siblings = crate::siblings::read(&path, found).await;
         held.bytes += total;
-        Ok(Fetched {
+        // An absolute path: the record is read later, from anywhere.
+        let href = std::path::absolute(&path).map_or(shown, |p| p.display().to_string());
+        let origin = Origin {
+            href,
+            size: Some(bytes.len() as u64),
+            etag: None,
+            modified: meta.modified().ok().map(provenance::rfc3339),
+        };
+        let fetched = Fetched {
             bytes,
             siblings,
             ..Fetched::default()
-        })
+        };
+        Ok((fetched, origin))
     }
 
     /// Makes the try's share `held.bytes + more` (what earlier parts hold,
@@ -394,13 +427,14 @@ impl Fetch {
         line: &str,
         size_hint: Option<u64>,
         held: &mut Held,
-    ) -> Result<Fetched, StageError> {
+    ) -> Result<(Fetched, Origin), StageError> {
         let source = crate::names::split_member(line).0;
         let http = source.starts_with("http://") || source.starts_with("https://");
         if http && self.read == Read::Window {
             self.window(id, source, held).await
         } else if http {
-            Ok(Fetched::new(self.http(id, source, held).await?))
+            let (bytes, origin) = self.http(id, source, held).await?;
+            Ok((Fetched::new(bytes), origin))
         } else if store::is_store(source) && self.read == Read::Window {
             self.s3_window(id, source, size_hint, held).await
         } else if store::is_store(source) {
@@ -408,6 +442,43 @@ impl Fetch {
         } else {
             self.file(id, source, held).await
         }
+    }
+}
+
+impl Fetch {
+    /// Records the inputs read and the settings that decide which bytes
+    /// are read (see [`provenance`]).
+    fn record(&self, item: &mut Item, origins: Vec<Origin>) {
+        let origins = serde_json::to_value(origins).unwrap_or_default();
+        item.meta.insert(provenance::INPUTS.to_owned(), origins);
+        let mut settings = serde_json::Map::new();
+        if let Some(endpoint) = &self.endpoint {
+            settings.insert("endpoint".to_owned(), redact(endpoint).into());
+        }
+        if self.read == Read::Window {
+            settings.insert("read".to_owned(), "window".into());
+        }
+        let settings = serde_json::Value::Object(settings);
+        provenance::record_stage(item, "fetch", settings, serde_json::Map::new());
+    }
+}
+
+/// An input's origin as an HTTP answer's headers say it (its size is the
+/// body's, set once read).
+pub(crate) fn http_origin(shown: &str, headers: &reqwest::header::HeaderMap) -> Origin {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    Origin {
+        href: shown.to_owned(),
+        size: None,
+        etag: text(reqwest::header::ETAG),
+        modified: text(reqwest::header::LAST_MODIFIED)
+            .and_then(|d| httpdate::parse_http_date(&d).ok())
+            .map(provenance::rfc3339),
     }
 }
 
@@ -460,20 +531,27 @@ impl AsyncStage for Fetch {
             item.release(m.name());
         }
         let mut held = Held::default();
+        let mut origins = Vec::new();
         let fetched = if item.source.contains('\n') {
             // A mosaic: its inputs, one per line, charged as they arrive.
             let mut parts = Vec::new();
             for line in item.source.lines() {
-                parts.push(self.one(&item.id, line, None, &mut held).await?);
+                let (part, origin) = self.one(&item.id, line, None, &mut held).await?;
+                parts.push(part);
+                origins.push(origin);
             }
             Fetched {
                 parts,
                 ..Fetched::default()
             }
         } else {
-            self.one(&item.id, &item.source, item.size_hint, &mut held)
-                .await?
+            let (fetched, origin) = self
+                .one(&item.id, &item.source, item.size_hint, &mut held)
+                .await?;
+            origins.push(origin);
+            fetched
         };
+        self.record(item, origins);
         if let Some(ticket) = held.ticket {
             item.keep(ticket);
         }

@@ -50,6 +50,7 @@ mod http;
 mod ids;
 pub mod names;
 pub mod payloads;
+pub mod provenance;
 pub mod reproject;
 mod siblings;
 pub mod source;

@@ -40,12 +40,22 @@ pub struct Reproject {
     disk: disk::Disk,
     /// Whose resampling loop may warp (`kernel`).
     kernel: Kernel,
+    /// The settings that decide the pixels, as recorded in an output's
+    /// provenance (the table without `scratch`, `warp_to`, `kernel` and
+    /// `max_pixels`, which change where and how fast, not what).
+    recorded: serde_json::Value,
 }
 
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     init();
     let p = args::parse(s)?;
+    let table = s
+        .read::<serde_json::Value>(&mut Vec::new())
+        .unwrap_or_default();
+    let recorded =
+        crate::provenance::settings_json(&table, &["scratch", "warp_to", "kernel", "max_pixels"]);
     Ok(Handler::from_blocking(Reproject {
+        recorded,
         spec: p.spec,
         target_wkt: p.target_wkt,
         src_crs_wkt: p.src_crs_wkt,
@@ -196,12 +206,25 @@ impl BlockingStage for Reproject {
         drop(srcs);
         drop(raster);
         warpline_gdal::trim_heap_after(input);
+        self.record(item, spec);
         item.set_payload(out);
         Ok(Outcome::Continue)
     }
 }
 
 impl Reproject {
+    /// Records the settings and the warp as gdalwarp's arguments (see
+    /// `provenance`). The area of interest an accelerator shares between
+    /// tiles is left out: it changes no pixel (it is used only where that
+    /// is proven) and differs between workers.
+    fn record(&self, item: &mut Item, mut spec: WarpSpec) {
+        spec.area_of_interest = None;
+        let mut extra = serde_json::Map::new();
+        extra.insert("gdalwarp".to_owned(), spec.gdalwarp_args().into());
+        let settings = self.recorded.clone();
+        crate::provenance::record_stage(item, "reproject", settings, extra);
+    }
+
     /// What the item is charged, its output's bytes, and whether it is
     /// warped to disk. In memory, the input's bytes stay while the warp
     /// reads them, and the output lives beside its chunk buffers, which

@@ -212,6 +212,7 @@ impl Source for ListRun {
                     id: self.ids.next(&redact(&source)),
                     source,
                     size_hint: None,
+                    meta: Default::default(),
                 }),
                 Err(message) => Err(SourceError {
                     id: where_,
@@ -295,6 +296,7 @@ impl Source for VecRun {
             id: self.ids.next(&redact(&source)),
             source,
             size_hint: None,
+            meta: Default::default(),
         }))
     }
 

@@ -16,16 +16,19 @@
 //!   `gs://` is read, not written (see `store::Scheme::writes`).
 //! - BIGTIFF is chosen from the uncompressed size (GDAL's `IF_NEEDED`
 //!   cannot know the compressed size); INTERLEAVE is passed explicitly.
+//! - `stac = true` (the default for COG): a STAC item beside each output,
+//!   the run's collection, and the provenance in the GeoTIFF (`publish`).
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 use warpline_engine::{
     BlockingStage, Handler, Item, Outcome, Payload, Problem, Settings, StageError,
 };
 
-use warpline_gdal::{init, Raster, ScratchFile};
+use warpline_gdal::{init, Raster};
 
 use crate::ids::file_name_id;
 use crate::space::{failed, io_full, SpaceWatch};
@@ -33,20 +36,16 @@ use crate::store::Output;
 use crate::temps::{temporary_name, Sweeper};
 
 mod claims;
+mod collection;
+mod make;
 mod options;
+mod publish;
 mod sidecars;
+mod stac;
 
 use claims::Claims;
 use options::{check_option, declared_options};
-
-/// The bytes the item holds of byte limiters (`None`: it holds none).
-fn byte_share(item: &Item) -> Option<u64> {
-    let bytes = item
-        .tickets()
-        .iter()
-        .filter(|t| t.limiter().kind() == warpline_engine::limit::LimiterKind::Bytes);
-    bytes.map(|t| t.amount()).reduce(|a, b| a + b)
-}
+use publish::{CollectionSettings, Publish, Publishing};
 
 pub use crate::payloads::Written;
 
@@ -105,6 +104,8 @@ struct WriteSettings {
     exists: Option<Exists>,
     endpoint: Option<String>,
     staging: Option<String>,
+    stac: Option<bool>,
+    collection: Option<CollectionSettings>,
 }
 
 /// The write stage.
@@ -119,7 +120,9 @@ pub struct Write {
     claims: Claims,
     /// Where outputs are uploaded (`dir = "s3://..."`); `dir` is then the
     /// local staging directory.
-    remote: Option<Output>,
+    remote: Option<Arc<Output>>,
+    /// The STAC items, collection and provenance (`stac`).
+    publish: Option<Publish>,
 }
 
 /// Checks a name template: relative, no `..`, and it names `{id}`.
@@ -188,6 +191,24 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
     if !problems.is_empty() {
         return Err(problems);
     }
+    let remote = remote.map(Arc::new);
+    let stac = w.stac.unwrap_or(driver == "COG");
+    let publish = match (stac, w.collection) {
+        (false, Some(_)) => {
+            return Err(vec![s.problem(
+                "collection",
+                "describes the STAC collection, which is written only with stac = true",
+            )])
+        }
+        (false, None) => None,
+        (true, table) => {
+            let settings = table.unwrap_or_default();
+            match Publish::new(&dir, remote.clone(), &name, &driver, settings) {
+                Ok(p) => Some(p),
+                Err(m) => return Err(vec![s.problem("name", m)]),
+            }
+        }
+    };
     Ok(Handler::from_blocking(Write {
         dir,
         name,
@@ -197,6 +218,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         temps: Sweeper::default(),
         claims: Claims::default(),
         remote,
+        publish,
     }))
 }
 
@@ -274,6 +296,19 @@ impl Write {
         }
     }
 
+    /// Whether the output is there and complete: with `stac`, its item
+    /// too (an output without one was left by a run killed between the
+    /// two, and is made again).
+    fn output_complete(&self, id: &str, path: &Path) -> Result<bool, StageError> {
+        if !self.output_exists(id, path)? {
+            return Ok(false);
+        }
+        match &self.publish {
+            Some(p) => p.item_exists(&self.file_name(id)),
+            None => Ok(true),
+        }
+    }
+
     fn creation_options(&self, raster: &Raster) -> Vec<String> {
         let has = |k: &str| {
             self.options
@@ -292,6 +327,42 @@ impl Write {
             out.push("INTERLEAVE=PIXEL".to_owned());
         }
         out
+    }
+}
+
+impl Write {
+    /// What `exists` says of an output that is already there (`None`: go
+    /// on and write it). Without its STAC item it is not complete, and is
+    /// made again.
+    fn already_there(&self, id: &str, path: &Path) -> Result<Option<Outcome>, StageError> {
+        if self.exists == Exists::Overwrite || !self.output_exists(id, path)? {
+            return Ok(None);
+        }
+        let shown = self.shown(id, path);
+        match self.exists {
+            Exists::Skip if !self.output_complete(id, path)? => {
+                tracing::info!("{shown} has no STAC item: it is made again");
+                Ok(None)
+            }
+            Exists::Skip => Ok(Some(Outcome::Skip(format!("{shown} exists")))),
+            Exists::Error => Err(StageError::permanent(format!(
+                "{id}: {shown} already exists"
+            ))),
+            Exists::Overwrite => Ok(None),
+        }
+    }
+
+    /// Syncs `tmp`, renames its side files and it to `path`, and syncs the
+    /// directory (the rename is durable once it is).
+    fn rename_into_place(tmp: &Path, path: &Path) -> std::io::Result<()> {
+        let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
+        sync(tmp)
+            .and_then(|_| sidecars::rename_beside(tmp, path))
+            .and_then(|_| std::fs::rename(tmp, path))?;
+        if let Some(parent) = path.parent() {
+            let _ = sync(parent);
+        }
+        Ok(())
     }
 }
 
@@ -344,7 +415,23 @@ impl warpline_engine::Stage for Write {
         // The bucket can be listed with the credentials at hand: a request
         // to the store, and to a metadata service when the environment
         // has no credentials.
-        self.remote.as_ref().map(Output::check).unwrap_or_default()
+        self.remote
+            .as_deref()
+            .map(Output::check)
+            .unwrap_or_default()
+    }
+
+    fn run_starting(&self) {
+        if let Some(p) = &self.publish {
+            p.run_starting();
+        }
+    }
+
+    fn run_finished(&self) -> Vec<String> {
+        self.publish
+            .as_ref()
+            .map(Publish::finish)
+            .unwrap_or_default()
     }
 
     fn skip_check(&self, item: &Item) -> Option<String> {
@@ -353,7 +440,7 @@ impl warpline_engine::Stage for Write {
         }
         let path = self.output_path(&item.id);
         // An output that cannot be looked at is looked at again by process.
-        if !self.output_exists(&item.id, &path).unwrap_or(false) {
+        if !self.output_complete(&item.id, &path).unwrap_or(false) {
             return None;
         }
         // The output of another input of this run is not this item's: it
@@ -368,24 +455,16 @@ impl BlockingStage for Write {
         let id = item.id.clone();
         let path = self.output_path(&id);
         self.claims.claim(&path, item)?;
-        if self.exists != Exists::Overwrite && self.output_exists(&id, &path)? {
-            let shown = self.shown(&id, &path);
-            match self.exists {
-                Exists::Skip => return Ok(Outcome::Skip(format!("{shown} exists"))),
-                Exists::Error => {
-                    return Err(StageError::permanent(format!(
-                        "{id}: {shown} already exists"
-                    )))
-                }
-                Exists::Overwrite => {}
-            }
+        if let Some(skipped) = self.already_there(&id, &path)? {
+            return Ok(skipped);
         }
-        let Some(raster) = item.take_payload::<Raster>() else {
+        let Some(mut raster) = item.take_payload::<Raster>() else {
             return Err(StageError::permanent(format!(
                 "{id}: write needs a raster: put `decode` (and `reproject`) before `write`"
             )));
         };
         self.check_nodata(&raster, &id)?;
+        let stamped = self.stamp(item, &mut raster)?;
         let parent = path.parent().unwrap_or(&self.dir).to_owned();
         // What the output may take on disk: its pixels uncompressed, twice
         // for COG (the driver writes a temporary GTiff first, and removes
@@ -419,128 +498,38 @@ impl BlockingStage for Write {
         written.map_err(|m| fail(format!("cannot write {}: {m}", path.display()), said_full))?;
         if let Some(remote) = &self.remote {
             // The guard removes the local files once they are sent (or not).
-            let uploaded = self.upload(remote, item, &tmp)?;
+            let uploaded = self.upload(remote, item, &tmp, stamped.as_ref())?;
             item.footprint = footprint.or(item.footprint);
             return Ok(uploaded);
         }
-        let sync = |p: &Path| std::fs::File::open(p).and_then(|f| f.sync_all());
-        sync(&tmp)
-            .and_then(|_| sidecars::rename_beside(&tmp, &path))
-            .and_then(|_| std::fs::rename(&tmp, &path))
-            .map_err(|e| {
-                fail(
-                    format!("cannot finish {}: {e}", path.display()),
-                    io_full(&e),
-                )
-            })?;
+        if let Some(p) = self.publish.as_ref().filter(|_| stamped.is_some()) {
+            // The old output's item goes before the new output takes its
+            // name: no item ever describes bytes that are not there.
+            p.unpublish(&self.file_name(&id))?;
+        }
+        Self::rename_into_place(&tmp, &path).map_err(|e| {
+            fail(
+                format!("cannot finish {}: {e}", path.display()),
+                io_full(&e),
+            )
+        })?;
         guard.keep = true;
         item.bytes_out += std::iter::once(path.clone())
             .chain(sidecars::existing(&path))
             .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
             .sum::<u64>();
-        // The rename is durable once the directory is synced.
-        let _ = sync(&parent);
+        if let (Some(p), Some(stamped)) = (&self.publish, &stamped) {
+            p.publish(Publishing {
+                item,
+                stamped,
+                file_name: &self.file_name(&id),
+                local: &path,
+            })?;
+        }
         item.footprint = footprint.or(item.footprint);
         item.set_payload(Written { path });
         Ok(Outcome::Continue)
     }
-}
-
-impl Write {
-    /// Uploads the finished file at `tmp` (and its side files) as the
-    /// item's output in the store: the side files first, the output last
-    /// (its object appears last, as a final name does on disk).
-    fn upload(&self, remote: &Output, item: &mut Item, tmp: &Path) -> Result<Outcome, StageError> {
-        let name = self.file_name(&item.id);
-        // The raster is gone: the upload's parts stay within the byte
-        // budget the item still holds.
-        let share = byte_share(item);
-        for (side, to) in sidecars::beside_name(tmp, Path::new(&name)) {
-            item.bytes_out += remote.upload(&side, &to.to_string_lossy(), share)?;
-        }
-        item.bytes_out += remote.upload(tmp, &name, share)?;
-        let url = remote.shown(&name);
-        item.set_payload(Written { path: url.into() });
-        Ok(Outcome::Continue)
-    }
-
-    /// GeoTIFF (and so COG) holds one nodata value for all bands: bands
-    /// with different ones are refused, not collapsed to one (gdalwarp
-    /// warns and keeps the last band's for all).
-    fn check_nodata(&self, raster: &Raster, id: &str) -> Result<(), StageError> {
-        if !matches!(self.driver.as_str(), "GTiff" | "COG") {
-            return Ok(());
-        }
-        let values = raster.nodata_values();
-        let same = values.windows(2).all(|w| match (w[0], w[1]) {
-            (Some(a), Some(b)) => a == b || (a.is_nan() && b.is_nan()),
-            (a, b) => a.is_none() && b.is_none(),
-        });
-        if same {
-            return Ok(());
-        }
-        let shown: Vec<String> = values
-            .iter()
-            .map(|v| v.map_or("none".to_owned(), |v| v.to_string()))
-            .collect();
-        Err(StageError::permanent(format!(
-            "{id}: the bands have different nodata values ({}), but {} stores one for all bands: \
-             give reproject one `dst_nodata`",
-            shown.join(", "),
-            self.driver
-        )))
-    }
-
-    /// Makes the output at `tmp`. A warp made on disk (an output larger
-    /// than the memory budget) is already the file a GTiff output without
-    /// creation options is (`gdalwarp -of GTiff`), so it is moved there;
-    /// anything else is copied by the driver.
-    fn make(&self, raster: Raster, tmp: &Path) -> Result<(), String> {
-        if self.driver == "GTiff" && self.options.is_empty() && raster.is_on_disk() {
-            if let Some(file) = raster.into_scratch() {
-                return move_scratch(file, tmp);
-            }
-            return Err("the warped file is gone".to_owned());
-        }
-        // An input read by ranges (`read = "window"`) whose read failed
-        // while GDAL copied it: that failure, not GDAL's words about a
-        // short read.
-        self.create_copy(&raster, tmp)
-            .map_err(|e| raster.remote_failure().unwrap_or(e))
-    }
-
-    /// Writes `raster` to `tmp` with GDAL; GDAL's last message on failure.
-    fn create_copy(&self, raster: &Raster, tmp: &Path) -> Result<(), String> {
-        let mut options = self.creation_options(raster);
-        // The temporary name is new: CreateCopy need not look for an
-        // existing dataset there to delete (it asks every driver: ~0.35 ms).
-        options.push("QUIET_DELETE_ON_CREATE_COPY=NO".to_owned());
-        warpline_gdal::create_copy(&self.driver, raster, tmp, &options).map_err(|e| e.to_string())
-    }
-}
-
-/// Moves a scratch file (and GDAL's side files of it) to `tmp`: a rename,
-/// or a copy when they are on different file systems.
-fn move_scratch(file: ScratchFile, tmp: &Path) -> Result<(), String> {
-    let from = file.path().to_owned();
-    let pairs = std::iter::once((from.clone(), tmp.to_owned())).chain(
-        ScratchFile::side_files(&from)
-            .into_iter()
-            .zip(ScratchFile::side_files(tmp))
-            .filter(|(side, _)| side.exists()),
-    );
-    for (a, b) in pairs {
-        if let Err(e) = std::fs::rename(&a, &b) {
-            if e.kind() != std::io::ErrorKind::CrossesDevices {
-                return Err(format!("cannot move {}: {e}", a.display()));
-            }
-            std::fs::copy(&a, &b).map_err(|e| format!("cannot copy {}: {e}", a.display()))?;
-        }
-    }
-    // Dropping `file` removes what is left under the scratch name (the
-    // copies' sources).
-    drop(file);
-    Ok(())
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ impl Source for WordsRun {
             id: w.clone(),
             source: format!("word:{w}"),
             size_hint: None,
+            meta: Default::default(),
         }))
     }
 }

@@ -218,7 +218,18 @@ fn outputs_warped_to_disk_are_copied_to_their_format_with_gdalwarps_pixels() {
         assert_eq!(reproject.paths.get("disk"), Some(&1), "{report}");
         assert!(!reproject.paths.contains_key("memory"), "{report}");
         common::assert_same_raster(&out.join("RGB.byte.tif"), &theirs, write.as_str());
-        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 1, "{write}");
+        // The output (and, for the COG, its STAC item and the collection).
+        let rasters = std::fs::read_dir(&out)
+            .unwrap()
+            .filter(|e| {
+                !e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".json")
+            })
+            .count();
+        assert_eq!(rasters, 1, "{write}");
         assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0, "{write}");
     }
 }

@@ -34,12 +34,14 @@ Examples:
   warpline run my.toml --set stages.decode.workers=4 --failures failed.jsonl
   warpline run my.toml --retry-failed failed.jsonl
   warpline warp -t_srs EPSG:3857 -r cubic -tr 30 30 'scenes/*.tif' out/mercator
+  warpline verify out/demo/output/collection.json --sample 5
   WARPLINE__STAGES__WORK__WORKERS=8 warpline run pipelines/synthetic.toml
 
 Exit codes: 0 all items done or skipped; 1 could not run; 2 invalid pipeline or
 usage; 3 some items failed; 4 aborted on error (on_error = \"abort\"); 5 a
 coordinated worker gave up on Redis (out of reach for --redis-timeout);
-130 interrupted (Ctrl-C or SIGTERM).
+130 interrupted (Ctrl-C or SIGTERM). verify: 0 all identical; 3 some
+different; 4 some not re-derivable, none different.
 
 Logs go to stderr; filter them with WARPLINE_LOG (like RUST_LOG), e.g.
 WARPLINE_LOG=debug. The pipeline file reference is docs/pipeline.md.";
@@ -227,6 +229,26 @@ pub(super) enum Command {
         dir: PathBuf,
         #[command(flatten)]
         args: RunArgs,
+    },
+    /// Check outputs against their provenance: make each again from the
+    /// inputs and settings its GeoTIFF records (written with the write
+    /// stage's `stac = true`) and say whether it is identical, different
+    /// (pixels or metadata, and how) or not re-derivable (an input changed
+    /// or cannot be read). Exit 0 all identical, 3 some different, 4 none
+    /// different but some not re-derivable, 1 nothing to verify.
+    Verify {
+        /// A folder of outputs (its .tif files, subfolders too) or the
+        /// run's collection.json.
+        target: PathBuf,
+        /// Check only N outputs, spread evenly over the sorted list.
+        #[arg(long, value_name = "N")]
+        sample: Option<usize>,
+        /// Compare the full-resolution pixels and metadata with what the
+        /// gdalwarp command of the recorded options makes instead.
+        #[arg(long)]
+        gdalwarp: bool,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
     },
     /// Check pipeline files in tiers (schema, graph, environment) and print
     /// every problem found; exit 0 when all are valid.

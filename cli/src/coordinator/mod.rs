@@ -336,16 +336,28 @@ impl Coordinator {
     ) -> Result<(u64, u64), CoordinatorError> {
         let (mut added, mut already) = (0, 0);
         while let Some(next) = source.next().await {
-            let (id, src) = match next {
-                Ok(input) => (input.id, input.source),
+            let (id, src, meta) = match next {
+                Ok(input) => {
+                    let meta = if input.meta.is_empty() {
+                        String::new()
+                    } else {
+                        serde_json::to_string(&input.meta).unwrap_or_default()
+                    };
+                    (input.id, input.source, meta)
+                }
                 // A malformed line is enqueued too: it fails where it is read.
-                Err(e) => (e.id.clone(), format!("invalid:{}", e.message)),
+                Err(e) => (
+                    e.id.clone(),
+                    format!("invalid:{}", e.message),
+                    String::new(),
+                ),
             };
             let mut call = scripts::ENQUEUE.prepare_invoke();
             call.key(self.key("enqueued"))
                 .key(self.key("stream"))
                 .arg(&id)
-                .arg(&src);
+                .arg(&src)
+                .arg(&meta);
             let n = self.invoke("enqueue an input", &call).await.map_err(err)?;
             if n == 1 {
                 added += 1;

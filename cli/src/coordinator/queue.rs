@@ -240,10 +240,18 @@ impl StreamSource {
                     delivery,
                 },
             );
+        // What the source knew of the input (a STAC item's datetime), as
+        // `enqueue` wrote it; an entry without it (or one a requeue made)
+        // has none.
+        let meta = f
+            .get("meta")
+            .and_then(|m| serde_json::from_str(m).ok())
+            .unwrap_or_default();
         Input {
             id,
             source,
             size_hint: None,
+            meta,
         }
     }
 }

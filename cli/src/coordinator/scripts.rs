@@ -42,12 +42,17 @@ return 0
     )
 });
 
-/// Adds input ARGV[1] (source ARGV[2]) to the stream KEYS[2] unless the set
-/// KEYS[1] has it: 1 when added.
+/// Adds input ARGV[1] (source ARGV[2], and what the source knows of it as
+/// JSON ARGV[3] when not empty: the input's `meta`) to the stream KEYS[2]
+/// unless the set KEYS[1] has it: 1 when added.
 pub(crate) static ENQUEUE: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"if redis.call('SADD', KEYS[1], ARGV[1]) == 1 then
-            redis.call('XADD', KEYS[2], '*', 'id', ARGV[1], 'source', ARGV[2])
+            if ARGV[3] ~= '' then
+              redis.call('XADD', KEYS[2], '*', 'id', ARGV[1], 'source', ARGV[2], 'meta', ARGV[3])
+            else
+              redis.call('XADD', KEYS[2], '*', 'id', ARGV[1], 'source', ARGV[2])
+            end
             return 1
           end
           return 0",

@@ -45,11 +45,13 @@ fn with_sets(mut command: Command, name: &str, sets: &[(&str, String)]) -> Comma
     command
 }
 
-/// The file names in `dir`, sorted.
+/// The file names in `dir`, sorted, but the STAC items and collection a
+/// COG output has beside it (`write`'s `stac`, checked by stac.rs).
 fn names(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = files(dir)
         .iter()
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".json"))
         .collect();
     names.sort();
     names
@@ -154,10 +156,25 @@ fn recipe_2_a_stac_search_goes_to_a_bucket() {
     assert_eq!(items(&report), [2, 2, 0, 0], "{text}");
     assert_eq!(
         s3.list("visual-3857"),
-        ["S2-0_visual.tif", "S2-1_visual.tif"]
+        [
+            "S2-0_visual.json",
+            "S2-0_visual.tif",
+            "S2-1_visual.json",
+            "S2-1_visual.tif",
+            "collection.json"
+        ]
     );
     let got = work.path().join("got");
     s3.download("visual-3857", &got);
+    // Published in the bucket as STAC (write's `stac`, on for COG), each
+    // item dated by the scene it was made of.
+    assert_eq!(crate::stac::check_published(&got), 2);
+    crate::stac::check_with_python(&got);
+    let item = common::read_json(got.join("S2-0_visual.json"));
+    assert_eq!(item["properties"]["datetime"], "2024-06-10T10:00:00Z");
+    let input = &item["properties"]["warpline:provenance"]["inputs"][0];
+    assert_eq!(input["href"], s3.url("assets/utm18n-000.tif").as_str());
+    assert!(input["etag"].is_string(), "the object's ETag: {input}");
     for i in 0..2 {
         let ours = got.join(format!("S2-{i}_visual.tif"));
         assert_cog_3857(&ours);

@@ -112,15 +112,28 @@ fn fill_the_disk(write: &str) {
         count("total"),
         count("done")
     );
-    // What is on the disk is only complete outputs, one per item done.
+    // What is on the disk is only complete outputs, one per item done
+    // (with its STAC item, for a COG; and the collection, if it fitted).
     let left: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "collection.json")
         .collect();
-    assert_eq!(left.len() as u64, count("done"), "{left:?}\n{said}");
+    let rasters: Vec<&String> = left.iter().filter(|n| n.ends_with(".tif")).collect();
+    assert_eq!(rasters.len() as u64, count("done"), "{left:?}\n{said}");
     for name in &left {
         assert!(!name.starts_with('.'), "a temporary file is left: {name}");
-        gdal::Dataset::open(out.join(name)).expect("a complete output");
+        if let Some(stem) = name.strip_suffix(".json") {
+            assert!(
+                left.contains(&format!("{stem}.tif")),
+                "{name} without its output"
+            );
+        } else {
+            gdal::Dataset::open(out.join(name)).expect("a complete output");
+            let item = name.replace(".tif", ".json");
+            let published = write.contains("COG");
+            assert_eq!(left.contains(&item), published, "{name} and its STAC item");
+        }
     }
 }
 

@@ -115,6 +115,7 @@ impl Source for GivenRun {
             id,
             source,
             size_hint: None,
+            meta: Default::default(),
         }))
     }
 }

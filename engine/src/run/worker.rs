@@ -101,6 +101,7 @@ impl Worker {
         let stats = &shared.stats[self.index];
         if matches!(result, Ok(Outcome::Continue)) {
             stats.passed.fetch_add(1, Ordering::Relaxed);
+            item.passed.push(self.plan.kind.clone());
         }
         match result {
             Ok(Outcome::Continue) => match &self.tx {

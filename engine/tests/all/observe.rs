@@ -326,6 +326,7 @@ impl Source for TrickleRun {
             id: format!("t{}", self.0),
             source: "trickle".into(),
             size_hint: None,
+            meta: Default::default(),
         }))
     }
 }

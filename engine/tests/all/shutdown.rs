@@ -311,6 +311,7 @@ impl Source for PanickingRun {
             id: format!("s{}", self.0),
             source: "panicking".into(),
             size_hint: None,
+            meta: Default::default(),
         }))
     }
 }

@@ -30,6 +30,7 @@ use warpline_engine::report::redact;
 use warpline_engine::{Limiter, LimiterKind, StageError};
 
 use super::{request_error, Fetch, Fetched, Held};
+use crate::provenance::Origin;
 use crate::store;
 
 use warpline_gdal::{RangeRead, RemoteFile, CACHE_BYTES};
@@ -265,7 +266,7 @@ impl Fetch {
         id: &str,
         url: &str,
         held: &mut Held,
-    ) -> Result<Fetched, StageError> {
+    ) -> Result<(Fetched, Origin), StageError> {
         let shown = redact(url);
         let response = self
             .client
@@ -283,11 +284,14 @@ impl Fetch {
             }
             None => return Err(self.status_error(&response, url, &shown)),
         };
+        let mut origin = super::http_origin(&shown, response.headers());
+        origin.size = Some(size);
         let source = Source::Http {
             client: self.client.clone(),
             url: url.to_owned(),
         };
-        self.remote(id, url, source, size, held).await
+        let fetched = self.remote(id, url, source, size, held).await?;
+        Ok((fetched, origin))
     }
 
     /// The size a `Range: bytes=0-0` request's `Content-Range` says.
@@ -323,21 +327,30 @@ impl Fetch {
         source: &str,
         size_hint: Option<u64>,
         held: &mut Held,
-    ) -> Result<Fetched, StageError> {
+    ) -> Result<(Fetched, Origin), StageError> {
         let url = store::ObjectUrl::parse(source).map_err(StageError::permanent)?;
         let store = self.stores.bucket(&url)?;
         let path = url.path()?;
+        let mut origin = Origin {
+            href: redact(source),
+            ..Origin::default()
+        };
         let size = match size_hint {
             Some(size) => size,
             None => {
                 use object_store::ObjectStoreExt;
                 let shown = url.to_string();
                 let head = store.head(&path).await;
-                head.map_err(|e| store::stage_error(&shown, &e))?.size
+                let meta = head.map_err(|e| store::stage_error(&shown, &e))?;
+                origin.etag = meta.e_tag;
+                origin.modified = Some(crate::provenance::rfc3339(meta.last_modified.into()));
+                meta.size
             }
         };
+        origin.size = Some(size);
         let from = Source::S3 { store, path };
-        self.remote(id, source, from, size, held).await
+        let fetched = self.remote(id, source, from, size, held).await?;
+        Ok((fetched, origin))
     }
 
     /// The input as a file of `/vsiwarpline/` under its own safe name,

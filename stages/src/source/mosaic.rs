@@ -94,6 +94,7 @@ impl SourceSpec for Mosaic {
                 id: self.id.clone(),
                 source: inputs.join("\n"),
                 size_hint: None,
+                meta: Default::default(),
             }),
         }))
     }

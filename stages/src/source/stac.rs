@@ -472,11 +472,34 @@ impl StacRun {
                     id: name,
                     source,
                     size_hint: None,
+                    meta: stac_meta(&item, &id, key),
                 }),
                 Err(message) => Err(SourceError { id: name, message }),
             });
         }
     }
+}
+
+/// What an input made of asset `key` of `item` carries to the write
+/// stage: `meta["stac"]`, the item's id, collection, asset key and times
+/// (an output's STAC item is dated by them).
+fn stac_meta(item: &Item, id: &str, key: &str) -> warpline_engine::item::Meta {
+    let times = &item.properties;
+    let mut stac = Map::new();
+    stac.insert("item".to_owned(), Value::from(id));
+    stac.insert("asset".to_owned(), Value::from(key));
+    let fields = [
+        ("collection", &item.collection),
+        ("datetime", &times.datetime),
+        ("start_datetime", &times.start_datetime),
+        ("end_datetime", &times.end_datetime),
+    ];
+    for (name, value) in fields {
+        if let Some(v) = value {
+            stac.insert(name.to_owned(), Value::from(v.as_str()));
+        }
+    }
+    std::iter::once(("stac".to_owned(), Value::Object(stac))).collect()
 }
 
 fn hash(req: &Request) -> u64 {

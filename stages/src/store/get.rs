@@ -60,6 +60,14 @@ impl Body {
     /// the listing's, which a retry would read again; else the retry looks
     /// again).
     pub(crate) async fn read(self) -> Result<Vec<u8>, StageError> {
+        Ok(self.read_versioned().await?.0)
+    }
+
+    /// [`read`](Self::read), with the object's ETag and modification time
+    /// as the store said them with the body.
+    pub(crate) async fn read_versioned(
+        self,
+    ) -> Result<(Vec<u8>, Option<String>, Option<std::time::SystemTime>), StageError> {
         let shown = &self.shown;
         let got = self
             .store
@@ -81,6 +89,8 @@ impl Body {
         if got.meta.size != self.size {
             return Err(changed(got.meta.size));
         }
+        let etag = got.meta.e_tag.clone();
+        let modified = std::time::SystemTime::from(got.meta.last_modified);
         let mut body = Vec::with_capacity(self.size as usize);
         let mut chunks = got.into_stream();
         while let Some(chunk) = chunks.next().await {
@@ -108,6 +118,6 @@ impl Body {
                 self.size
             )));
         }
-        Ok(body)
+        Ok((body, etag, Some(modified)))
     }
 }

@@ -178,6 +178,7 @@ impl Source for S3GlobRun {
                             id: self.ids.next(&source),
                             source,
                             size_hint: Some(meta.size),
+                            meta: Default::default(),
                         }));
                     }
                 }

@@ -40,6 +40,7 @@ mod list;
 mod profile;
 mod put;
 mod siblings;
+mod small;
 #[cfg(test)]
 mod testing;
 

@@ -132,7 +132,11 @@ impl Output {
         self.url(name).to_string()
     }
 
-    fn target(&self, name: &str) -> Result<(Arc<dyn Client>, ObjectPath, String), StageError> {
+    /// The client, path and shown URL of the output `name`.
+    pub(crate) fn target(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<dyn Client>, ObjectPath, String), StageError> {
         let url = self.url(name);
         Ok((self.stores.bucket(&url)?, url.path()?, url.to_string()))
     }

@@ -22,15 +22,21 @@ fn the_demo_runs_and_its_outputs_open_in_gdalinfo() {
             .unwrap();
     let expected = 4 * warpline_cli::demo::TILES_PER_CRS as u64;
     assert_eq!(json["items"]["done"], expected, "{stdout}");
-    let outputs: Vec<_> = std::fs::read_dir(dir.path().join("out/demo/output"))
+    let all: Vec<_> = std::fs::read_dir(dir.path().join("out/demo/output"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
+    // A COG, its STAC item (`name.json`) each, and the collection.
     assert_eq!(
-        outputs.len() as u64,
-        expected,
-        "no temporary file is left: {outputs:?}"
+        all.len() as u64,
+        2 * expected + 1,
+        "no temporary file is left: {all:?}"
     );
+    let outputs: Vec<_> = all
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "tif"))
+        .collect();
+    assert_eq!(outputs.len() as u64, expected, "{outputs:?}");
     for p in &outputs {
         let info = Command::new("gdalinfo").arg(p).output().unwrap();
         let text = String::from_utf8_lossy(&info.stdout);

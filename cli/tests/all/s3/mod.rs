@@ -275,8 +275,15 @@ fn the_reference_s3_example_runs() {
     assert_eq!(items(&report), [n, n, 0, 0], "{text}");
     let got = work.path().join("got");
     s3.download("warped", &got);
-    assert_eq!(files(&got).len(), tiles.len());
-    for f in files(&got) {
+    // A COG each, published in the bucket with its STAC item, and the
+    // run's collection: as a reader of the prefix finds them.
+    assert_eq!(files(&got).len(), 2 * tiles.len() + 1);
+    assert_eq!(crate::stac::check_published(&got), tiles.len());
+    crate::stac::check_with_python(&got);
+    for f in files(&got)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "tif"))
+    {
         let ds = gdal::Dataset::open(&f).unwrap();
         use gdal::Metadata;
         assert_eq!(

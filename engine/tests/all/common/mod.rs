@@ -58,6 +58,7 @@ impl Source for CountedRun {
             id: format!("c{}", self.next),
             source: format!("counted:{}", self.next),
             size_hint: None,
+            meta: Default::default(),
         }))
     }
 }

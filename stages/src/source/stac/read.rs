@@ -42,6 +42,10 @@ pub(super) struct Document {
     pub(super) assets: BTreeMap<String, Asset>,
     #[serde(default)]
     pub(super) links: Vec<Link>,
+    /// An Item's times (when the document is one item).
+    #[serde(default)]
+    pub(super) properties: Times,
+    pub(super) collection: Option<String>,
 }
 
 /// An item of a collection, a page or a catalog.
@@ -52,6 +56,18 @@ pub(super) struct Item {
     pub(super) assets: BTreeMap<String, Asset>,
     #[serde(default)]
     pub(super) links: Vec<Link>,
+    #[serde(default)]
+    pub(super) properties: Times,
+    pub(super) collection: Option<String>,
+}
+
+/// An item's times (its other properties are not read): what an output
+/// made of its asset is dated by.
+#[derive(Debug, Default, Clone, Deserialize)]
+pub(super) struct Times {
+    pub(super) datetime: Option<String>,
+    pub(super) start_datetime: Option<String>,
+    pub(super) end_datetime: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -79,6 +95,8 @@ impl Document {
             id: self.id,
             assets: self.assets,
             links: self.links,
+            properties: self.properties,
+            collection: self.collection,
         }
     }
 }
