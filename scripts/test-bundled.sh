@@ -21,8 +21,10 @@ trap 'rm -f "$log"' EXIT
 status=0
 cargo test --workspace --locked --no-fail-fast --no-default-features \
   --features warpline-gdal/bundled 2>&1 | tee "$log" || status=$?
-passed=$(grep -oE 'test result: .* ([0-9]+) passed' "$log" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
-failed=$(grep -E 'test result:' "$log" | grep -oE '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
+# shellcheck source=scripts/results.sh
+. scripts/results.sh
+passed=$(sum_results "$log" passed)
+failed=$(sum_results "$log" failed)
 echo
 echo "bundled: $passed passed, $failed failed"
 exit "$status"

@@ -141,8 +141,10 @@ if [ "$status" = 0 ]; then
   fi
   rm -f "$log.demo"
 fi
-passed=$(grep -oE 'test result: .* ([0-9]+) passed' "$log" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
-failed=$(grep -E 'test result:' "$log" | grep -oE '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
+# shellcheck source=scripts/results.sh
+. scripts/results.sh
+passed=$(sum_results "$log" passed)
+failed=$(sum_results "$log" failed)
 # The Python package's suite (scripts/test-python.sh: a venv, maturin
 # develop, mypy --strict, pytest), on the same system GDAL.
 python="python: not run (a test failed)"
@@ -150,7 +152,9 @@ if [ "$status" = 0 ]; then
   if bash scripts/test-python.sh >"$log.py" 2>&1; then :; else status=1; cat "$log.py" >&2; fi
   py_line=$(tail -n 1 "$log.py")
   py_passed=$(echo "$py_line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
-  py_failed=$(echo "$py_line" | grep -oE '[0-9]+ (failed|error)' | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
+  # awk, not grep: a grep that matches nothing fails the pipeline, and
+  # under `set -e -o pipefail` that ended this script when all passed.
+  py_failed=$(echo "$py_line" | awk '{for (i = 2; i <= NF; i++) if ($i ~ /^(failed|errors?),?$/) s += $(i - 1)} END {print s + 0}')
   python="python: $py_passed passed, $py_failed failed"
   passed=$((passed + py_passed))
   failed=$((failed + py_failed))
