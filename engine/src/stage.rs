@@ -76,6 +76,16 @@ pub trait Stage: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Whether `warpline plan` may run this stage's `process` on one of
+    /// the first inputs, to size what the stages after it hold
+    /// ([`Pipeline::size_first`](crate::Pipeline::size_first)): only when
+    /// that has no effect outside the process and reaches no network (a
+    /// fetch of a local file; decode, whose work is reading a header).
+    /// [`demand`](Self::demand) runs either way. No by default.
+    fn dry_run(&self, _item: &Item) -> bool {
+        false
+    }
+
     /// The payload this stage takes from the stage before it: checked
     /// against what that stage [hands on](Self::hands_on) when the pipeline
     /// compiles. [`Payload::ANY`] by default.

@@ -5,6 +5,7 @@
 
 mod carried;
 mod compile;
+mod defaults;
 mod file;
 
 use std::fmt;
@@ -108,6 +109,9 @@ pub struct Loader {
     shared: Option<crate::limit::Limits>,
     global: Option<crate::limit::RateBackendFactory>,
     machine: MachineChecks,
+    /// The machine the defaults are sized from (this one unless a test
+    /// gives another).
+    facts: Option<crate::machine::Machine>,
     /// The name of a pipeline given as text.
     name: Option<String>,
 }
@@ -171,6 +175,7 @@ impl Loader {
             shared: None,
             global: None,
             machine: MachineChecks::None,
+            facts: None,
             name: None,
         }
     }
@@ -207,6 +212,16 @@ impl Loader {
     /// --online` (see [`Pipeline::check_online`](crate::Pipeline::check_online)).
     pub fn with_online_checks(mut self) -> Self {
         self.machine = MachineChecks::Online;
+        self
+    }
+
+    /// Sizes the defaults (workers per core, the default memory budget)
+    /// from `machine` instead of this one ([`Machine::this`]): for a test,
+    /// or to plan for another machine.
+    ///
+    /// [`Machine::this`]: crate::machine::Machine::this
+    pub fn with_machine(mut self, machine: crate::machine::Machine) -> Self {
+        self.facts = Some(machine);
         self
     }
 
@@ -299,15 +314,46 @@ impl Loader {
             .build()
             .and_then(|c| c.try_deserialize::<config::Map<String, config::Value>>())
             .map_err(|e| fail(vec![Problem::new("<file>", e.to_string())]))?;
-        compile::compile(
-            root,
-            registry,
-            &default_name,
-            self.shared.as_ref(),
-            self.global.as_ref(),
-            self.machine,
-        )
-        .map_err(|f| ConfigErrors {
+        let machine = self
+            .facts
+            .clone()
+            .unwrap_or_else(|| crate::machine::Machine::this().clone());
+        let compile = |root, memory| {
+            compile::compile(
+                root,
+                registry,
+                &default_name,
+                self.shared.as_ref(),
+                self.global.as_ref(),
+                self.machine,
+                &defaults::Defaults {
+                    machine: &machine,
+                    memory,
+                },
+            )
+        };
+        let failed = match compile(root.clone(), defaults::MemoryDefault::Try) {
+            Ok(p) => return Ok(p),
+            // A default must not make a valid pipeline invalid: without
+            // the default budget, does it compile?
+            Err(f) if f.put_memory => {
+                let with = f
+                    .problems
+                    .first()
+                    .map(|p| p.to_string())
+                    .unwrap_or_default();
+                compile(
+                    root,
+                    defaults::MemoryDefault::DoesNotFit(format!(
+                        "the default budget does not fit this pipeline's limiter order (with \
+                         it: {with}); declare [limits.memory] where it fits the order \
+                         (docs/pipeline.md, \"Memory in a raster pipeline\")"
+                    )),
+                )
+            }
+            Err(f) => Err(f),
+        };
+        failed.map_err(|f| ConfigErrors {
             origin: origin.clone(),
             problems: f.problems,
             not_checked: f.not_checked,
