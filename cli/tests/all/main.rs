@@ -20,6 +20,7 @@ mod redis;
 mod redis_outage;
 mod s3;
 mod security;
+mod smallest;
 mod terminal;
 mod validate;
 mod warp;
