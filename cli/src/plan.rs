@@ -217,7 +217,7 @@ impl Plan {
         let sizing = match p.size_first(inputs).await {
             Ok(s) => s,
             Err(e) => {
-                self.memory.not_estimated = Some(format!("the source cannot be opened: {e}"));
+                self.memory.not_estimated = Some(e.to_string());
                 return self;
             }
         };

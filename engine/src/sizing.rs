@@ -38,10 +38,23 @@ pub struct Sizing {
 
 impl Pipeline {
     /// Sizes the first `n` inputs as the stages would charge them (see
-    /// the module's documentation). Only the source's open fails it; an
-    /// input that cannot be sized is counted in [`Sizing::failed`].
+    /// the module's documentation). Fails when the source would be read
+    /// over the network ([`SourceSpec::opens_offline`]) or cannot be
+    /// opened; an input that cannot be sized is counted in
+    /// [`Sizing::failed`].
+    ///
+    /// [`SourceSpec::opens_offline`]: crate::SourceSpec::opens_offline
     pub async fn size_first(&self, n: usize) -> Result<Sizing, OpenError> {
-        let mut source = self.source.open()?;
+        if !self.source.spec.opens_offline() {
+            return Err(OpenError(format!(
+                "the {} source is not opened by a plan: it would read over the network",
+                self.source.kind
+            )));
+        }
+        let mut source = self
+            .source
+            .open()
+            .map_err(|e| OpenError(format!("the source cannot be opened: {e}")))?;
         let total = source.len_hint();
         let stages = self.stages.len();
         let mut sizing = Sizing {

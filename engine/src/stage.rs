@@ -247,6 +247,15 @@ pub trait SourceSpec: Send + Sync + 'static {
     /// example: the list file does not exist).
     fn open(&self) -> Result<Box<dyn Source>, OpenError>;
 
+    /// Whether opening it and reading its first inputs reaches nothing
+    /// over the network (a list file, inputs in the pipeline, a local
+    /// glob): only such a source is opened by `plan`, to size the first
+    /// inputs ([`Pipeline::size_first`](crate::Pipeline::size_first)). No
+    /// by default.
+    fn opens_offline(&self) -> bool {
+        false
+    }
+
     /// Checks what the source will reach over the network (for example: a
     /// STAC API answers), as [`Stage::check_online`]: only `warpline
     /// validate --online` asks. None by default.

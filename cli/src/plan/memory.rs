@@ -161,10 +161,9 @@ impl PlannedMemory {
 /// Why the sizing cannot make an estimate, if it cannot.
 fn not_sized(p: &Pipeline, sizing: &Sizing, grows: &[bool]) -> Option<String> {
     if sizing.inputs == 0 {
-        return Some(if sizing.failed.is_empty() {
-            "the source gave no input to size".to_owned()
-        } else {
-            format!("no input could be sized: {}", sizing.failed.join("; "))
+        return Some(match sizing.failed.first() {
+            None => "the source gave no input to size".to_owned(),
+            Some(first) => format!("no input could be sized: {first}"),
         });
     }
     let stages = p.stages();
@@ -172,9 +171,13 @@ fn not_sized(p: &Pipeline, sizing: &Sizing, grows: &[bool]) -> Option<String> {
     let stopped = (0..missed).rev().find(|i| sizing.sized[*i]);
     Some(match stopped {
         _ if !sizing.failed.is_empty() => format!(
-            "what stage `{}` holds is not known: sizing the first inputs failed: {}",
+            "what stage `{}` holds is not known: sizing the first inputs failed: {}{}",
             stages[missed].name,
-            sizing.failed.join("; ")
+            sizing.failed[0],
+            match sizing.failed.len() - 1 {
+                0 => String::new(),
+                n => format!(" (and {n} more)"),
+            }
         ),
         Some(i) => format!(
             "what stage `{}` holds is not known: plan sizes the first inputs by running the \

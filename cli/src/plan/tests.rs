@@ -268,3 +268,20 @@ async fn inputs_over_the_network_are_not_read_and_the_plan_says_why() {
     // The bound still stands.
     assert_eq!(plan.estimated_peak_memory_bytes, plan.memory.at_most_bytes);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_read_over_the_network_is_not_opened_by_a_plan() {
+    // Nothing listens on port 9 of loopback; nothing is asked either.
+    let toml = "[pipeline]\nflow = [\"fetch\", \"decode\"]\n[source]\nkind = \"stac\"\n\
+                items = \"http://127.0.0.1:9/items.json\"\nassets = [\"visual\"]\n\
+                [stages.fetch]\nkind = \"fetch\"\n[stages.decode]\nkind = \"decode\"\n";
+    let p = Loader::from_toml_str(toml)
+        .with_machine(machine(2, 16 * GIB, None))
+        .load(&warpline::registry())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let plan = Plan::of(&p).sized(&p, 8).await;
+    assert_eq!(
+        plan.memory.not_estimated.as_deref(),
+        Some("the stac source is not opened by a plan: it would read over the network")
+    );
+}
