@@ -314,6 +314,24 @@ impl Loader {
             .build()
             .and_then(|c| c.try_deserialize::<config::Map<String, config::Value>>())
             .map_err(|e| fail(vec![Problem::new("<file>", e.to_string())]))?;
+        self.compile(root, registry, &default_name)
+            .map_err(|f| ConfigErrors {
+                origin: origin.clone(),
+                problems: f.problems,
+                not_checked: f.not_checked,
+            })
+    }
+
+    /// Compiles `root` with the defaults of this loader's machine. A
+    /// default must not make a valid pipeline invalid: when the compile
+    /// with the default budget fails, the file is compiled again without
+    /// it, and the pipeline (if it compiles then) says why it has none.
+    fn compile(
+        &self,
+        root: config::Map<String, config::Value>,
+        registry: &Registry,
+        default_name: &str,
+    ) -> Result<Pipeline, compile::Failed> {
         let machine = self
             .facts
             .clone()
@@ -322,7 +340,7 @@ impl Loader {
             compile::compile(
                 root,
                 registry,
-                &default_name,
+                default_name,
                 self.shared.as_ref(),
                 self.global.as_ref(),
                 self.machine,
@@ -332,10 +350,7 @@ impl Loader {
                 },
             )
         };
-        let failed = match compile(root.clone(), defaults::MemoryDefault::Try) {
-            Ok(p) => return Ok(p),
-            // A default must not make a valid pipeline invalid: without
-            // the default budget, does it compile?
+        match compile(root.clone(), defaults::MemoryDefault::Try) {
             Err(f) if f.put_memory => {
                 let with = f
                     .problems
@@ -351,12 +366,7 @@ impl Loader {
                     )),
                 )
             }
-            Err(f) => Err(f),
-        };
-        failed.map_err(|f| ConfigErrors {
-            origin: origin.clone(),
-            problems: f.problems,
-            not_checked: f.not_checked,
-        })
+            done => done,
+        }
     }
 }
