@@ -38,7 +38,7 @@ pub(crate) const PROCESS_ESTIMATE: u64 = 32 << 20;
 /// (docs/design/memory-budget.md). The free pages the heap keeps beside a
 /// full budget are not counted: with the items' charges (which count each
 /// warp's chunk buffers at `warp_memory`, and keep them charged until the
-/// item ends) the estimate came within 2-17% of measured peaks
+/// item ends) the estimate came within 11% of measured peaks
 /// (docs/performance.md, "The smallest pipeline").
 pub(crate) const PROCESS_ESTIMATE_GDAL: u64 = 75 << 20;
 
