@@ -76,7 +76,8 @@ pub(crate) fn main() -> ExitCode {
             pipeline,
             sets,
             format,
-        } => plan(&pipeline, &sets, format),
+            sample,
+        } => plan(&pipeline, &sets, format, sample),
         Command::Run {
             pipeline,
             args,

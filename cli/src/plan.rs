@@ -1,11 +1,18 @@
-//! `warpline plan`: the pipeline as it will run, with every number resolved.
+//! `warpline plan`: the pipeline as it will run, with every number
+//! resolved and where it came from (the file, or a default sized from the
+//! machine), and its memory: what bounds it, the most it can take, and the
+//! peak expected from the first inputs ([`memory`]).
 
 use std::fmt;
 
 use serde::Serialize;
 use warpline_engine::adapt::Adaptive;
+use warpline_engine::defaults::WorkersFrom;
 use warpline_engine::limit::LimiterKind;
 use warpline_engine::Pipeline;
+
+pub mod memory;
+use memory::PlannedMemory;
 
 /// A stage as it will run.
 #[derive(Debug, Clone, Serialize)]
@@ -18,6 +25,8 @@ pub struct PlannedStage {
     pub workers_are: &'static str,
     /// Workers.
     pub workers: u32,
+    /// Where `workers` came from: the file, or the kind's default.
+    pub workers_from: WorkersFrom,
     /// Mailbox capacity.
     pub mailbox: u32,
     /// Limiters taken per item, in acquisition order.
@@ -62,12 +71,13 @@ fn stage_line(s: &PlannedStage) -> String {
         }
     };
     format!(
-        "    {:<12} {:<9} {:>3} {} worker{}, mailbox {:>4}, tries {}, limits {:?}{}{}{}",
+        "    {:<12} {:<9} {:>3} {} worker{} ({}), mailbox {:>4}, tries {}, limits {:?}{}{}{}",
         s.name,
         s.kind,
         s.workers,
         s.workers_are,
         if s.workers == 1 { "" } else { "s" },
+        s.workers_from,
         s.mailbox,
         s.attempts,
         s.limits,
@@ -106,6 +116,9 @@ pub struct PlannedLimiter {
     /// `host` when keyed per host (rate).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per: Option<String>,
+    /// Where it came from: `declared`, or the default it is and what it
+    /// is sized from (`default: half of RAM 15.6 GiB`).
+    pub origin: String,
 }
 
 /// The pipeline as it will run.
@@ -126,19 +139,14 @@ pub struct Plan {
     /// GDAL's block cache, in bytes; `None` when no stage calls GDAL (no
     /// `decode`, `reproject` or `write`).
     pub gdal_cache_bytes: Option<u64>,
-    /// The most memory the run should take: every byte budget, GDAL's
-    /// cache (when a stage calls GDAL), and the process itself: 64 MiB, or
-    /// 96 MiB with GDAL (its libraries and state are about 70-75 MiB of
-    /// resident memory before any tile: docs/performance.md, the skewed matrix).
-    pub estimated_peak_memory_bytes: u64,
+    /// The memory: what bounds it (and where that came from), the most it
+    /// can take, and the peak expected from the first inputs.
+    pub memory: PlannedMemory,
+    /// The estimate's peak when there is one, else the most the process
+    /// can take; `None` when neither is known (nothing bounds the memory
+    /// and the inputs could not be sized).
+    pub estimated_peak_memory_bytes: Option<u64>,
 }
-
-/// What the process takes besides budgets and caches.
-const BASE_MEMORY: u64 = 64 << 20;
-
-/// The same, when a stage calls GDAL (measured 70-75 MiB before any item:
-/// GDAL's, PROJ's and the binary's pages and state).
-const BASE_MEMORY_GDAL: u64 = 96 << 20;
 
 impl Plan {
     /// The plan of a compiled pipeline.
@@ -154,18 +162,15 @@ impl Plan {
                 capacity: l.capacity(),
                 per_second: l.per_second(),
                 per: l.rate_key().map(|k| format!("{k:?}").to_lowercase()),
+                origin: limiter_origin(p, l.name()),
             })
             .collect();
-        let budgets: u64 = limiters
-            .iter()
-            .filter(|l| l.kind == LimiterKind::Bytes)
-            .map(|l| l.capacity)
-            .sum();
         let gdal_cache_bytes = p
             .stages()
             .iter()
             .any(|s| warpline_stages::GDAL_KINDS.contains(&s.kind.as_str()))
             .then(warpline_stages::gdal::cache_max);
+        let memory = PlannedMemory::of(p, gdal_cache_bytes);
         Plan {
             pipeline: p.name().to_owned(),
             source: p.source().kind.clone(),
@@ -182,6 +187,7 @@ impl Plan {
                         "async"
                     },
                     workers: s.workers,
+                    workers_from: s.workers_from,
                     mailbox: s.mailbox,
                     limits: names(&s.limits),
                     carry: s.carry.clone(),
@@ -198,9 +204,52 @@ impl Plan {
             admission_bound: p.admission_bound(),
             limiters,
             gdal_cache_bytes,
-            estimated_peak_memory_bytes: budgets
-                + gdal_cache_bytes.map_or(BASE_MEMORY, |cache| cache + BASE_MEMORY_GDAL),
+            estimated_peak_memory_bytes: memory.at_most_bytes,
+            memory,
         }
+    }
+
+    /// The plan with its estimate of peak memory, from the first `inputs`
+    /// inputs as the stages size them ([`Pipeline::size_first`]): local
+    /// files are read, no stage that reaches the network or writes is
+    /// run.
+    pub async fn sized(mut self, p: &Pipeline, inputs: usize) -> Self {
+        let sizing = match p.size_first(inputs).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.memory.not_estimated = Some(e.to_string());
+                return self;
+            }
+        };
+        let registry = warpline::registry();
+        // The stages whose items grow there: their sizes must be known.
+        let grows: Vec<bool> = p
+            .stages()
+            .iter()
+            .map(|s| {
+                s.limits.iter().any(|l| l.kind() == LimiterKind::Bytes)
+                    || registry.defaults(&s.kind).memory
+                        == warpline_engine::registry::DefaultCharge::Limits
+            })
+            .collect();
+        self.memory = self
+            .memory
+            .estimated(p, &sizing, self.gdal_cache_bytes, &grows);
+        if let Some(e) = &self.memory.estimate {
+            self.estimated_peak_memory_bytes = Some(e.peak_bytes);
+        }
+        self
+    }
+}
+
+/// Where a limiter came from, as the plan says it.
+fn limiter_origin(p: &Pipeline, name: &str) -> String {
+    if !p.is_default_limiter(name) {
+        "declared".to_owned()
+    } else if name == warpline_engine::defaults::MEMORY {
+        p.memory().to_string()
+    } else {
+        "default: a quarter of the open-file limit, less 64".to_owned()
     }
 }
 
@@ -227,12 +276,18 @@ impl fmt::Display for Plan {
         writeln!(f, "  limiters (in acquisition order):")?;
         for l in &self.limiters {
             match l.kind {
-                LimiterKind::Count => {
-                    writeln!(f, "    {:<12} count  {} slots", l.name, l.capacity)?
-                }
-                LimiterKind::Bytes => {
-                    writeln!(f, "    {:<12} bytes  {}", l.name, size(l.capacity))?
-                }
+                LimiterKind::Count => writeln!(
+                    f,
+                    "    {:<12} count  {} slots ({})",
+                    l.name, l.capacity, l.origin
+                )?,
+                LimiterKind::Bytes => writeln!(
+                    f,
+                    "    {:<12} bytes  {} ({})",
+                    l.name,
+                    size(l.capacity),
+                    l.origin
+                )?,
                 LimiterKind::Rate => writeln!(
                     f,
                     "    {:<12} rate   {}/s, burst {}, one bucket per {}",
@@ -246,59 +301,12 @@ impl fmt::Display for Plan {
                 )?,
             }
         }
-        let gdal = match self.gdal_cache_bytes {
-            Some(cache) => {
-                writeln!(f, "  GDAL block cache: {}", size(cache))?;
-                " + GDAL cache"
-            }
-            None => "",
-        };
-        writeln!(
-            f,
-            "  estimated peak memory: {} (byte budgets{gdal} + {} MiB for the process)",
-            size(self.estimated_peak_memory_bytes),
-            if self.gdal_cache_bytes.is_some() {
-                BASE_MEMORY_GDAL
-            } else {
-                BASE_MEMORY
-            } >> 20
-        )
+        if let Some(cache) = self.gdal_cache_bytes {
+            writeln!(f, "  GDAL block cache: {}", size(cache))?;
+        }
+        write!(f, "{}", self.memory)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn plan(stage: &str) -> Plan {
-        let toml = format!(
-            "[pipeline]\nflow = [\"a\"]\n[source]\nkind = \"generate\"\ncount = 1\n\
-             [limits.memory]\nbudget = \"8MiB\"\n[stages.a]\n{stage}\nlimits = [\"memory\"]\n"
-        );
-        Plan::of(&Pipeline::from_toml_str(&toml, &warpline::registry()).unwrap())
-    }
-
-    #[test]
-    fn a_pipeline_without_gdal_stages_has_no_gdal_cache() {
-        let p = plan("kind = \"hold\"");
-        assert_eq!(p.gdal_cache_bytes, None);
-        assert_eq!(p.estimated_peak_memory_bytes, (8 << 20) + BASE_MEMORY);
-        let text = p.to_string();
-        assert!(!text.contains("GDAL"), "{text}");
-        assert!(text.contains("1 async worker,"), "{text}");
-        assert!(text.contains("estimated peak memory: 72.0 MiB"), "{text}");
-        let json = serde_json::to_value(&p).unwrap();
-        assert!(json["gdal_cache_bytes"].is_null(), "{json}");
-    }
-
-    #[test]
-    fn a_pipeline_with_a_gdal_stage_counts_its_cache() {
-        let p = plan("kind = \"decode\"");
-        let cache = p.gdal_cache_bytes.expect("decode calls GDAL");
-        assert_eq!(
-            p.estimated_peak_memory_bytes,
-            (8 << 20) + cache + BASE_MEMORY_GDAL
-        );
-        assert!(p.to_string().contains("GDAL block cache"), "{p}");
-    }
-}
+mod tests;

@@ -10,11 +10,17 @@
 //!
 //! - [`config`]: loading a TOML file with overrides, and the compile step
 //!   that reports every problem at once;
+//! - [`defaults`]: what a pipeline gets where it says nothing (workers per
+//!   core, a memory budget of half the [`machine`]'s memory or cgroup
+//!   limit), put into its tables before it compiles, and where each figure
+//!   came from;
 //! - [`registry`]: the stage and source kinds a file may name;
 //! - [`builder`]: a [`PipelineBuilder`] for pipelines made in code (it
 //!   writes what a file would say, and compiles it the same way);
 //! - [`pipeline`]: a compiled [`Pipeline`], its [`admission
 //!   bound`](Pipeline::admission_bound), and [`Pipeline::run`];
+//! - [`sizing`]: the first inputs sized by the stages' own code, before
+//!   any run ([`Pipeline::size_first`], for `plan`'s estimate of memory);
 //! - [`payload`]: the [`Payload`] a stage declares it takes and hands on,
 //!   checked between neighbours when the pipeline compiles;
 //! - [`handle`]: [`Pipeline::spawn`] and the [`RunHandle`] that watches,
@@ -45,11 +51,13 @@
 //!   [`units`] (sizes, durations and counts as a file writes them).
 //!
 //! The modules form layers with no import circle (a module uses only the
-//! ones below it): leaves (`units`, `redact`, `shard`, `stall`, `adapt`,
+//! ones below it): leaves (`units`, `machine`, `defaults`, `redact`,
+//! `shard`, `stall`, `adapt`,
 //! `payload`, the panic guard, a config `Problem` and the lenient read
 //! that finds every mistake of a table at once); then [`limit`],
 //! [`item`], [`observe`], [`live`] and the retry policy; [`stage`];
-//! [`pipeline`] (the compiled plan); [`registry`] and [`synthetic`];
+//! [`pipeline`] (the compiled plan) and [`sizing`]; [`registry`] and
+//! [`synthetic`];
 //! [`config`] (which compiles a file into a pipeline) and [`builder`];
 //! [`report`]; [`run`]; and on top [`handle`].
 //! `Pipeline::from_toml_str` lives in `config` and `Pipeline::run` in `run`,
@@ -83,12 +91,14 @@
 pub mod adapt;
 pub mod builder;
 pub mod config;
+pub mod defaults;
 mod guard;
 pub mod handle;
 pub mod item;
 mod lenient;
 pub mod limit;
 pub mod live;
+pub mod machine;
 pub mod observe;
 pub mod payload;
 pub mod pipeline;
@@ -99,6 +109,7 @@ pub mod report;
 mod retry;
 pub mod run;
 pub mod shard;
+pub mod sizing;
 pub mod stage;
 pub mod stall;
 pub mod synthetic;

@@ -45,6 +45,8 @@ pub struct StagePlan {
     pub kind: String,
     /// How many workers take from the mailbox.
     pub workers: u32,
+    /// Where `workers` came from: the file, or the kind's default.
+    pub workers_from: crate::defaults::WorkersFrom,
     /// How many items may wait in the mailbox.
     pub mailbox: u32,
     /// When and how often a failed item is tried again.
@@ -116,6 +118,9 @@ pub struct Pipeline {
     pub(crate) source: SourcePlan,
     pub(crate) stages: Vec<StagePlan>,
     pub(crate) limits: Limits,
+    pub(crate) memory: crate::defaults::MemoryFrom,
+    /// Whether `descriptors` is the implicit unit budget.
+    pub(crate) descriptors_default: bool,
 }
 
 impl fmt::Debug for Pipeline {
@@ -156,6 +161,20 @@ impl Pipeline {
     /// The named limiters, in acquisition order.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// What bounds the pipeline's memory (byte budgets it declares, the
+    /// default budget and what it is a share of, or nothing, and why).
+    pub fn memory(&self) -> &crate::defaults::MemoryFrom {
+        &self.memory
+    }
+
+    /// Whether the limiter of this name is one the pipeline did not
+    /// declare: the default memory budget, or the implicit `descriptors`
+    /// unit budget.
+    pub fn is_default_limiter(&self, name: &str) -> bool {
+        (name == crate::defaults::MEMORY && self.memory.default_budget().is_some())
+            || (name == "descriptors" && self.descriptors_default)
     }
 
     /// What a failed item does to the run.

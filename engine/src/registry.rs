@@ -185,11 +185,43 @@ pub type StageFactory = Arc<dyn Fn(&Settings) -> Result<Handler, Vec<Problem>> +
 pub type SourceFactory =
     Arc<dyn Fn(&Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> + Send + Sync>;
 
+/// What a stage kind gets where its pipeline says nothing, besides the
+/// defaults of its own keys (docs/pipeline.md, "Defaults: the smallest
+/// pipeline"). A kind registered without any says nothing: one worker,
+/// and no share of the default memory budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KindDefaults {
+    /// One worker per core (of those the [`Machine`](crate::machine::Machine)
+    /// gives the process) when the stage's table has no `workers`, instead
+    /// of one: for a blocking kind whose work is the CPU's.
+    pub workers_per_core: bool,
+    /// How the kind charges the pipeline's default memory budget.
+    pub memory: DefaultCharge,
+}
+
+/// How a stage kind charges the default memory budget: as it would a
+/// budget its pipeline declares, by the same code.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DefaultCharge {
+    /// It does not (an item carries what earlier stages charged through
+    /// it).
+    #[default]
+    None,
+    /// The budget is put in the stage's `limits` and `carry`: the stage
+    /// charges what its [`demand`](crate::Stage::demand) says it holds at
+    /// its peak, and the item carries that on.
+    Limits,
+    /// The stage's own setting of this name names the budget (fetch's
+    /// `memory`), and the stage charges it as it reads.
+    Setting(&'static str),
+}
+
 /// The stage and source kinds a pipeline may name.
 #[derive(Clone, Default)]
 pub struct Registry {
     stages: BTreeMap<String, StageFactory>,
     sources: BTreeMap<String, SourceFactory>,
+    defaults: BTreeMap<String, KindDefaults>,
 }
 
 impl fmt::Debug for Registry {
@@ -223,6 +255,18 @@ impl Registry {
     {
         self.sources.insert(kind.to_owned(), Arc::new(factory));
         self
+    }
+
+    /// Sets what a stage kind gets where its pipeline says nothing (see
+    /// [`KindDefaults`]).
+    pub fn set_defaults(&mut self, kind: &str, defaults: KindDefaults) -> &mut Self {
+        self.defaults.insert(kind.to_owned(), defaults);
+        self
+    }
+
+    /// What a stage kind gets where its pipeline says nothing.
+    pub fn defaults(&self, kind: &str) -> KindDefaults {
+        self.defaults.get(kind).copied().unwrap_or_default()
     }
 
     pub(crate) fn stage(&self, kind: &str) -> Option<&StageFactory> {

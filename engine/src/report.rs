@@ -516,6 +516,14 @@ impl RunReport {
         report
     }
 
+    /// How many cores the blocking stages kept busy on average: their CPU
+    /// time over the run's wall time (`None` when they used none, or the
+    /// run took no time).
+    pub fn cores_busy(&self) -> Option<f64> {
+        let cpu: f64 = self.stages.iter().filter_map(|s| s.cpu_s).sum();
+        (cpu > 0.0 && self.elapsed_s > 0.0).then(|| cpu / self.elapsed_s)
+    }
+
     /// The report of the stage with this name.
     pub fn stage(&self, name: &str) -> Option<&StageReport> {
         self.stages.iter().find(|s| s.name == name)

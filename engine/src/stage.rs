@@ -90,6 +90,16 @@ pub trait Stage: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Whether `warpline plan` may run this stage's `process` on one of
+    /// the first inputs, to size what the stages after it hold
+    /// ([`Pipeline::size_first`](crate::Pipeline::size_first)): only when
+    /// that has no effect outside the process and reaches no network (a
+    /// fetch of a local file; decode, whose work is reading a header).
+    /// [`demand`](Self::demand) runs either way. No by default.
+    fn dry_run(&self, _item: &Item) -> bool {
+        false
+    }
+
     /// The payload this stage takes from the stage before it: checked
     /// against what that stage [hands on](Self::hands_on) when the pipeline
     /// compiles. [`Payload::ANY`] by default.
@@ -288,6 +298,15 @@ pub trait SourceSpec: Send + Sync + 'static {
     /// Opens the source for a run. An error here fails the whole run (for
     /// example: the list file does not exist).
     fn open(&self) -> Result<Box<dyn Source>, OpenError>;
+
+    /// Whether opening it and reading its first inputs reaches nothing
+    /// over the network (a list file, inputs in the pipeline, a local
+    /// glob): only such a source is opened by `plan`, to size the first
+    /// inputs ([`Pipeline::size_first`](crate::Pipeline::size_first)). No
+    /// by default.
+    fn opens_offline(&self) -> bool {
+        false
+    }
 
     /// Checks what the source will reach over the network (for example: a
     /// STAC API answers), as [`Stage::check_online`]: only `warpline

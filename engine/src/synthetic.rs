@@ -83,6 +83,10 @@ fn generate(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
 }
 
 impl SourceSpec for Generate {
+    fn opens_offline(&self) -> bool {
+        true
+    }
+
     fn open(&self) -> Result<Box<dyn Source>, OpenError> {
         Ok(Box::new(GenerateRun {
             next: 0,

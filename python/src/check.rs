@@ -37,7 +37,14 @@ pub(crate) fn plan(
     options: &crate::load::Options,
 ) -> PyResult<(String, String)> {
     let pipeline = load(py, spec, options)?;
-    let plan = warpline_cli::plan::Plan::of(&pipeline);
+    let runtime = crate::runtime::runtime()?;
+    // As `warpline plan` does: the first inputs sized for the estimate.
+    let plan = py.detach(|| {
+        runtime.block_on(
+            warpline_cli::plan::Plan::of(&pipeline)
+                .sized(&pipeline, warpline_cli::plan::memory::DEFAULT_SAMPLE),
+        )
+    });
     let json = serde_json::to_string(&plan).map_err(|e| {
         pyo3::exceptions::PyRuntimeError::new_err(format!("cannot serialise the plan: {e}"))
     })?;

@@ -292,6 +292,10 @@ class PlannedStage(Record):
     workers_are: str
     """``async`` (tokio tasks) or ``blocking`` (OS threads)."""
     workers: int
+    workers_from: Dict[str, Any]
+    """Where ``workers`` came from: ``{"from": "declared"}``, ``{"from":
+    "cores", "cores": 2}`` (the kind's default, one per core) or ``{"from":
+    "one"}``."""
     mailbox: int
     limits: List[str]
     carry: List[str]
@@ -312,6 +316,9 @@ class PlannedLimiter(Record):
     capacity: int
     per_second: Optional[float]
     per: Optional[str]
+    origin: str
+    """``declared``, or the default it is and what it is sized from
+    (``default: half of RAM 15.6 GiB``)."""
 
 
 class Plan(Record):
@@ -326,7 +333,14 @@ class Plan(Record):
     """The most items in the pipeline at once."""
     limiters: ByName[PlannedLimiter]
     gdal_cache_bytes: Optional[int]
-    estimated_peak_memory_bytes: int
+    memory: Dict[str, Any]
+    """What bounds the memory and where that came from (``bound_by``), the
+    most the process can take (``at_most_bytes``, ``None`` when nothing
+    bounds it), and the peak estimated from the first inputs (``estimate``,
+    or ``not_estimated`` saying why not): docs/pipeline.md, "Defaults: the
+    smallest pipeline"."""
+    estimated_peak_memory_bytes: Optional[int]
+    """The estimate's peak, else ``memory["at_most_bytes"]``."""
 
     _text: str = ""
 

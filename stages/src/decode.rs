@@ -327,6 +327,11 @@ impl warpline_engine::Stage for Decode {
         crate::payloads::raster()
     }
 
+    /// Its work is reading a header: `plan` may do it.
+    fn dry_run(&self, _item: &Item) -> bool {
+        true
+    }
+
     fn demand(&self, item: &mut Item) -> Result<u64, StageError> {
         let raster = self.open_header(item)?;
         // Where the input lies, for the report's map until write says where

@@ -516,6 +516,18 @@ impl warpline_engine::Stage for Fetch {
         true
     }
 
+    /// `plan` may read local files (to size what the stages after hold),
+    /// never a URL or an object.
+    fn dry_run(&self, item: &Item) -> bool {
+        item.source.lines().all(|line| {
+            let source = crate::names::split_member(line).0;
+            !source.starts_with("http://")
+                && !source.starts_with("https://")
+                && !store::is_store(source)
+                && crate::names::local_path(source).is_some()
+        })
+    }
+
     fn retry_default(&self) -> RetryPolicy {
         // Waits of 7.75 to 15.5 s in all: a server down for a few seconds
         // (a restart, a failover) costs no item.

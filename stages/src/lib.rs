@@ -59,6 +59,7 @@ pub mod store;
 pub mod temps;
 pub mod write;
 
+use warpline_engine::registry::{DefaultCharge, KindDefaults};
 use warpline_engine::Registry;
 
 /// GDAL as a stage of your own sees it: the [`Raster`](gdal::Raster) that
@@ -82,7 +83,12 @@ pub const GDAL_KINDS: &[&str] = &["decode", "reproject", "write"];
 
 /// A registry with every kind warpline ships: the engine's synthetic kinds
 /// and the raster kinds (sources `list`, `inline`, `glob`, `mosaic`, `stac`;
-/// stages `fetch`, `decode`, `reproject`, `write`).
+/// stages `fetch`, `decode`, `reproject`, `write`), with their defaults
+/// ([`KindDefaults`]): the blocking stages, whose work is GDAL's on the
+/// CPU, run a worker per core; fetch charges the default memory budget by
+/// each body (its `memory` setting), decode and reproject by what they
+/// hold at their peak (in their `limits`, carried on), and write holds
+/// what reproject charged until the item ends.
 pub fn registry() -> Registry {
     let mut r = Registry::with_builtins();
     source::register(&mut r);
@@ -90,5 +96,19 @@ pub fn registry() -> Registry {
     r.register_stage("decode", decode::factory);
     r.register_stage("reproject", reproject::factory);
     r.register_stage("write", write::factory);
+    let cpu = |memory| KindDefaults {
+        workers_per_core: true,
+        memory,
+    };
+    r.set_defaults(
+        "fetch",
+        KindDefaults {
+            workers_per_core: false,
+            memory: DefaultCharge::Setting("memory"),
+        },
+    );
+    r.set_defaults("decode", cpu(DefaultCharge::Limits));
+    r.set_defaults("reproject", cpu(DefaultCharge::Limits));
+    r.set_defaults("write", cpu(DefaultCharge::None));
     r
 }

@@ -151,6 +151,11 @@ fn list(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
 }
 
 impl SourceSpec for List {
+    /// The list is a local file; its lines are not read here.
+    fn opens_offline(&self) -> bool {
+        true
+    }
+
     fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         let open = || {
             std::fs::File::open(&self.path)
@@ -266,6 +271,10 @@ fn inline(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
 }
 
 impl SourceSpec for Inline {
+    fn opens_offline(&self) -> bool {
+        true
+    }
+
     fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         Ok(Box::new(VecRun::new(self.inputs.clone())))
     }
@@ -344,6 +353,11 @@ fn glob_source(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
 }
 
 impl SourceSpec for Glob {
+    /// A local pattern (a bucket's is another source kind).
+    fn opens_offline(&self) -> bool {
+        true
+    }
+
     fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         let paths = glob::glob(&self.pattern)
             .map_err(|e| format!("invalid pattern {:?}: {e}", self.pattern))?;

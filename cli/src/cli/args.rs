@@ -323,6 +323,10 @@ pub(super) enum Command {
         /// Text for people, JSON for tools.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// How many of the first inputs to size for the estimate of peak
+        /// memory (local files are read; 0: none).
+        #[arg(long, value_name = "N", default_value_t = warpline_cli::plan::memory::DEFAULT_SAMPLE)]
+        sample: usize,
     },
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use warpline::engine::Tier;
 use warpline::Problem;
 
-use super::{load_with, loader, not_connected, Format, EXIT_INVALID, EXIT_OK};
+use super::{load_with, loader, not_connected, Format, EXIT_ERROR, EXIT_INVALID, EXIT_OK};
 
 fn tier_name(t: Tier) -> &'static str {
     match t {
@@ -121,12 +121,20 @@ fn print_text(files: &[Checked]) {
     }
 }
 
-pub(super) fn plan(path: &Path, sets: &[String], format: Format) -> u8 {
+pub(super) fn plan(path: &Path, sets: &[String], format: Format, sample: usize) -> u8 {
     let pipeline = match load_with(path, sets, Some(not_connected())) {
         Ok(p) => p,
         Err(code) => return code,
     };
     let plan = warpline_cli::plan::Plan::of(&pipeline);
+    let plan = match (sample, super::runtime()) {
+        (0, _) => plan,
+        (n, Ok(rt)) => rt.block_on(plan.sized(&pipeline, n)),
+        (_, Err(e)) => {
+            say_err!("error: {e:#}");
+            return EXIT_ERROR;
+        }
+    };
     match format {
         Format::Json => say!(
             "{}",

@@ -24,6 +24,7 @@ mod s3;
 mod same_bytes;
 mod security;
 mod stac;
+mod smallest;
 mod terminal;
 mod validate;
 mod verify;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use config::{Map, Value};
 
 use super::carried::Flowing;
+use super::defaults::{self, Defaults};
 use super::file::{
     LimitSection, PipelineSection, RetrySection, SourceCommon, StageCommon, SOURCE_KEYS, STAGE_KEYS,
 };
@@ -122,7 +123,9 @@ fn count(path: &str, value: &Option<CountValue>, default: u32, problems: &mut Ve
 /// it finds to one list of problems, in the order a reader meets the file
 /// (sections, `[pipeline]`, `[limits]`, `[stages]`, `[source]`, the flow,
 /// what items carry along it, unused limiters). The pipeline is built only
-/// when the list stays empty.
+/// when the list stays empty. What the file does not say is first put in
+/// from `defaults` (see `config::defaults`).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn compile(
     mut root: Map<String, Value>,
     registry: &Registry,
@@ -130,11 +133,20 @@ pub(super) fn compile(
     shared: Option<&Limits>,
     global: Option<&RateBackendFactory>,
     machine: MachineChecks,
+    defaults: &Defaults<'_>,
 ) -> Result<Pipeline, Failed> {
     let mut problems = Vec::new();
     check_sections(&root, &mut problems);
     let section = pipeline_section(root.shift_remove("pipeline"), &mut problems);
     let settings = RunSettings::of(&section);
+    let applied = defaults::apply(
+        &mut root,
+        section.memory,
+        registry,
+        shared,
+        defaults,
+        &mut problems,
+    );
     let declared_limits = compile_limits(&mut root, shared, global, &mut problems);
     check_shared_order(&declared_limits.limits, shared, &mut problems);
     let known_limits = Declared {
@@ -161,7 +173,12 @@ pub(super) fn compile(
         flowing,
         names,
     } = declared;
-    let stages = order_by_flow(section.flow.as_deref(), plans, &names, &mut problems);
+    let mut stages = order_by_flow(section.flow.as_deref(), plans, &names, &mut problems);
+    for s in &mut stages {
+        if let Some(from) = applied.workers.get(&s.name) {
+            s.workers_from = *from;
+        }
+    }
     check_payloads(section.flow.as_deref(), &stages, &mut problems);
     let DeclaredLimits {
         limits, implicit, ..
@@ -182,6 +199,7 @@ pub(super) fn compile(
         check_used(source, taken, &limits, implicit.as_ref(), &mut problems);
     }
 
+    let descriptors_default = implicit.is_some();
     let source = source.map(|mut s| {
         s.limits.extend(implicit);
         s
@@ -195,10 +213,13 @@ pub(super) fn compile(
             source,
             stages,
             limits,
+            memory: applied.memory,
+            descriptors_default,
         }),
         _ => Err(Failed {
             problems,
             not_checked,
+            put_memory: applied.put_memory,
         }),
     }
 }
@@ -464,6 +485,8 @@ fn resolve_kind<'r, F: ?Sized>(
 pub(super) struct Failed {
     pub problems: Vec<Problem>,
     pub not_checked: Vec<String>,
+    /// Whether the default memory budget was put in.
+    pub put_memory: bool,
 }
 
 fn build_source(

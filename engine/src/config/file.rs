@@ -23,6 +23,9 @@ pub struct PipelineSection {
     pub shutdown_deadline: Option<HumanDuration>,
     /// How long no item may move before the run says what waits for what.
     pub stall_warning: Option<HumanDuration>,
+    /// The default memory budget: `"auto"` (half of the machine's memory,
+    /// the default), a size, or `"unbounded"` (none).
+    pub memory: Option<crate::defaults::MemorySetting>,
 }
 
 /// `[source]`: the keys the engine reads; the rest belong to the kind.

@@ -5,6 +5,7 @@
 
 mod carried;
 mod compile;
+mod defaults;
 mod file;
 
 use std::fmt;
@@ -108,6 +109,9 @@ pub struct Loader {
     shared: Option<crate::limit::Limits>,
     global: Option<crate::limit::RateBackendFactory>,
     machine: MachineChecks,
+    /// The machine the defaults are sized from (this one unless a test
+    /// gives another).
+    facts: Option<crate::machine::Machine>,
     /// The name of a pipeline given as text.
     name: Option<String>,
 }
@@ -171,6 +175,7 @@ impl Loader {
             shared: None,
             global: None,
             machine: MachineChecks::None,
+            facts: None,
             name: None,
         }
     }
@@ -207,6 +212,16 @@ impl Loader {
     /// --online` (see [`Pipeline::check_online`](crate::Pipeline::check_online)).
     pub fn with_online_checks(mut self) -> Self {
         self.machine = MachineChecks::Online;
+        self
+    }
+
+    /// Sizes the defaults (workers per core, the default memory budget)
+    /// from `machine` instead of this one ([`Machine::this`]): for a test,
+    /// or to plan for another machine.
+    ///
+    /// [`Machine::this`]: crate::machine::Machine::this
+    pub fn with_machine(mut self, machine: crate::machine::Machine) -> Self {
+        self.facts = Some(machine);
         self
     }
 
@@ -299,18 +314,59 @@ impl Loader {
             .build()
             .and_then(|c| c.try_deserialize::<config::Map<String, config::Value>>())
             .map_err(|e| fail(vec![Problem::new("<file>", e.to_string())]))?;
-        compile::compile(
-            root,
-            registry,
-            &default_name,
-            self.shared.as_ref(),
-            self.global.as_ref(),
-            self.machine,
-        )
-        .map_err(|f| ConfigErrors {
-            origin: origin.clone(),
-            problems: f.problems,
-            not_checked: f.not_checked,
-        })
+        self.compile(root, registry, &default_name)
+            .map_err(|f| ConfigErrors {
+                origin: origin.clone(),
+                problems: f.problems,
+                not_checked: f.not_checked,
+            })
+    }
+
+    /// Compiles `root` with the defaults of this loader's machine. A
+    /// default must not make a valid pipeline invalid: when the compile
+    /// with the default budget fails, the file is compiled again without
+    /// it, and the pipeline (if it compiles then) says why it has none.
+    fn compile(
+        &self,
+        root: config::Map<String, config::Value>,
+        registry: &Registry,
+        default_name: &str,
+    ) -> Result<Pipeline, compile::Failed> {
+        let machine = self
+            .facts
+            .clone()
+            .unwrap_or_else(|| crate::machine::Machine::this().clone());
+        let compile = |root, memory| {
+            compile::compile(
+                root,
+                registry,
+                default_name,
+                self.shared.as_ref(),
+                self.global.as_ref(),
+                self.machine,
+                &defaults::Defaults {
+                    machine: &machine,
+                    memory,
+                },
+            )
+        };
+        match compile(root.clone(), defaults::MemoryDefault::Try) {
+            Err(f) if f.put_memory => {
+                let with = f
+                    .problems
+                    .first()
+                    .map(|p| p.to_string())
+                    .unwrap_or_default();
+                compile(
+                    root,
+                    defaults::MemoryDefault::DoesNotFit(format!(
+                        "the default budget does not fit this pipeline's limiter order (with \
+                         it: {with}); declare [limits.memory] where it fits the order \
+                         (docs/pipeline.md, \"Memory in a raster pipeline\")"
+                    )),
+                )
+            }
+            done => done,
+        }
     }
 }

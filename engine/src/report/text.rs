@@ -63,6 +63,15 @@ impl RunReport {
             )?;
         }
         writeln!(f, "  throughput: {:.1} items/s", self.throughput_per_s)?;
+        if let Some(busy) = self.cores_busy() {
+            writeln!(
+                f,
+                "  cpu: {:.1} s in the blocking stages over {:.1} s: {busy:.2} of {} cores busy",
+                self.stages.iter().filter_map(|s| s.cpu_s).sum::<f64>(),
+                self.elapsed_s,
+                crate::units::cores()
+            )?;
+        }
         if i.requeued > 0 {
             writeln!(
                 f,

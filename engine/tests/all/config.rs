@@ -550,6 +550,8 @@ fn a_broken_stage_does_not_make_the_next_one_look_wrong() {
     );
 }
 
+#[path = "config/defaults.rs"]
+mod defaults;
 #[path = "config/named.rs"]
 mod named;
 #[path = "config/one_pass.rs"]

@@ -69,6 +69,11 @@ pub(super) fn mosaic(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> 
 }
 
 impl SourceSpec for Mosaic {
+    /// Its inputs are in the pipeline, or a local pattern's files.
+    fn opens_offline(&self) -> bool {
+        true
+    }
+
     fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
         let inputs = match &self.pattern {
             None => self.inputs.clone(),

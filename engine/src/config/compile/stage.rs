@@ -74,6 +74,8 @@ pub(super) fn build_stage(
         name: name.to_owned(),
         kind,
         workers,
+        // The file's, unless the defaults say otherwise (`compile`).
+        workers_from: crate::defaults::WorkersFrom::Declared,
         mailbox,
         retry,
         handler,
