@@ -10,16 +10,21 @@
 //!   at `initial`, grows by one per window of successes (`+1/limit` each),
 //!   and is multiplied by `decrease` on back-pressure: a 429 or 503 answer,
 //!   or a window of answers slower than the past by more than `latency`
-//!   deviations (`adapt/rtt.rs`);
-//! - a **rate**, learnt at the first 429 or 503 from the rate of successes
-//!   just before it (times 0.9), then kept just under the server's limit,
+//!   deviations (`adapt/rtt.rs`); while a rate is learnt it never holds
+//!   the rate back (noise in the response times is not load, which the
+//!   rate caps);
+//! - a **rate**, learnt at the first 429 or 503 from what got through in
+//!   the second before it, then kept a margin under the server's limit,
 //!   following it down and back up when it changes (`adapt/rate.rs`);
 //! - a **pause**: a 429 or 503 stops every try to the host for its
 //!   `Retry-After` (capped at an hour), or for 1 s doubling while refusals
 //!   follow each other (at most 30 s): not only the refused item waits.
 //!
 //! Back-pressure within one second of the last decrease does not decrease
-//! again (the answers of one burst are one signal). A refused try is
+//! again (the answers of one burst are one signal). A refusal of a request
+//! that a configured rate bucket paced (it waited for its token) only
+//! pauses the host: the bucket learns from it (a wider margin), and the
+//! gate's limits stay, so the two do not both cut the rate. A refused try is
 //! counted apart from failed ones (see `max_throttled`): while a host is
 //! throttling, an item's tries are not used up. Configured limiters
 //! (`connections`, a rate bucket) stay hard ceilings: the gate is passed
@@ -124,6 +129,9 @@ pub(crate) enum Answer {
     Ok,
     /// Refused (429, 503), with the server's `Retry-After` if it gave one.
     Refused(Option<Duration>),
+    /// Refused at the rate of a configured bucket, which learns from it:
+    /// the host pauses, but its limits stay.
+    RefusedAtRate(Option<Duration>),
     /// Failed otherwise (a timeout, a reset, a 404): no signal.
     Other,
 }
@@ -147,6 +155,12 @@ const LATENCY_DECREASE: f64 = 0.9;
 /// For this long after latency lowered the limit, it rises slowly.
 const NEAR_KNEE: Duration = Duration::from_secs(10);
 const MAX_PAUSE: Duration = Duration::from_secs(3600);
+/// How late a try may start and still not delay the next at the learnt
+/// rate (well inside the rate's margin of a second).
+const CATCH_UP: Duration = Duration::from_millis(10);
+/// While a rate is learnt, tries in flight may be this many times what the
+/// rate needs (its share of one unloaded response time).
+const RATE_CONCURRENCY: f64 = 2.0;
 const MAX_DEFAULT_PAUSE: Duration = Duration::from_secs(30);
 
 #[derive(Debug)]
@@ -171,10 +185,40 @@ struct State {
     report: HostLimits,
 }
 
+/// Why a refusal lowered the limits, as the report says it.
+fn why(retry_after: Option<Duration>) -> &'static str {
+    if retry_after.is_some() {
+        "429"
+    } else {
+        "refused"
+    }
+}
+
+impl State {
+    /// Tries that may be in flight at once. While a rate is learnt, or a
+    /// configured bucket's (`bucket`) paces the host, the rate holds the
+    /// load: the concurrency never holds it back (at least
+    /// [`RATE_CONCURRENCY`] times the rate's share of one unloaded response
+    /// time), whatever noise in the response times lowered it.
+    fn concurrency(&self, bucket: Option<f64>) -> f64 {
+        let rate = match (self.rate.per_s, bucket) {
+            (Some(r), Some(b)) => Some(r.min(b)),
+            (r, b) => r.or(b),
+        };
+        let floor = match (rate, self.rtt.average()) {
+            (Some(r), Some(rtt)) => (r * rtt * RATE_CONCURRENCY).ceil(),
+            _ => 1.0,
+        };
+        self.limit.floor().max(floor).max(1.0)
+    }
+}
+
 /// One host's adaptive limits, shared by a stage's workers.
 #[derive(Debug)]
 pub(crate) struct HostGate {
     settings: Adaptive,
+    /// The rate of a configured bucket the stage draws on, if any.
+    bucket: Option<f64>,
     state: Mutex<State>,
     changed: Notify,
 }
@@ -189,6 +233,12 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
+    /// The try's request starts now (its limiters were acquired after it
+    /// passed the gate): its response time is counted from here.
+    pub(crate) fn starts_now(&mut self) {
+        self.started = Instant::now();
+    }
+
     /// Ends the try, the gate learning from its answer; the limits when
     /// this lowered them.
     pub(crate) fn finish(mut self, answer: Answer) -> Option<HostLimits> {
@@ -206,9 +256,10 @@ impl Drop for InFlight {
 }
 
 impl HostGate {
-    fn new(settings: Adaptive) -> Self {
+    fn new(settings: Adaptive, bucket: Option<f64>) -> Self {
         HostGate {
             settings,
+            bucket,
             state: Mutex::new(State {
                 limit: f64::from(settings.initial),
                 in_flight: 0,
@@ -249,12 +300,16 @@ impl HostGate {
                 let now = Instant::now();
                 match s.paused_until.filter(|p| *p > now) {
                     Some(p) => Some(p),
-                    None if f64::from(s.in_flight) >= s.limit.floor().max(1.0) => None,
+                    None if f64::from(s.in_flight) >= s.concurrency(self.bucket) => None,
                     None => match (s.rate.per_s, s.next_at.filter(|at| *at > now)) {
                         (Some(_), Some(at)) => Some(at),
                         (rate, _) => {
                             if let Some(r) = rate {
-                                s.next_at = Some(now + Duration::from_secs_f64(1.0 / r));
+                                // A try that starts late (its worker woke
+                                // late) does not delay the next by as much.
+                                let late = now.checked_sub(CATCH_UP).unwrap_or(now);
+                                let due = s.next_at.map_or(now, |at| at.max(late));
+                                s.next_at = Some(due + Duration::from_secs_f64(1.0 / r));
                             }
                             s.in_flight += 1;
                             return InFlight {
@@ -284,7 +339,15 @@ impl HostGate {
             let before = s.report.decreases;
             match answer {
                 Answer::Ok => self.succeeded(&mut s, now, now - started),
-                Answer::Refused(retry_after) => self.refused(&mut s, now, started, retry_after),
+                Answer::Refused(retry_after) => {
+                    let paused_since = self.pause(&mut s, now, started, retry_after);
+                    if self.decrease(&mut s, now, why(retry_after)) {
+                        s.rate.refused(now, paused_since);
+                    }
+                }
+                Answer::RefusedAtRate(retry_after) => {
+                    self.pause(&mut s, now, started, retry_after);
+                }
                 Answer::Other => {}
             }
             s.report.concurrency = s.limit;
@@ -326,13 +389,16 @@ impl HostGate {
         }
     }
 
-    fn refused(
+    /// Pauses the host after a refusal: for its `Retry-After`, or 1 s
+    /// doubling while refusals follow each other. When the last pause had
+    /// ended before this one, when it ended.
+    fn pause(
         &self,
         s: &mut State,
         now: Instant,
         started: Instant,
         retry_after: Option<Duration>,
-    ) {
+    ) -> Option<Instant> {
         // A try that was in flight when the last refusal came is of the same
         // burst: it does not lengthen the default pause again.
         if s.last_refused.is_none_or(|t| started > t) {
@@ -346,14 +412,7 @@ impl HostGate {
         let unpaused_since = s.paused_until.filter(|p| *p <= now);
         let until = now + pause;
         s.paused_until = Some(s.paused_until.map_or(until, |p| p.max(until)));
-        let why = if retry_after.is_some() {
-            "429"
-        } else {
-            "refused"
-        };
-        if self.decrease(s, now, why) {
-            s.rate.refused(now, unpaused_since);
-        }
+        unpaused_since
     }
 
     /// Lowers the limits unless they were lowered less than a window ago;
@@ -380,13 +439,16 @@ impl HostGate {
 #[derive(Debug)]
 pub(crate) struct Gates {
     settings: Adaptive,
+    /// The fastest configured rate bucket the stage draws on.
+    bucket: Option<f64>,
     by_host: Mutex<HashMap<String, Arc<HostGate>>>,
 }
 
 impl Gates {
-    pub(crate) fn new(settings: Adaptive) -> Self {
+    pub(crate) fn new(settings: Adaptive, bucket: Option<f64>) -> Self {
         Gates {
             settings,
+            bucket,
             by_host: Mutex::new(HashMap::new()),
         }
     }
@@ -401,7 +463,7 @@ impl Gates {
         let mut map = self.by_host.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(
             map.entry(host.to_owned())
-                .or_insert_with(|| Arc::new(HostGate::new(self.settings))),
+                .or_insert_with(|| Arc::new(HostGate::new(self.settings, self.bucket))),
         )
     }
 

@@ -8,7 +8,9 @@
 //!   counted in KiB internally because one semaphore call takes at most
 //!   `u32::MAX` permits;
 //! - **rate**: a token bucket (per second, with burst), optionally one bucket
-//!   per key such as the remote host. It holds nothing, so it has no ticket.
+//!   per key such as the remote host, paced a small margin under its rate
+//!   that widens when the server refuses it ([`MARGIN`]). It holds
+//!   nothing, so it has no ticket.
 //!
 //! Acquiring a count or bytes limiter yields a [`Ticket`], which releases its
 //! share when dropped, so an error, a panic or a cancellation can never leak
@@ -25,6 +27,7 @@ use std::time::Duration;
 mod budget;
 mod count;
 mod gauge;
+mod margin;
 mod rate;
 mod set;
 mod ticket;
@@ -34,6 +37,8 @@ pub use budget::Priority;
 use count::Count;
 use gauge::Gauge;
 pub use gauge::{Window, WindowFigures};
+pub(crate) use margin::Learned;
+pub use margin::{MarginRule, MARGIN};
 use rate::Rate;
 pub use rate::{RateBackend, RateBackendError, RateBackendFactory, RateKey, RateScope};
 pub use set::{DuplicateLimiter, Limits};
@@ -42,6 +47,11 @@ pub use ticket::Ticket;
 
 use serde::Serialize;
 use tokio::sync::Semaphore;
+
+/// The share under `per_second` a rate limiter paces at unless told
+/// otherwise (a pipeline's `margin`): 2%, which keeps a strict one-second
+/// window with requests arriving up to 20 ms early.
+pub const DEFAULT_MARGIN: f64 = 0.02;
 
 /// What an item larger than a whole byte budget does: `oversize =
 /// "fail"` (the default) or `"alone"`.
@@ -174,15 +184,33 @@ impl Limiter {
     }
 
     /// A token bucket refilling `per_second` tokens a second and holding at
-    /// most `burst`. Returns `None` when `per_second` is not a positive,
-    /// finite number.
+    /// most `burst`, paced [`DEFAULT_MARGIN`] under `per_second` (see
+    /// [`rate_with_margin`](Self::rate_with_margin)). Returns `None` when
+    /// `per_second` is not a positive, finite number.
     pub fn rate(
         name: impl Into<String>,
         per_second: f64,
         burst: NonZeroU32,
         key: RateKey,
     ) -> Option<Self> {
-        Self::rate_with(name, per_second, burst, key, None)
+        Self::rate_with(name, per_second, burst, key, DEFAULT_MARGIN, None)
+    }
+
+    /// A token bucket as [`rate`](Self::rate), paced `margin` (a share of
+    /// `per_second`, from 0 to 1) under it: a server that counts a strict
+    /// window of a second then still finds no more than `per_second` in
+    /// one when requests arrive up to `margin` seconds early or late. A
+    /// request refused at the bucket's rate widens the margin, by
+    /// [`MARGIN`]'s rule. Returns `None` when `per_second` is not a
+    /// positive, finite number or `margin` is not in `[0, 1)`.
+    pub fn rate_with_margin(
+        name: impl Into<String>,
+        per_second: f64,
+        burst: NonZeroU32,
+        key: RateKey,
+        margin: f64,
+    ) -> Option<Self> {
+        Self::rate_with(name, per_second, burst, key, margin, None)
     }
 
     fn rate_with(
@@ -190,9 +218,10 @@ impl Limiter {
         per_second: f64,
         burst: NonZeroU32,
         key: RateKey,
+        margin: f64,
         external: Option<Arc<dyn RateBackend>>,
     ) -> Option<Self> {
-        let rate = Rate::new(per_second, burst, key, external)?;
+        let rate = Rate::new(per_second, burst, key, margin, external)?;
         Some(Self::new(name, State::Rate(rate)))
     }
 
@@ -207,15 +236,25 @@ impl Limiter {
     }
 
     /// A rate limiter whose bucket is kept by `backend` (shared by every
-    /// process of a run), not in this process.
+    /// process of a run), not in this process; `backend` was made for
+    /// `per_second` less `margin` (see [`Self::paced_per_second`]).
     pub fn rate_shared_by(
         name: impl Into<String>,
         per_second: f64,
         burst: NonZeroU32,
         key: RateKey,
+        margin: f64,
         backend: Arc<dyn RateBackend>,
     ) -> Option<Self> {
-        Self::rate_with(name, per_second, burst, key, Some(backend))
+        Self::rate_with(name, per_second, burst, key, margin, Some(backend))
+    }
+
+    /// What a rate of `per_second` paced `margin` under it gives: the rate a
+    /// global bucket's backend is made for. `None` when either is out of
+    /// range (see [`rate_with_margin`](Self::rate_with_margin)).
+    pub fn paced_per_second(per_second: f64, margin: f64) -> Option<f64> {
+        Rate::new(per_second, NonZeroU32::MIN, RateKey::All, margin, None)
+            .map(|r| r.paced_per_second())
     }
 
     /// The resource name (`cpu`, `memory`, `connections`, ...).
@@ -245,6 +284,15 @@ impl Limiter {
     pub fn per_second(&self) -> Option<f64> {
         match &self.inner.state {
             State::Rate(rate) => Some(rate.per_second),
+            _ => None,
+        }
+    }
+
+    /// The share under `per_second` a rate limiter paces at before it
+    /// learns any (`None` for other kinds).
+    pub fn margin(&self) -> Option<f64> {
+        match &self.inner.state {
+            State::Rate(rate) => Some(rate.margin),
             _ => None,
         }
     }
@@ -346,6 +394,20 @@ impl Limiter {
     pub fn pause_key(&self, key: Option<&str>, delay: Duration) {
         if let State::Rate(rate) = &self.inner.state {
             rate.pause(key, delay);
+        }
+    }
+
+    /// Tells a rate limiter that a request which drew on its bucket for
+    /// `key` was refused (429, 503), with the server's `Retry-After` if it
+    /// gave one: the bucket pauses for it (as [`pause_key`](Self::pause_key))
+    /// and, when the request is at the bucket's own rate (a token waited
+    /// for its time within the last second), keeps a wider margin
+    /// ([`MARGIN`]). Whether it was at the bucket's rate; `false` for
+    /// other kinds.
+    pub fn refused(&self, key: Option<&str>, retry_after: Option<Duration>) -> bool {
+        match &self.inner.state {
+            State::Rate(rate) => rate.refused(&self.inner.name, key, retry_after),
+            _ => false,
         }
     }
 

@@ -77,7 +77,9 @@ impl Limits {
     }
 
     /// Adds a token bucket of `per_second` tokens a second, holding at
-    /// most `burst` (one bucket for the run, or one per host).
+    /// most `burst` (one bucket for the run, or one per host), paced 2%
+    /// under `per_second` as a pipeline's rate limiter is by default (its
+    /// `margin`), and a wider margin after a refusal at its pace.
     #[pyo3(signature = (name, per_second, *, burst = 1, per_host = false))]
     fn rate(&self, name: &str, per_second: f64, burst: u64, per_host: bool) -> PyResult<()> {
         let key = if per_host {

@@ -25,7 +25,9 @@ class Limits:
         (``"alone"``)."""
     def rate(self, name: str, per_second: float, *, burst: int = 1, per_host: bool = False) -> None:
         """Adds a token bucket of ``per_second`` tokens a second holding at
-        most ``burst``, one for all or one per host."""
+        most ``burst``, one for all or one per host, paced 2% under
+        ``per_second`` (a pipeline's default ``margin``), and a wider margin
+        after a refusal at its pace."""
     def names(self) -> List[str]:
         """The limiters' names, in acquisition order."""
     def in_use(self, name: str) -> int:

@@ -16,7 +16,7 @@ pub mod proxy;
 pub mod tileserver;
 
 pub use proxy::{watching_proxy, OnNeedle};
-pub use tileserver::{Fault, Faults, TileServer};
+pub use tileserver::{Fault, Faults, Strict, TileServer};
 
 /// A multi-threaded tokio runtime of two workers (as many as the machine
 /// the tests run on has cores), with time and I/O.

@@ -3,9 +3,11 @@
 //! ([`Faults`]): server errors, connection resets, bodies cut short, bodies
 //! too slow, 429 storms with `Retry-After`, being down for a while, added
 //! latency (fixed, or growing with the requests in flight), a server-side
-//! rate limit that may change at set times, and a spell of 503s. Connections are kept alive
-//! between requests, as real tile servers keep them; an answer a fault cuts
-//! short closes its connection.
+//! rate limit that may change at set times, a strict limit as real APIs
+//! count it (a sliding window, a token bucket, a fixed window: `strict.rs`),
+//! and a spell of 503s. Connections are kept alive between requests, as
+//! real tile servers keep them; an answer a fault cuts short closes its
+//! connection.
 //!
 //! It is hand-written on tokio rather than built on a web framework because
 //! a framework hides exactly what the faults need: resetting a connection
@@ -20,6 +22,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use corpus::Corpus;
+pub use strict::{Counts, Strict, StrictLimit};
 
 /// Which tiles suffer a fault, and for how many requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +73,10 @@ pub struct Faults {
     /// Changes to `rate_limit` during the run: from `.0` after the first
     /// request, `.1` requests a second (in order of time).
     pub rate_changes: Vec<(Duration, f64)>,
+    /// A strict limit, counted on every request: 429 beyond it, with a
+    /// whole-second `Retry-After` rounded up ([`Strict`]). It replaces
+    /// `rate_limit` and `rate_changes`.
+    pub strict: Option<Strict>,
     /// Latency that grows with the load: a request that arrives with more
     /// than `.0` requests in flight (itself counted) waits `.1` more for
     /// each one beyond, on top of `latency`.
@@ -109,69 +118,6 @@ impl Stats {
     }
 }
 
-/// Every distinct tile's bytes, packed in one anonymous mapping, and where
-/// each name's bytes lie in it.
-///
-/// One mapping on transparent huge pages rather than a vector per tile: in
-/// the raster bench the server reads each tile from memory that the
-/// pipeline's work has pushed out of the caches, and on 4 KiB pages most of
-/// that read was page walks (the server's CPU per tile 0.46-0.89 ms on 4 KiB
-/// pages, 0.29-0.38 on 2 MiB pages). The hint is advice: where the kernel
-/// gives no huge pages the corpus works the same.
-struct Corpus {
-    bytes: memmap2::Mmap,
-    tiles: HashMap<String, std::ops::Range<usize>>,
-}
-
-impl Corpus {
-    fn pack(
-        tiles: impl IntoIterator<Item = (String, impl Into<Arc<Vec<u8>>>)>,
-    ) -> std::io::Result<Self> {
-        let tiles: Vec<(String, Arc<Vec<u8>>)> =
-            tiles.into_iter().map(|(k, v)| (k, v.into())).collect();
-        // Names that share one `Arc` share one copy of its bytes.
-        let mut at: HashMap<*const Vec<u8>, std::ops::Range<usize>> = HashMap::new();
-        let mut distinct = Vec::new();
-        let mut len = 0;
-        for (_, bytes) in &tiles {
-            at.entry(Arc::as_ptr(bytes)).or_insert_with(|| {
-                let range = len..len + bytes.len();
-                len = range.end;
-                distinct.push((Arc::clone(bytes), range.clone()));
-                range
-            });
-        }
-        // A mapping cannot be empty.
-        let mut map = memmap2::MmapMut::map_anon(len.max(1))?;
-        // Advice only: without transparent huge pages the bytes are the same.
-        let _ = map.advise(memmap2::Advice::HugePage);
-        for (bytes, range) in distinct {
-            map[range].copy_from_slice(&bytes);
-        }
-        let tiles = tiles
-            .iter()
-            .map(|(name, bytes)| (name.clone(), at[&Arc::as_ptr(bytes)].clone()))
-            .collect();
-        Ok(Corpus {
-            bytes: map.make_read_only()?,
-            tiles,
-        })
-    }
-
-    fn get(&self, name: &str) -> Option<&[u8]> {
-        self.tiles.get(name).map(|r| &self.bytes[r.clone()])
-    }
-}
-
-impl std::fmt::Debug for Corpus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Corpus")
-            .field("tiles", &self.tiles.len())
-            .field("bytes", &self.bytes.len())
-            .finish()
-    }
-}
-
 #[derive(Debug)]
 struct Shared {
     tiles: Corpus,
@@ -180,6 +126,8 @@ struct Shared {
     stats: Stats,
     /// For the rate limit: the earliest time the next request is allowed.
     next_allowed: Mutex<Option<tokio::time::Instant>>,
+    /// The strict limit's state.
+    strict: Option<Mutex<StrictLimit>>,
 }
 
 /// A running tile server. Stops when dropped.
@@ -210,10 +158,11 @@ impl TileServer {
         let down_for = faults.down_for;
         let shared = Arc::new(Shared {
             tiles: Corpus::pack(tiles)?,
-            faults,
             attempts: Mutex::new(HashMap::new()),
             stats: Stats::default(),
             next_allowed: Mutex::new(None),
+            strict: faults.strict.map(|k| Mutex::new(StrictLimit::new(k))),
+            faults,
         });
         let task_shared = Arc::clone(&shared);
         let task = tokio::spawn(async move {
@@ -296,6 +245,14 @@ impl TileServer {
     /// Requests answered 429.
     pub fn throttled(&self) -> u64 {
         self.shared.stats.throttled.load(Ordering::SeqCst)
+    }
+
+    /// What the strict limit ([`Faults::strict`]) accepted and refused so
+    /// far (zero without one).
+    pub fn strict_counts(&self) -> Counts {
+        self.shared.strict.as_ref().map_or(Counts::default(), |l| {
+            l.lock().unwrap_or_else(|p| p.into_inner()).counts()
+        })
     }
 
     /// Requests answered 503 by [`Faults::unavailable`].
@@ -489,18 +446,23 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
             return respond(stream, "503 Service Unavailable", &[], b"").await;
         }
     }
-    if let Some(rate) = rate_now(f, since) {
-        if !rate_allows(shared, rate) {
-            stats.throttled.fetch_add(1, Ordering::SeqCst);
-            stats.answered(429);
-            return respond(
-                stream,
-                "429 Too Many Requests",
-                &[("Retry-After", "1".into())],
-                b"",
-            )
-            .await;
+    let refused = match &shared.strict {
+        Some(limit) => {
+            let mut limit = limit.lock().unwrap_or_else(|p| p.into_inner());
+            limit.admit(tokio::time::Instant::now()).err()
         }
+        None => rate_now(f, since).and_then(|rate| (!rate_allows(shared, rate)).then_some(1)),
+    };
+    if let Some(secs) = refused {
+        stats.throttled.fetch_add(1, Ordering::SeqCst);
+        stats.answered(429);
+        return respond(
+            stream,
+            "429 Too Many Requests",
+            &[("Retry-After", secs.to_string())],
+            b"",
+        )
+        .await;
     }
     let name = path.strip_prefix("/tiles/").unwrap_or_default().to_owned();
     let attempt = {
@@ -591,5 +553,7 @@ async fn serve_tile(
     Ok(Then::KeepAlive)
 }
 
+mod corpus;
+mod strict;
 #[cfg(test)]
 mod tests;

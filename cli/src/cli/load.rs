@@ -96,8 +96,12 @@ impl LateRate {
 
 #[warpline::async_trait]
 impl RateBackend for LateRate {
-    async fn acquire(&self, key: &str) -> Result<(), RateBackendError> {
+    async fn acquire(&self, key: &str) -> Result<Duration, RateBackendError> {
         self.backend()?.acquire(key).await
+    }
+
+    async fn widen(&self, key: &str) -> Result<f64, RateBackendError> {
+        self.backend()?.widen(key).await
     }
 
     async fn pause(&self, key: &str, delay: Duration) -> Result<(), RateBackendError> {

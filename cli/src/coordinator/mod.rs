@@ -30,7 +30,8 @@
 //!
 //! Keys, for a run named `R`: `warpline:R:stream`, `:enqueued` (set),
 //! `:deliveries` and `:errors` and `:results` and `:counts` (hashes),
-//! `:dead` (stream), `:rate:NAME:KEY` and `:pause:NAME:KEY` (strings).
+//! `:dead` (stream), `:rate:NAME:KEY` and `:pause:NAME:KEY` (strings),
+//! `:margin:NAME:KEY` (a hash: the margin a global rate learnt).
 //! `:counts` keeps how many results are `done`, so `warpline status` need
 //! not read every result; a run begun by a version without it (no
 //! `tracked` field) is counted from `:results`.
@@ -429,14 +430,21 @@ impl Coordinator {
     pub fn rate_backends(&self) -> RateBackendFactory {
         let this = self.clone();
         Arc::new(move |name: &str, per_second: f64, burst: u32| {
-            Arc::new(rate::GlobalRate {
-                link: Arc::clone(&this.cmd),
-                script: redis::Script::new(scripts::GCRA),
-                prefix: format!("warpline:{}", this.settings.run),
-                name: name.to_owned(),
-                period_us: (1_000_000.0 / per_second).round().max(1.0) as u64,
-                burst: u64::from(burst.max(1)),
-            }) as Arc<dyn RateBackend>
+            Arc::new(this.global_rate(name, per_second, burst)) as Arc<dyn RateBackend>
         })
+    }
+
+    /// The global bucket of rate limiter `name`: `per_second` (less its
+    /// configured margin), `burst`.
+    fn global_rate(&self, name: &str, per_second: f64, burst: u32) -> rate::GlobalRate {
+        rate::GlobalRate {
+            link: Arc::clone(&self.cmd),
+            script: redis::Script::new(&scripts::GCRA),
+            widen: redis::Script::new(&scripts::WIDEN),
+            prefix: format!("warpline:{}", self.settings.run),
+            name: name.to_owned(),
+            period_us: (1_000_000.0 / per_second).round().max(1.0) as u64,
+            burst: u64::from(burst.max(1)),
+        }
     }
 }

@@ -78,31 +78,71 @@ return 1
     )
 });
 
+/// The learnt margin of bucket KEYS[3] (a hash: `m` the margin at `at`,
+/// µs on Redis's clock) at `now`: kept for ARGV[3] µs after `at`, then
+/// narrowing by ARGV[4] per µs (the engine's `MARGIN` rule).
+const LEARNT: &str = r"
+local function learnt(key, now, hold, creep)
+  local h = redis.call('HMGET', key, 'm', 'at', 'widened')
+  if not h[1] then return 0, h[3] end
+  local m = tonumber(h[1])
+  local quiet = now - tonumber(h[2]) - hold
+  if quiet > 0 then m = math.max(0, m - creep * quiet) end
+  return m, h[3]
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+";
+
 /// A token bucket (GCRA, on Redis's clock) that hands out reservations:
 /// every call takes the next token of bucket KEYS[1] (period ARGV[1] µs,
 /// burst ARGV[2]) and returns the microseconds until that token's time,
 /// 0 when it is due now. The caller sleeps that long and goes: one call
-/// per token, however many wait. A pause (KEYS[2], set on `Retry-After`)
-/// moves the next token to its end.
-pub(crate) const GCRA: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local period = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
+/// per token, however many wait. The period is widened by the learnt
+/// margin (KEYS[3], see [`LEARNT`]; ARGV[3] and ARGV[4] its hold and
+/// creep). A pause (KEYS[2], set on `Retry-After`) moves the next token to
+/// its end, and after it tokens come at the rate, not in a burst.
+pub(crate) static GCRA: LazyLock<String> = LazyLock::new(|| {
+    LEARNT.to_owned()
+        + r"
+local m = learnt(KEYS[3], now, tonumber(ARGV[3]), tonumber(ARGV[4]))
+local period = tonumber(ARGV[1]) / (1 - m)
+local tolerance = (tonumber(ARGV[2]) - 1) * period
 local tat = tonumber(redis.call('GET', KEYS[1]) or now)
 if tat < now then tat = now end
-local at = tat - (burst - 1) * period
 local pause = redis.call('PTTL', KEYS[2])
 if pause > 0 then
-  local resume = now + pause * 1000
-  if at < resume then at = resume end
+  local resume = now + pause * 1000 + tolerance
   if tat < resume then tat = resume end
 end
+local at = tat - tolerance
 if at < now then at = now end
 local new_tat = tat + period
 redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000) + 1000)
 return at - now
-";
+"
+});
+
+/// A request at the rate of bucket KEYS[1]'s limiter was refused: its
+/// learnt margin widens by ARGV[1] (at most ARGV[2]), once per burst
+/// (refusals within ARGV[5] µs of the last widening are one), and is held
+/// again from now (ARGV[3], ARGV[4]: hold and creep, see [`LEARNT`]).
+/// Returns the margin, as text (a number reply would be cut to an
+/// integer). Sent twice, it widens once.
+pub(crate) static WIDEN: LazyLock<String> = LazyLock::new(|| {
+    LEARNT.to_owned()
+        + r"
+local hold, creep = tonumber(ARGV[3]), tonumber(ARGV[4])
+local m, widened = learnt(KEYS[1], now, hold, creep)
+if not widened or now - tonumber(widened) >= tonumber(ARGV[5]) then
+  m = math.min(tonumber(ARGV[2]), m + tonumber(ARGV[1]))
+  redis.call('HSET', KEYS[1], 'widened', now)
+end
+redis.call('HSET', KEYS[1], 'm', m, 'at', now)
+redis.call('PEXPIRE', KEYS[1], math.ceil((hold + m / creep) / 1000) + 60000)
+return tostring(m)
+"
+});
 
 /// A stream entry: its message id and fields.
 pub(crate) type Entry = (String, HashMap<String, String>);

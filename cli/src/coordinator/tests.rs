@@ -161,3 +161,95 @@ async fn stream_replies_keep_their_fields_and_leave_deleted_entries_out() {
     assert_eq!(c.pending().await.unwrap(), 1);
     query::<()>(&mut conn, &["DEL", &stream, &c.key("counts")]).await;
 }
+
+/// The gap between two reservations' times, from their waits.
+fn gap(earlier: Duration, later: Duration) -> f64 {
+    later.as_secs_f64() - earlier.as_secs_f64()
+}
+
+/// A margin one worker's bucket learns from a refusal is Redis's: another
+/// worker's next tokens are paced at it. A bucket of one token per 100 s
+/// (so each reservation's wait, not a sleep, shows the pace; the calls
+/// themselves take milliseconds, however loaded the machine).
+#[tokio::test]
+async fn a_margin_learnt_by_one_worker_paces_every_worker() {
+    use warpline_engine::limit::{RateBackend, MARGIN};
+    let Some(a) = connected("margin").await else {
+        return;
+    };
+    // The same run, on connections of its own: a second worker.
+    let b = Coordinator::connect(
+        &std::env::var("WARPLINE_TEST_REDIS").unwrap(),
+        a.settings.clone(),
+    )
+    .await
+    .unwrap();
+    let (ra, rb) = (a.global_rate("api", 0.01, 1), b.global_rate("api", 0.01, 1));
+    let host = "http://example.com";
+    let first = ra.reserve(host).await.unwrap();
+    assert_eq!(first, Duration::ZERO);
+    let second = ra.reserve(host).await.unwrap();
+    assert!((gap(first, second) - 100.0).abs() < 1.0, "{second:?}");
+    // Worker b is refused at the bucket's rate: the margin widens once
+    // for the refusals of one burst.
+    assert_eq!(rb.widen(host).await.unwrap(), MARGIN.step);
+    assert_eq!(rb.widen(host).await.unwrap(), MARGIN.step);
+    // Worker a's tokens after the one already due are 1 / 0.98 apart.
+    let third = ra.reserve(host).await.unwrap();
+    let fourth = ra.reserve(host).await.unwrap();
+    let widened = 100.0 / (1.0 - MARGIN.step);
+    assert!((gap(second, third) - 100.0).abs() < 1.0, "{third:?}");
+    assert!((gap(third, fourth) - widened).abs() < 1.0, "{fourth:?}");
+    let mut conn = a.cmd.once(|c| async move { Ok(c) }).await.unwrap();
+    let margin_key = format!("warpline:{}:margin:api:{host}", a.settings.run);
+    let kept: String = conn.hget(&margin_key, "m").await.unwrap();
+    assert_eq!(kept.parse::<f64>().unwrap(), MARGIN.step);
+    // Kept for its hold after the last refusal, then narrowing: a margin
+    // of 0.04 last refused 20 s past its hold is 0.03.
+    let now_us = {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+        s * 1_000_000 + us
+    };
+    let at = now_us - MARGIN.hold.as_micros() as u64 - 20_000_000;
+    conn.hset_multiple::<_, _, _, ()>(&margin_key, &[("m", "0.04"), ("at", &at.to_string())])
+        .await
+        .unwrap();
+    let fifth = ra.reserve(host).await.unwrap();
+    let sixth = ra.reserve(host).await.unwrap();
+    let narrowed = 100.0 / (1.0 - (0.04 - 20.0 * MARGIN.creep_per_s));
+    assert!(
+        (gap(fifth, sixth) - narrowed).abs() < 0.5,
+        "{sixth:?} after {fifth:?}"
+    );
+    let parts =
+        ["rate", "pause", "margin"].map(|p| format!("warpline:{}:{p}:api:{host}", a.settings.run));
+    conn.del::<_, ()>(&parts).await.unwrap();
+}
+
+/// A pause (a server's `Retry-After`) moves every worker's next token to
+/// its end, and after it tokens come at the rate, not in a burst.
+#[tokio::test]
+async fn a_global_pause_ends_with_tokens_at_the_rate_not_a_burst() {
+    use warpline_engine::limit::RateBackend;
+    let Some(a) = connected("pause").await else {
+        return;
+    };
+    // 1 token a second, a burst of 3.
+    let rate = a.global_rate("api", 1.0, 3);
+    let host = "h";
+    rate.pause(host, Duration::from_secs(100)).await.unwrap();
+    let waits: Vec<f64> = {
+        let mut w = Vec::new();
+        for _ in 0..3 {
+            w.push(rate.reserve(host).await.unwrap().as_secs_f64());
+        }
+        w
+    };
+    assert!((waits[0] - 100.0).abs() < 1.0, "{waits:?}");
+    assert!((waits[1] - waits[0] - 1.0).abs() < 0.1, "{waits:?}");
+    assert!((waits[2] - waits[1] - 1.0).abs() < 0.1, "{waits:?}");
+    let mut conn = a.cmd.once(|c| async move { Ok(c) }).await.unwrap();
+    let parts =
+        ["rate", "pause", "margin"].map(|p| format!("warpline:{}:{p}:api:{host}", a.settings.run));
+    conn.del::<_, ()>(&parts).await.unwrap();
+}

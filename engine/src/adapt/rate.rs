@@ -1,31 +1,42 @@
 //! The rate a host's gate lets tries start at, learnt from its refusals.
 //!
+//! At a refusal the server has just let through as many as it allows: a
+//! strict server (a sliding window, a fixed window, a token bucket) has
+//! accepted its limit within the last second. So the gate counts the
+//! successes of the last second and takes that count (plus one) as the
+//! host's **limit**, and paces [`BASE_MARGIN`] under it, less a margin it
+//! learns as a rate bucket does (`limit/margin.rs`): a refusal at that pace
+//! (jitter put one request too many in a window) widens the margin, which
+//! is kept, then narrows after a quiet spell. So refusals stop instead of
+//! coming back each time the rate creeps over the limit.
+//!
 //! No rate until the first refusal (429, 503); then:
 //!
 //! - **probe**: at the first refusal, what got through in the last second,
-//!   times 0.9, doubled each second (+1 per success) until the next
-//!   refusal, which sets the rate to what got through in its last half
-//!   second (a probe's rate rises fast), times 0.9;
-//! - **steady**: at a refusal, what got through over the last second the
-//!   host was not paused, times 0.9 (never above the rate itself), then
-//!   raised by [`CREEP`] request/s each second: a sawtooth just under the
-//!   server's limit, whose refusals (each pausing the host) stay rare;
-//! - **far over**: a refusal too soon after the last pause's end to
-//!   measure anything (under a second; half a second while probing or
-//!   ramping) says the rate is far above the limit: it is multiplied by
-//!   [`FAR_OVER`], then raised 25% a second (+0.25 per success) until the
-//!   next refusal measures it (not below 1 request/s: refusals at a few a
-//!   second are as often not about the rate; fewer than two successes
-//!   measure nothing); but when nothing at all got through since
-//!   the pause, the host is down rather than limiting a rate, and the rate
-//!   stays (the pause, doubling, is the answer);
+//!   less the base margin, doubled each second (+1 per success) until the
+//!   next refusal measures the limit;
+//! - **steady**: the limit less the margins. A refusal sets the limit to
+//!   what got through in the last second plus one (never above the limit
+//!   it had: a refusal at the gate's own pace says the margin was too
+//!   thin, not that the limit is higher) and widens the learnt margin;
+//! - **far over**: a refusal soon after a pause's end (under a second) with
+//!   fewer than half the rate's worth got through says the rate is far
+//!   above the limit: the rate becomes what got through, at least
+//!   [`FAR_OVER`] of the rate, then rises 25% a second (+0.25 per success)
+//!   until the next refusal measures the limit (not below 1 request/s:
+//!   refusals at a few a second are as often not about the rate; fewer
+//!   than two successes measure nothing); but when nothing at all got
+//!   through since the pause, the host is down rather than limiting a
+//!   rate, and the rate stays (the pause, doubling, is the answer);
 //! - **back**: a limit that fell (a server under load, a shared key) often
-//!   comes back. While the rate is under 0.75 of the highest steady rate
-//!   refused at, every [`BACK_AFTER`] without a refusal the rate goes
-//!   straight back to 0.95 of that; refused, it returns to where it was
-//!   (after [`MAX_BACKS`] such refusals in a row the old rate is forgotten);
-//!   unrefused for half a second, it creeps up from there;
-//! - after [`PROBE_AFTER`] without a refusal it probes up again.
+//!   comes back. While the limit is under 0.75 of the highest that held
+//!   (paced [`HELD`] without a refusal before it fell), every
+//!   [`BACK_AFTER`] without a refusal the gate goes straight back to that
+//!   highest; refused, it returns to where it was (after [`MAX_BACKS`]
+//!   such refusals in a row the old limit is forgotten); unrefused for
+//!   half a second, it stays;
+//! - after [`PROBE_AFTER`] without a refusal it probes up again (the limit
+//!   may have risen).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -33,26 +44,38 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::WINDOW;
+use crate::limit::Learned;
 
 /// After this long without a refusal, probe for a higher rate again.
-const PROBE_AFTER: Duration = Duration::from_secs(20);
-/// After this long without a refusal, go back toward a rate that was fine
-/// before the limit fell.
+const PROBE_AFTER: Duration = Duration::from_secs(60);
+/// After this long without a refusal, go back toward a limit that held
+/// before it fell.
 pub(super) const BACK_AFTER: Duration = Duration::from_secs(3);
-/// What a refusal soon after a pause multiplies the rate by.
+/// The least a far-over refusal leaves of the rate.
 const FAR_OVER: f64 = 0.25;
-/// Returns to an old rate refused in a row before it is forgotten.
+/// Returns to an old limit refused in a row before it is forgotten.
 const MAX_BACKS: u32 = 10;
-/// How fast a steady rate creeps up, in requests per second each second.
-const CREEP: f64 = 0.1;
+/// The share under the measured limit the gate paces at before it learns
+/// any margin: a count of one second is off by a request or two.
+const BASE_MARGIN: f64 = 0.05;
+/// How fast a limit measured by a probe rises, a share of it a second.
+const CLIMB: f64 = 0.05;
+/// A refusal at a steady pace this soon after the last one (a refusal, its
+/// pause and a second) says the limit measured is too high...
+const QUICK: Duration = Duration::from_secs(3);
+/// ... and cuts it to this share of what got through.
+const QUICK_CUT: f64 = 0.85;
+/// A limit paced this long without a refusal held: one that falls from it
+/// goes back to it (see `back`).
+const HELD: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Mode {
     /// Doubling each second.
     Probe,
-    /// Raised 25% a second, after a halving.
+    /// Raised 25% a second, after a far-over refusal.
     Ramp,
-    /// Creeping up.
+    /// At the measured limit, less the margins.
     Steady,
 }
 
@@ -62,10 +85,22 @@ pub(super) struct Rate {
     /// Requests per second; `None` until the first refusal.
     pub(super) per_s: Option<f64>,
     mode: Mode,
-    /// The highest steady rate refused at.
+    /// Steady: the host's limit, as measured at the last refusal.
+    limit: f64,
+    /// The margin learnt from refusals at the gate's own pace.
+    learned: Learned,
+    /// The highest limit that held (see [`HELD`]).
     high: f64,
-    /// A return toward `high` under way: the rate before it, and when.
+    /// When the limit was last measured (a refusal at its own pace leaves
+    /// it as it was: it held).
+    set_at: Instant,
+    /// A return to `high` under way: the limit before it, and when.
     back: Option<(f64, Instant)>,
+    /// Steady: the limit was measured by a probe or a ramp, not yet at a
+    /// steady pace: it rises [`CLIMB`] a second until refused.
+    climbing: bool,
+    /// The last refusal at a steady pace.
+    refused_at: Option<Instant>,
     /// Successes of the last two windows.
     successes: VecDeque<Instant>,
     last_refusal: Option<Instant>,
@@ -78,12 +113,22 @@ impl Rate {
         Rate {
             per_s: None,
             mode: Mode::Steady,
+            limit: 0.0,
+            learned: Learned::default(),
             high: 0.0,
+            set_at: Instant::now(),
             back: None,
+            climbing: false,
+            refused_at: None,
             successes: VecDeque::new(),
             last_refusal: None,
             backs_refused: 0,
         }
+    }
+
+    /// The steady rate at `now`: the limit less the margins.
+    fn steady(&self, now: Instant) -> f64 {
+        (self.limit * (1.0 - BASE_MARGIN) * (1.0 - self.learned.at(now))).max(0.1)
     }
 
     /// A try answered at `now`.
@@ -100,7 +145,7 @@ impl Rate {
             return;
         };
         if self.back.is_some_and(|(_, at)| now - at >= WINDOW / 2) {
-            // Back at the old rate, unrefused: the limit came back.
+            // Back at the old limit, unrefused: it came back.
             self.back = None;
             self.backs_refused = 0;
         }
@@ -111,68 +156,115 @@ impl Rate {
         self.per_s = Some(match self.mode {
             Mode::Probe => r + 1.0,
             Mode::Ramp => r + 0.25,
-            Mode::Steady if self.back.is_none() && quiet >= BACK_AFTER && r < 0.75 * self.high => {
-                self.back = Some((r, now));
+            Mode::Steady
+                if self.back.is_none() && quiet >= BACK_AFTER && self.limit < 0.75 * self.high =>
+            {
+                self.back = Some((self.limit, now));
                 // Counts as a refusal's time: the next return waits again.
                 self.last_refusal = Some(now);
-                0.95 * self.high
+                self.limit = self.high;
+                self.steady(now)
             }
-            Mode::Steady => r + CREEP / r.max(0.5),
+            Mode::Steady => {
+                if self.climbing {
+                    self.limit *= 1.0 + CLIMB / r.max(1.0);
+                }
+                self.steady(now)
+            }
         });
     }
 
     /// A refusal at `now` lowered the limits (one per window); the host's
     /// last pause ended at `unpaused_since`.
     pub(super) fn refused(&mut self, now: Instant, unpaused_since: Option<Instant>) {
-        let last_window = self
-            .successes
-            .iter()
-            .filter(|t| now - **t <= WINDOW)
-            .count() as f64;
-        // A probe's or a ramp's rate rises fast: only its last half second
-        // says what the server let through.
-        let lookback = if self.mode != Mode::Steady {
-            WINDOW / 2
-        } else {
-            WINDOW
-        };
-        let from = unpaused_since.map_or(now - lookback, |p| p.max(now - lookback));
-        let span = (now - from).as_secs_f64();
-        // Fewer than two successes measure nothing (a slow rate).
+        let from = unpaused_since.map_or(now - WINDOW, |p| p.max(now - WINDOW));
+        // What got through since the pause, within the last second (a
+        // count, not a rate: a strict server counts it so).
         let got = self.successes.iter().filter(|t| **t >= from).count();
-        let observed =
-            (span >= lookback.as_secs_f64() * 0.99 && got >= 2).then(|| got as f64 / span);
+        let soon = now - from < WINDOW.mul_f64(0.99);
         self.last_refusal = Some(now);
-        let (rate, mode) = match (self.per_s, self.back.take(), observed) {
+        let Some(r) = self.per_s else {
             // The first: probe up from what got through.
-            (None, _, _) => (last_window.max(1.0), Mode::Probe),
-            // A return refused: the limit has not come back (yet).
-            (Some(_), Some((was, _)), _) => {
-                self.backs_refused += 1;
-                if self.backs_refused >= MAX_BACKS {
-                    // The limit stays low: forget the old rate.
-                    self.high = 0.0;
-                }
-                (was / 0.9, Mode::Steady)
-            }
-            // Nothing got through since the pause: the host is down, not
-            // limiting a rate (that lets a few through); the pause is
-            // the answer, the rate stays.
-            (Some(r), None, None) if !self.successes.iter().any(|t| *t >= from) => {
-                (r / 0.9, self.mode)
-            }
-            // A rate limit of a few a second is not cut 4x: refusals there
-            // are as often not about the rate at all.
-            (Some(r), None, None) if r * FAR_OVER < 1.0 => (r, Mode::Steady),
-            (Some(r), None, None) => (r * FAR_OVER / 0.9, Mode::Ramp),
-            (Some(r), None, Some(o)) => {
-                if self.mode == Mode::Steady {
-                    self.high = self.high.max(r);
-                }
-                (r.min(o), Mode::Steady)
-            }
+            let last_window = self.successes.iter().filter(|t| now - **t <= WINDOW);
+            self.per_s =
+                Some(((last_window.count() as f64).max(1.0) * (1.0 - BASE_MARGIN)).max(0.1));
+            self.mode = Mode::Probe;
+            return;
         };
-        self.per_s = Some((rate * 0.9).max(0.1));
-        self.mode = mode;
+        if let Some((was, _)) = self.back.take() {
+            // A return refused: the limit has not come back (yet).
+            self.backs_refused += 1;
+            if self.backs_refused >= MAX_BACKS {
+                // The limit stays low: forget the old one.
+                self.high = 0.0;
+            }
+            self.limit = was;
+            self.climbing = false;
+            self.mode = Mode::Steady;
+            self.per_s = Some(self.steady(now));
+            return;
+        }
+        if self.mode == Mode::Steady && !self.climbing && now - self.set_at >= HELD {
+            // A limit that held, refused: the one to go back to if it fell.
+            self.high = self.high.max(self.limit);
+        }
+        if got == 0 {
+            // Nothing got through since the pause: the host is down, not
+            // limiting a rate (that lets a few through); the pause is the
+            // answer, the rate stays.
+            return;
+        }
+        if got < 2 || (soon && (got as f64) < 0.5 * r) {
+            // A rate limit of a few a second is not cut: refusals there are
+            // as often not about the rate at all.
+            if r * FAR_OVER < 1.0 {
+                self.mode = Mode::Steady;
+                self.limit = r / (1.0 - BASE_MARGIN);
+                return;
+            }
+            // Far over: rise from what got through until a refusal
+            // measures the limit.
+            let from = (got as f64).max(r * FAR_OVER) * (1.0 - BASE_MARGIN);
+            self.per_s = Some(from.max(1.0));
+            self.mode = Mode::Ramp;
+            return;
+        }
+        let pace = self.steady(now);
+        let steady = self.mode == Mode::Steady;
+        let quick = steady && self.refused_at.is_some_and(|t| now - t <= QUICK);
+        if steady {
+            self.refused_at = Some(now);
+        }
+        if quick {
+            // Refused again soon after the last refusal at a steady pace:
+            // the limit measured is too high (a fixed window lets through
+            // more than its limit in a second across its edge): cut it,
+            // and climb back from there.
+            self.limit = self.limit.min(got as f64) * QUICK_CUT;
+            self.climbing = true;
+            self.set_at = now;
+        } else if steady && !self.climbing && !soon && got as f64 >= 0.9 * pace {
+            // Refused at its own pace: the limit holds, the margin was too
+            // thin.
+            self.learned.refused(now);
+        } else {
+            // Measured: what the server let through in the last second
+            // (a probe's, a ramp's, a climb's, or a limit that fell). A
+            // probe that rose through the limit within that second let
+            // through less than the limit: it climbs until refused.
+            self.climbing = !steady;
+            self.limit = got as f64;
+            self.set_at = now;
+        }
+        self.mode = Mode::Steady;
+        self.per_s = Some(self.steady(now));
+        tracing::debug!(
+            got,
+            soon,
+            limit = self.limit,
+            margin = self.learned.at(now),
+            rate = self.per_s,
+            "the host's rate measured at a refusal"
+        );
     }
 }

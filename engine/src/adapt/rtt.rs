@@ -45,6 +45,12 @@ impl Rtt {
         }
     }
 
+    /// The host's response time unloaded (the moving average of the windows
+    /// that were not slower), in seconds.
+    pub(super) fn average(&self) -> Option<f64> {
+        self.past.map(|(avg, _)| avg)
+    }
+
     /// A try answered at `now` after `rtt`; at a window's end, its verdict.
     pub(super) fn add(&mut self, now: Instant, rtt: Duration, scale: f64) -> Option<Verdict> {
         self.sum += rtt.as_secs_f64();

@@ -1,14 +1,18 @@
 //! A simulated rate-limited host on paused tokio time, for the gate's
 //! tests: workers take items from one queue and pass the gate; the host
-//! answers after a fixed latency, refusing (429, `Retry-After: 1`) what is
-//! beyond its limit (GCRA with a burst of 3, as the test tile server), a
-//! limit that may change at set times.
+//! answers after a fixed latency (plus, if set, a jitter drawn from a
+//! seeded generator), refusing (429, `Retry-After: 1`) what is beyond its
+//! limit (GCRA with a burst of 3, as the test tile server), a limit that
+//! may change at set times; or refusing as a strict server does (the test
+//! tile server's [`StrictLimit`]: a sliding window, a token bucket, a
+//! fixed window), with its whole-second `Retry-After`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use warpline_testkit::tileserver::{Strict, StrictLimit};
 
 use super::{Answer, HostGate};
 
@@ -25,6 +29,11 @@ pub(super) struct Host {
     pub(super) refuse_first: bool,
     /// Refuses everything (503, no `Retry-After`) from `.0` for `.1`.
     pub(super) down: Option<(Duration, Duration)>,
+    /// A strict limit instead of `limits`.
+    strict: Option<Mutex<StrictLimit>>,
+    /// Each answer takes up to this much longer than `latency`.
+    pub(super) jitter: Duration,
+    rng: Mutex<fastrand::Rng>,
     start: Instant,
     tat: Mutex<Option<Instant>>,
     /// Each answer: when, after the start, and whether it was served.
@@ -40,10 +49,22 @@ impl Host {
             in_flight: AtomicU64::new(0),
             down: None,
             refuse_first: false,
+            strict: None,
+            jitter: Duration::ZERO,
+            rng: Mutex::new(fastrand::Rng::with_seed(39)),
             start: Instant::now(),
             tat: Mutex::new(None),
             log: Mutex::new(Vec::new()),
         }
+    }
+
+    /// A host that refuses as `strict` says, its answers taking `latency`
+    /// plus up to `jitter`.
+    pub(super) fn strict(strict: Strict, latency: Duration, jitter: Duration) -> Self {
+        let mut host = Host::new(Vec::new(), latency);
+        host.strict = Some(Mutex::new(StrictLimit::new(strict)));
+        host.jitter = jitter;
+        host
     }
 
     fn limit(&self, since: Duration) -> f64 {
@@ -58,7 +79,8 @@ impl Host {
         let extra = self.knee.map_or(Duration::ZERO, |(knee, each)| {
             each * u32::try_from(n.saturating_sub(knee)).unwrap_or(u32::MAX)
         });
-        tokio::time::sleep(self.latency + extra).await;
+        let jitter = self.jitter.mul_f64(self.rng.lock().unwrap().f64());
+        tokio::time::sleep(self.latency + extra + jitter).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 
@@ -75,6 +97,11 @@ impl Host {
         if self.is_down() || (first && self.refuse_first) {
             self.log.lock().unwrap().push((now - self.start, false));
             return false;
+        }
+        if let Some(strict) = &self.strict {
+            let served = strict.lock().unwrap().admit(now).is_ok();
+            self.log.lock().unwrap().push((now - self.start, served));
+            return served;
         }
         let period = Duration::from_secs_f64(1.0 / self.limit(now - self.start));
         let mut tat = self.tat.lock().unwrap();

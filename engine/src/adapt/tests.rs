@@ -8,7 +8,7 @@ fn settings() -> Adaptive {
 
 #[tokio::test(start_paused = true)]
 async fn a_refusal_pauses_the_host_and_lowers_its_limits() {
-    let gate = Arc::new(HostGate::new(settings()));
+    let gate = Arc::new(HostGate::new(settings(), None));
     for _ in 0..10 {
         let t = gate.enter().await;
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -30,7 +30,7 @@ async fn a_refusal_pauses_the_host_and_lowers_its_limits() {
 
 #[tokio::test(start_paused = true)]
 async fn refusals_of_one_burst_lower_the_limits_once_and_successes_raise_them() {
-    let gate = Arc::new(HostGate::new(settings()));
+    let gate = Arc::new(HostGate::new(settings(), None));
     let tries: Vec<InFlight> = vec![gate.enter().await, gate.enter().await];
     for t in tries {
         t.finish(Answer::Refused(None));
@@ -69,7 +69,7 @@ async fn the_rate_follows_a_limit_that_drops_and_comes_back() {
         vec![(s(0), 40.0), (s(15), 10.0), (s(30), 40.0)],
         Duration::from_millis(50),
     ));
-    let gate = Arc::new(HostGate::new(settings()));
+    let gate = Arc::new(HostGate::new(settings(), None));
     sim::run(Arc::clone(&gate), Arc::clone(&host), 32, 1400).await;
     let end = host.log.lock().unwrap().last().unwrap().0;
     for sec in 0..end.as_secs() {
@@ -95,7 +95,7 @@ async fn a_steady_limit_is_followed_closely_with_few_refusals() {
         vec![(s(0), 20.0)],
         Duration::from_millis(50),
     ));
-    let gate = Arc::new(HostGate::new(settings()));
+    let gate = Arc::new(HostGate::new(settings(), None));
     sim::run(Arc::clone(&gate), Arc::clone(&host), 32, 800).await;
     let end = host.log.lock().unwrap().last().unwrap().0;
     let rate = host.served_in(s(5), end - s(5));
@@ -116,7 +116,7 @@ async fn the_concurrency_settles_at_a_latency_knee() {
     let mut host = sim::Host::new(Vec::new(), Duration::from_millis(20));
     host.knee = Some((8, Duration::from_millis(10)));
     let host = Arc::new(host);
-    let gate = Arc::new(HostGate::new(settings()));
+    let gate = Arc::new(HostGate::new(settings(), None));
     let t0 = Instant::now();
     sim::run(Arc::clone(&gate), Arc::clone(&host), 32, 4000).await;
     let per_s = 4000.0 / t0.elapsed().as_secs_f64();
@@ -130,7 +130,7 @@ async fn the_concurrency_settles_at_a_latency_knee() {
 /// host for 1 s, not 1 s doubled per answer.
 #[tokio::test(start_paused = true)]
 async fn a_burst_of_refusals_pauses_once() {
-    let gate = Arc::new(HostGate::new(settings()));
+    let gate = Arc::new(HostGate::new(settings(), None));
     let mut tries = Vec::new();
     for _ in 0..8 {
         tries.push(gate.enter().await);
@@ -160,7 +160,7 @@ async fn an_outage_is_not_taken_for_a_lower_rate() {
     let mut host = sim::Host::new(vec![(s(0), 40.0)], Duration::from_millis(50));
     host.down = Some((s(10), s(5)));
     let host = Arc::new(host);
-    let gate = Arc::new(HostGate::new(settings()));
+    let gate = Arc::new(HostGate::new(settings(), None));
     sim::run(Arc::clone(&gate), Arc::clone(&host), 32, 1000).await;
     let during = host.refused_in(s(10), s(15));
     let after = host.follows_after(s(15), 40.0);
@@ -180,10 +180,52 @@ async fn refusals_that_are_not_about_the_rate_do_not_starve_the_host() {
     let mut host = sim::Host::new(Vec::new(), Duration::from_millis(10));
     host.refuse_first = true;
     let host = Arc::new(host);
-    let gate = Arc::new(HostGate::new(settings()));
+    let gate = Arc::new(HostGate::new(settings(), None));
     let t0 = Instant::now();
     sim::run(Arc::clone(&gate), Arc::clone(&host), 8, 16).await;
     let took = t0.elapsed();
     eprintln!("took {took:?}, {:?}", gate.limits());
     assert!(took <= Duration::from_secs(30), "{took:?}");
+}
+
+/// Strict servers (issue 39) at 20 requests a second, answering in 50-55
+/// ms: a sliding window, a token bucket holding 2 and a fixed window.
+/// After the first 5 s the rate is at 0.90 of the limit or more, and at
+/// most 2% of the requests are refused.
+#[tokio::test(start_paused = true)]
+async fn a_strict_limit_is_followed_closely_with_few_refusals() {
+    use warpline_testkit::tileserver::Strict;
+    let s = Duration::from_secs;
+    for strict in [
+        Strict::sliding(20),
+        Strict::bucket(20.0, 2),
+        Strict::fixed(20),
+    ] {
+        let host = Arc::new(sim::Host::strict(
+            strict,
+            Duration::from_millis(50),
+            Duration::from_millis(5),
+        ));
+        let gate = Arc::new(HostGate::new(settings(), None));
+        sim::run(Arc::clone(&gate), Arc::clone(&host), 32, 800).await;
+        let end = host.log.lock().unwrap().last().unwrap().0;
+        for sec in 0..=end.as_secs() {
+            eprintln!(
+                "{} {sec:>3} s: served {:>3}, refused {:>3}",
+                strict.kind(),
+                host.served_in(s(sec), s(1)),
+                host.refused_in(s(sec), s(sec + 1))
+            );
+        }
+        let rate = host.served_in(s(5), end - s(5));
+        let refused = host.refused_in(s(0), end + s(1));
+        let requests = host.log.lock().unwrap().len();
+        eprintln!(
+            "{}: {rate:.2}/s after 5 s, {refused} refused of {requests}, {:?}",
+            strict.kind(),
+            gate.limits()
+        );
+        assert!(rate >= 0.90 * 20.0, "{}: {rate}", strict.kind());
+        assert!(refused * 50 <= requests, "{}: {refused}", strict.kind());
+    }
 }

@@ -90,6 +90,9 @@ pub struct LimitSection {
     /// For a rate limiter: `"host"` for one bucket per remote host; by
     /// default one bucket for everything.
     pub per: Option<RateKey>,
+    /// For a rate limiter: the share under `per_second` it paces at
+    /// (default 0.02).
+    pub margin: Option<f64>,
     /// `true`: the limiter of this name that the embedding process shares
     /// between pipelines (see `Loader::with_limits`).
     pub shared: Option<bool>,

@@ -1,8 +1,13 @@
-//! The rate kind: a token bucket (governor, on tokio's clock) refilling
+//! The rate kind: a token bucket (GCRA on tokio's clock) refilling
 //! `per_second` tokens and holding at most `burst`, one bucket for all or
 //! one per key (the remote host), or kept outside this process by a
 //! [`RateBackend`] (`scope = "global"`). It holds nothing, so it gives no
 //! ticket; a server's `Retry-After` pauses a bucket for every item.
+//!
+//! A bucket paces a margin under `per_second` (`margin.rs`), which a
+//! refusal of a request that waited for its token widens. Its rate so
+//! changes while it runs, which governor's fixed quota cannot do: the GCRA
+//! is written out here, as the coordinator's script writes it for Redis.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -10,26 +15,37 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use governor::clock::Clock;
-use governor::middleware::NoOpMiddleware;
-use governor::nanos::Nanos;
-use governor::state::keyed::HashMapStateStore;
-use governor::{Quota, RateLimiter};
 use serde::Serialize;
+use tokio::time::Instant;
 
 use super::gauge::Gauge;
+use super::margin::Learned;
 use super::LimitError;
 
 /// A token bucket kept outside this process, shared by every worker of a
 /// run on every machine (for example in Redis, with Redis's own clock).
+///
+/// It paces at the rate it was made with (`per_second` less the limiter's
+/// configured margin) less the margin it learns from [`widen`](Self::widen)
+/// calls, by [`MARGIN`](super::MARGIN)'s rule.
 #[async_trait::async_trait]
 pub trait RateBackend: Send + Sync + 'static {
-    /// Waits until a token of the bucket `key` may be taken, and takes it.
-    async fn acquire(&self, key: &str) -> Result<(), RateBackendError>;
+    /// Waits until a token of the bucket `key` may be taken, and takes it;
+    /// how long it waited for the token's time (zero: it was due).
+    async fn acquire(&self, key: &str) -> Result<Duration, RateBackendError>;
 
     /// Hands out no token of `key` before `delay` has passed (a server
     /// said `Retry-After`), for every worker.
     async fn pause(&self, key: &str, delay: Duration) -> Result<(), RateBackendError>;
+
+    /// A request that waited for a token of `key` was refused: the bucket
+    /// keeps a wider margin under its rate, for every worker. Returns the
+    /// margin it learnt (a share of its rate); a backend that learns none
+    /// returns 0, as the default does.
+    async fn widen(&self, key: &str) -> Result<f64, RateBackendError> {
+        let _ = key;
+        Ok(0.0)
+    }
 }
 
 /// Why a rate kept elsewhere could not be reached, said by the backend.
@@ -37,7 +53,8 @@ pub trait RateBackend: Send + Sync + 'static {
 #[error("{0}")]
 pub struct RateBackendError(pub String);
 
-/// Makes the backend of a global rate limiter: `(name, per_second, burst)`.
+/// Makes the backend of a global rate limiter: `(name, per_second, burst)`,
+/// `per_second` already less the limiter's configured margin.
 pub type RateBackendFactory = Arc<dyn Fn(&str, f64, u32) -> Arc<dyn RateBackend> + Send + Sync>;
 
 /// How a rate limiter chooses its bucket: `per = "all"` (the default) or
@@ -75,65 +92,83 @@ crate::word_setting!(RateScope, "\"local\" or \"global\"", {
     "global" => RateScope::Global,
 });
 
-/// A clock for governor that reads tokio's clock, so rate limits follow
-/// paused time in tests and `tokio::time::sleep` waits exactly as long as
-/// governor asks.
-#[derive(Debug, Clone)]
-struct TokioClock {
-    base: tokio::time::Instant,
+/// A refusal this soon after a token that waited is at the bucket's rate.
+const AT_RATE: Duration = Duration::from_secs(1);
+
+/// One bucket's state.
+#[derive(Debug, Default)]
+struct Bucket {
+    /// GCRA's theoretical arrival time: the next token is due at it, less
+    /// the burst's tolerance.
+    tat: Option<Instant>,
+    /// No token before this (a server said `Retry-After`).
+    paused_until: Option<Instant>,
+    /// The margin learnt from refusals (a local bucket's).
+    learned: Learned,
+    /// When a token last waited for its time: the bucket set the pace.
+    paced: Option<Instant>,
 }
 
-impl Clock for TokioClock {
-    type Instant = Nanos;
-
-    fn now(&self) -> Nanos {
-        Nanos::from(tokio::time::Instant::now().saturating_duration_since(self.base))
-    }
+/// Why a token cannot be taken yet, and until when.
+enum Wait {
+    Paused(Instant),
+    Rate(Instant),
 }
-
-type Buckets = RateLimiter<String, HashMapStateStore<String>, TokioClock, NoOpMiddleware<Nanos>>;
 
 /// A rate limiter's own state.
 pub(super) struct Rate {
-    buckets: Buckets,
-    clock: TokioClock,
     pub(super) per_second: f64,
     pub(super) burst: u32,
     pub(super) key: RateKey,
+    /// The share under `per_second` it paces at, before any it learns.
+    pub(super) margin: f64,
+    /// The time between tokens at `margin`.
+    period: Duration,
+    /// How late a token may be taken and still not delay the next: half
+    /// the margin's share of a second, at least the timer's millisecond.
+    catch_up: Duration,
     /// Kept elsewhere (`scope = "global"`) instead of in `buckets`.
     external: Option<Arc<dyn RateBackend>>,
-    /// Per key, a time before which no token is handed out (set when a
-    /// server says `Retry-After`).
-    paused_until: Mutex<HashMap<String, tokio::time::Instant>>,
+    buckets: Mutex<HashMap<String, Bucket>>,
 }
 
 impl Rate {
     /// `None` when `per_second` is not a positive, finite number or too
-    /// small to schedule.
+    /// small to schedule, or `margin` is not in `[0, 1)`.
     pub(super) fn new(
         per_second: f64,
         burst: NonZeroU32,
         key: RateKey,
+        margin: f64,
         external: Option<Arc<dyn RateBackend>>,
     ) -> Option<Self> {
-        if !(per_second.is_finite() && per_second > 0.0) {
+        if !(per_second.is_finite() && per_second > 0.0 && (0.0..1.0).contains(&margin)) {
             return None;
         }
-        let period = Duration::try_from_secs_f64(1.0 / per_second).ok()?;
-        let quota = Quota::with_period(period)?.allow_burst(burst);
-        let clock = TokioClock {
-            base: tokio::time::Instant::now(),
-        };
-        let buckets = RateLimiter::new(quota, HashMapStateStore::default(), clock.clone());
+        let period = Duration::try_from_secs_f64(1.0 / (per_second * (1.0 - margin))).ok()?;
+        if period.is_zero() {
+            return None;
+        }
         Some(Rate {
-            buckets,
-            clock,
             per_second,
             burst: burst.get(),
             key,
+            margin,
+            period,
+            catch_up: Duration::from_secs_f64(margin / 2.0).max(Duration::from_millis(1)),
             external,
-            paused_until: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// What an external backend paces at, before any margin it learns.
+    pub(super) fn paced_per_second(&self) -> f64 {
+        1.0 / self.period.as_secs_f64()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Bucket>> {
+        // Every update leaves the map whole: a poisoned lock's data is fine.
+        self.buckets.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The bucket an item with this key draws on.
@@ -141,6 +176,47 @@ impl Rate {
         match self.key {
             RateKey::All => String::new(),
             RateKey::Host => key.unwrap_or_default().to_owned(),
+        }
+    }
+
+    /// The time between tokens with `learned` more margin.
+    fn period_at(&self, learned: f64) -> Duration {
+        self.period.div_f64(1.0 - learned)
+    }
+
+    /// The burst's tolerance: how far ahead of its time a token may go.
+    fn tolerance(&self, period: Duration) -> Duration {
+        period * (self.burst - 1)
+    }
+
+    /// Takes a token of `bucket` now (`waited`: its taker waited for the
+    /// rate), or says until when to wait.
+    fn try_take(&self, bucket: &str, waited: bool) -> Result<(), Wait> {
+        let mut map = self.lock();
+        if !map.contains_key(bucket) {
+            map.insert(bucket.to_owned(), Bucket::default());
+        }
+        let Some(b) = map.get_mut(bucket) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        if let Some(p) = b.paused_until.filter(|p| *p > now) {
+            return Err(Wait::Paused(p));
+        }
+        let period = self.period_at(b.learned.at(now));
+        // A token taken late (its taker woke late) does not delay the next
+        // by as much, up to `catch_up`: the pace holds on a loaded machine.
+        let late = now.checked_sub(self.catch_up).unwrap_or(now);
+        let tat = b.tat.map_or(now, |t| t.max(late));
+        match tat.checked_sub(self.tolerance(period)) {
+            Some(at) if at > now => Err(Wait::Rate(at)),
+            _ => {
+                b.tat = Some(tat + period);
+                if waited {
+                    b.paced = Some(now);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -154,48 +230,78 @@ impl Rate {
     ) -> Result<(), LimitError> {
         let bucket = self.bucket(key);
         if let Some(backend) = &self.external {
-            let _waiting = gauge.begin_wait();
-            // The backend is the embedder's code: a panic in it is
-            // a failed try (transient), not a dead worker.
-            let asked = crate::guard::guarded_async(backend.acquire(&bucket))
+            return self.acquire_external(name, gauge, backend, &bucket).await;
+        }
+        let mut waiting = None;
+        let mut waited = false;
+        loop {
+            let at = match self.try_take(&bucket, waited) {
+                Ok(()) => break,
+                Err(Wait::Paused(at)) => at,
+                Err(Wait::Rate(at)) => {
+                    waited = true;
+                    at
+                }
+            };
+            waiting.get_or_insert_with(|| gauge.begin_wait());
+            tokio::time::sleep_until(at).await;
+        }
+        if waiting.is_none() {
+            gauge.immediate.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// A token of a bucket kept by `backend`. A token whose time came
+    /// while this process had paused the bucket (it was taken before the
+    /// pause) is not used: another is taken once the pause is over.
+    async fn acquire_external(
+        &self,
+        name: &str,
+        gauge: &Gauge,
+        backend: &Arc<dyn RateBackend>,
+        bucket: &str,
+    ) -> Result<(), LimitError> {
+        let _waiting = gauge.begin_wait();
+        loop {
+            // The backend is the embedder's code: a panic in it is a
+            // failed try (transient), not a dead worker.
+            let asked = crate::guard::guarded_async(backend.acquire(bucket))
                 .await
                 .unwrap_or_else(|text| {
                     Err(RateBackendError(format!(
                         "the rate backend panicked: {text}"
                     )))
                 });
-            return asked.map_err(|message| LimitError::Backend {
+            let waited = asked.map_err(|message| LimitError::Backend {
                 limiter: name.to_owned(),
                 message: message.to_string(),
-            });
-        }
-        let mut waiting = None;
-        loop {
-            let resume = self
-                .paused_until
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .get(&bucket)
-                .copied();
-            if let Some(at) = resume {
-                if at > tokio::time::Instant::now() {
-                    waiting.get_or_insert_with(|| gauge.begin_wait());
-                    tokio::time::sleep_until(at).await;
-                    continue;
+            })?;
+            let now = Instant::now();
+            let paused = {
+                let mut map = self.lock();
+                let b = map.entry(bucket.to_owned()).or_default();
+                if !waited.is_zero() {
+                    b.paced = Some(now);
                 }
-            }
-            match self.buckets.check_key(&bucket) {
-                Ok(()) => break,
-                Err(not_until) => {
-                    waiting.get_or_insert_with(|| gauge.begin_wait());
-                    tokio::time::sleep(not_until.wait_time_from(self.clock.now())).await
-                }
+                b.paused_until.filter(|p| *p > now)
+            };
+            match paused {
+                None => return Ok(()),
+                Some(until) => tokio::time::sleep_until(until).await,
             }
         }
-        if waiting.is_none() {
-            gauge.immediate.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
+    }
+
+    /// Pauses `b` until `delay` from `now`; when it resumes, tokens come at
+    /// the rate, not in a burst (the server's window is full again soon
+    /// enough).
+    fn pause_bucket(&self, b: &mut Bucket, now: Instant, delay: Duration) {
+        let until = now + delay;
+        let until = b.paused_until.map_or(until, |p| p.max(until));
+        b.paused_until = Some(until);
+        let resume = until + self.tolerance(self.period_at(b.learned.at(until)));
+        b.tat = Some(b.tat.map_or(resume, |t| t.max(resume)));
     }
 
     /// Hands out no token for `key` before `delay` has passed, here and,
@@ -204,20 +310,88 @@ impl Rate {
         let bucket = self.bucket(key);
         if let Some(backend) = &self.external {
             let (backend, bucket) = (Arc::clone(backend), bucket.clone());
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
+            spawn(async move {
+                if let Err(e) = backend.pause(&bucket, delay).await {
+                    tracing::warn!("cannot pause the global rate bucket {bucket:?}: {e}");
+                }
+            });
+        }
+        let mut map = self.lock();
+        let b = map.entry(bucket).or_default();
+        self.pause_bucket(b, Instant::now(), delay);
+    }
+
+    /// A request that drew on the bucket for `key` was refused (429, 503),
+    /// with the server's `Retry-After` if it gave one: the bucket pauses
+    /// for it and, when the refused request is at the bucket's own rate (a
+    /// token waited for its time within [`AT_RATE`]), widens its margin.
+    /// Whether it was at the bucket's rate.
+    pub(super) fn refused(
+        &self,
+        name: &str,
+        key: Option<&str>,
+        retry_after: Option<Duration>,
+    ) -> bool {
+        let bucket = self.bucket(key);
+        let now = Instant::now();
+        let (at_rate, widened) = {
+            let mut map = self.lock();
+            let b = map.entry(bucket.clone()).or_default();
+            if let Some(delay) = retry_after {
+                self.pause_bucket(b, now, delay);
+            }
+            let at_rate = b
+                .paced
+                .is_some_and(|t| now.saturating_duration_since(t) <= AT_RATE);
+            let widened = (at_rate && self.external.is_none())
+                .then(|| b.learned.refused(now))
+                .flatten();
+            (at_rate, widened)
+        };
+        if let Some(learned) = widened {
+            self.say_widened(name, &bucket, learned);
+        }
+        if let Some(backend) = &self.external {
+            let backend = Arc::clone(backend);
+            let (name, margin) = (name.to_owned(), self.margin);
+            spawn(async move {
+                if let Some(delay) = retry_after {
                     if let Err(e) = backend.pause(&bucket, delay).await {
                         tracing::warn!("cannot pause the global rate bucket {bucket:?}: {e}");
                     }
-                });
-            }
+                }
+                if at_rate {
+                    match backend.widen(&bucket).await {
+                        Ok(learned) => tracing::info!(
+                            limiter = %name,
+                            bucket = %bucket,
+                            "refused at its rate: the global bucket now paces {:.1}% under per_second",
+                            100.0 * (1.0 - (1.0 - margin) * (1.0 - learned))
+                        ),
+                        Err(e) => tracing::warn!(
+                            "cannot widen the global rate bucket {bucket:?}'s margin: {e}"
+                        ),
+                    }
+                }
+            });
         }
-        let until = tokio::time::Instant::now() + delay;
-        let mut map = self
-            .paused_until
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let entry = map.entry(bucket).or_insert(until);
-        *entry = (*entry).max(until);
+        at_rate
+    }
+
+    fn say_widened(&self, name: &str, bucket: &str, learned: f64) {
+        tracing::info!(
+            limiter = %name,
+            bucket = %bucket,
+            "refused at its rate: the bucket now paces {:.1}% under per_second",
+            100.0 * (1.0 - (1.0 - self.margin) * (1.0 - learned))
+        );
+    }
+}
+
+/// Runs `task` on the current runtime, if there is one (a pause or a
+/// widening told to a backend is not waited for).
+fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(task);
     }
 }

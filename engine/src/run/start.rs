@@ -107,12 +107,19 @@ pub(super) fn spawn_deadline(
 }
 
 /// One set of adaptive host gates per stage that makes requests, learnt
-/// afresh each run.
+/// afresh each run, told the fastest rate bucket the stage draws on.
 pub(super) fn adaptive_gates(pipeline: &Pipeline) -> Vec<Option<Arc<Gates>>> {
     pipeline
         .stages
         .iter()
-        .map(|s| s.adaptive.map(|a| Arc::new(Gates::new(a))))
+        .map(|s| {
+            let bucket = s
+                .limits
+                .iter()
+                .filter_map(|l| l.per_second())
+                .reduce(f64::max);
+            s.adaptive.map(|a| Arc::new(Gates::new(a, bucket)))
+        })
         .collect()
 }
 

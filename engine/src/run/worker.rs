@@ -136,7 +136,7 @@ impl Worker {
         (item.attempts, item.throttled) = (0, 0);
         loop {
             item.attempts += 1;
-            let entered = match &gate {
+            let mut entered = match &gate {
                 None => None,
                 Some((g, _)) => tokio::select! {
                     biased;
@@ -153,13 +153,24 @@ impl Worker {
                     shared.requeue(item, stage, &limiter);
                     return None;
                 }
-                Ok(Acquired::Held(held)) => (self.call(&mut item, abort).await, held),
+                Ok(Acquired::Held(held)) => {
+                    // The host's answer is timed from here: a wait for a
+                    // limiter (a rate bucket's token) is not the host's.
+                    if let Some(t) = &mut entered {
+                        t.starts_now();
+                    }
+                    (self.call(&mut item, abort).await, held)
+                }
                 Err(error) => (Err(error), Vec::new()),
             };
             let refused = matches!(&result, Err(e) if matches!(e.status, Some(429 | 503)));
             let down = matches!(&result, Err(e) if e.host_down);
+            let at_rate = match &result {
+                Err(e) if refused => self.tell_limits(&item, e),
+                _ => false,
+            };
             if let (Some(t), Some((_, host))) = (entered, &gate) {
-                self.tell_gate(t, host, &result, refused || down);
+                self.tell_gate(t, host, &result, refused || down, at_rate);
             }
             let max_throttled = self
                 .gates
@@ -182,7 +193,7 @@ impl Worker {
                 result => return Some((item, result, held)),
             };
             drop(held); // nothing is held while waiting
-            let delay = self.before_retry(&mut item, &error, throttled);
+            let delay = self.before_retry(&mut item, &error, throttled, refused);
             tracing::debug!(item = %item.id, stage, attempt = item.attempts, ?delay, "retrying: {}", redact_text(&error.message));
             tokio::select! {
                 biased;
@@ -195,18 +206,33 @@ impl Worker {
         }
     }
 
+    /// Tells the stage's rate limiters that the item's request was refused
+    /// (429, 503): they pause for its `Retry-After` and, if the request was
+    /// at a bucket's own rate, widen its margin. Whether it was.
+    fn tell_limits(&self, item: &Item, error: &StageError) -> bool {
+        let key = self.rate_key(item);
+        let mut at_rate = false;
+        for l in &self.plan.limits {
+            at_rate |= l.refused(key.as_deref(), error.retry_after);
+        }
+        at_rate
+    }
+
     /// Tells the host's gate how a try to it ended. An unreachable host
     /// pauses like a 503 (`refused`), but each try still counts: a host
-    /// that stays down fails its items.
+    /// that stays down fails its items. A refusal at a configured bucket's
+    /// rate (`at_rate`) is the bucket's to learn from, not the gate's.
     fn tell_gate(
         &self,
         entered: InFlight,
         host: &str,
         result: &Result<Outcome, StageError>,
         refused: bool,
+        at_rate: bool,
     ) {
         let answer = match result {
             Ok(_) => Answer::Ok,
+            Err(e) if at_rate => Answer::RefusedAtRate(e.retry_after),
             Err(e) if refused => Answer::Refused(e.retry_after),
             Err(_) => Answer::Other,
         };
@@ -216,12 +242,19 @@ impl Worker {
     }
 
     /// Before the item is tried again: the rate limiters pause for the
-    /// server's `Retry-After`, and the wait before the next try. A throttled
-    /// try is not a failed one: it does not count, and the host's gate holds
-    /// the next one until its pause is over.
-    fn before_retry(&self, item: &mut Item, error: &StageError, throttled: bool) -> Duration {
+    /// server's `Retry-After` (a refusal's was told them already), and the
+    /// wait before the next try. A throttled try is not a failed one: it
+    /// does not count, and the host's gate holds the next one until its
+    /// pause is over.
+    fn before_retry(
+        &self,
+        item: &mut Item,
+        error: &StageError,
+        throttled: bool,
+        refused: bool,
+    ) -> Duration {
         let key = self.rate_key(item);
-        if let Some(delay) = error.retry_after {
+        if let (Some(delay), false) = (error.retry_after, refused) {
             for l in &self.plan.limits {
                 l.pause_key(key.as_deref(), delay);
             }

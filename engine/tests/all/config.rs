@@ -177,6 +177,35 @@ fn malformed_rates_are_errors() {
         "per_second = 10\nper = \"planet\"",
     ));
     assert_problem(&e, "limits.api.per", "\"planet\"");
+    let e = errors(&with("per_second = 10", "per_second = 10\nmargin = 0.6"));
+    assert_problem(&e, "limits.api.margin", "from 0 to 0.5");
+    let e = errors(&with("per_second = 10", "per_second = 10\nmargin = -0.1"));
+    assert_problem(&e, "limits.api.margin", "-0.1");
+    let e = errors(&with("permits = 2", "permits = 2\nmargin = 0.1"));
+    assert_problem(&e, "limits.cpu.margin", "does not apply");
+}
+
+/// The `[limits.NAME]` example of docs/pipeline.md loads as it is, its
+/// `api` bucket pacing its `margin` under `per_second`, and a rate
+/// without one pacing the default 2% under it.
+#[test]
+fn the_reference_s_limits_example_loads_with_its_margin() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/pipeline.md"))
+        .expect("docs/pipeline.md");
+    let section = doc
+        .split("## `[limits.NAME]`")
+        .nth(1)
+        .expect("the limits section");
+    let example = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("its example");
+    let p = Pipeline::from_toml_str(example, &Registry::with_builtins()).unwrap();
+    let api = p.limits().get("api").expect("the example's api limiter");
+    assert_eq!((api.per_second(), api.margin()), (Some(20.0), Some(0.05)));
+    let p = Pipeline::from_toml_str(GOOD, &Registry::with_builtins()).unwrap();
+    assert_eq!(p.limits().get("api").unwrap().margin(), Some(0.02));
 }
 
 #[test]

@@ -266,7 +266,7 @@ async fn an_aborted_run_gives_every_permit_back_blocking_workers() {
 #[tokio::test(start_paused = true)]
 async fn a_token_bucket_takes_the_expected_virtual_time() {
     let burst = NonZeroU32::new(5).unwrap();
-    let rate = Limiter::rate("api", 10.0, burst, RateKey::All).unwrap();
+    let rate = Limiter::rate_with_margin("api", 10.0, burst, RateKey::All, 0.0).unwrap();
     let start = tokio::time::Instant::now();
     for _ in 0..25 {
         rate.acquire(1, None).await.unwrap();
@@ -278,7 +278,7 @@ async fn a_token_bucket_takes_the_expected_virtual_time() {
 #[tokio::test(start_paused = true)]
 async fn keyed_token_buckets_do_not_share_tokens() {
     let burst = NonZeroU32::new(4).unwrap();
-    let rate = Limiter::rate("hosts", 2.0, burst, RateKey::Host).unwrap();
+    let rate = Limiter::rate_with_margin("hosts", 2.0, burst, RateKey::Host, 0.0).unwrap();
     let start = tokio::time::Instant::now();
     for _ in 0..4 {
         rate.acquire(1, Some("a.example")).await.unwrap();
@@ -317,6 +317,7 @@ async fn a_rate_limited_stage_runs_at_the_rate() {
             r#"
         [limits.requests]
         per_second = 50
+        margin = 0
         [stages.fetch]
         kind = "hold"
         workers = 8
@@ -329,7 +330,8 @@ async fn a_rate_limited_stage_runs_at_the_rate() {
     let start = tokio::time::Instant::now();
     let report = pipeline.run().await.unwrap();
     assert_eq!(report.items.done, 101);
-    // One token at once, then 100 more at 50 per second.
+    // One token at once, then 100 more at 50 per second (`margin = 0`:
+    // exactly the rate).
     assert_eq!(start.elapsed(), Duration::from_secs(2));
 }
 
@@ -337,7 +339,7 @@ struct PanickingBackend;
 
 #[async_trait::async_trait]
 impl warpline_engine::limit::RateBackend for PanickingBackend {
-    async fn acquire(&self, _key: &str) -> Result<(), warpline_engine::RateBackendError> {
+    async fn acquire(&self, _key: &str) -> Result<Duration, warpline_engine::RateBackendError> {
         panic!("backend boom")
     }
     async fn pause(

@@ -10,6 +10,7 @@ mod config;
 mod contract;
 mod limits;
 mod live;
+mod margin;
 mod observe;
 mod per_run;
 mod retry;

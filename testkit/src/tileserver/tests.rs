@@ -163,3 +163,43 @@ async fn a_spell_of_unavailability_answers_503() {
     assert_eq!(answers.len(), 1);
     assert_eq!(answers[0].1, 503);
 }
+
+#[tokio::test]
+async fn a_strict_limit_answers_429_with_whole_seconds_and_counts_its_decisions() {
+    // Two a minute, sliding: the third request is refused, and a place
+    // frees when the first leaves the window, up to 60 s away (said in
+    // whole seconds, rounded up).
+    let faults = Faults {
+        strict: Some(Strict::SlidingWindow {
+            limit: 2,
+            window: Duration::from_secs(60),
+        }),
+        // Ignored beside a strict limit.
+        rate_limit: Some(1000.0),
+        ..Faults::default()
+    };
+    let (server, mut stream) = asked(vec![7u8; 10], faults).await;
+    assert_eq!(read_answer(&mut stream).await.0, "HTTP/1.1 200 OK");
+    let get = b"GET /tiles/a.tif HTTP/1.1\r\n\r\n";
+    stream.write_all(get).await.unwrap();
+    assert_eq!(read_answer(&mut stream).await.0, "HTTP/1.1 200 OK");
+    stream.write_all(get).await.unwrap();
+    let mut data = Vec::new();
+    while !data.windows(4).any(|w| w == b"\r\n\r\n") {
+        let mut buf = [0u8; 256];
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed before the head ended");
+        data.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&data).into_owned();
+    assert!(head.starts_with("HTTP/1.1 429 Too Many Requests"), "{head}");
+    let retry_after: u64 = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Retry-After: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a Retry-After in seconds");
+    assert!((59..=60).contains(&retry_after), "{retry_after}");
+    let counts = server.strict_counts();
+    assert_eq!((counts.accepted, counts.refused), (2, 1));
+    assert_eq!((server.served(), server.throttled()), (2, 1));
+}

@@ -2,6 +2,7 @@
 //! the process shares), and lists of limiter names resolved against them.
 
 use super::*;
+use crate::limit::DEFAULT_MARGIN;
 
 /// `[limits.NAME] shared = true`: the limiter of that name that the
 /// embedding process shares between pipelines.
@@ -18,6 +19,7 @@ pub(super) fn take_shared(
         || s.oversize.is_some()
         || s.burst.is_some()
         || s.per.is_some()
+        || s.margin.is_some()
     {
         problems.push(Problem::new(
             path,
@@ -94,6 +96,7 @@ fn count_limiter(
     misplaced(path, "oversize", s.oversize.is_some(), problems);
     misplaced(path, "burst", s.burst.is_some(), problems);
     misplaced(path, "per", s.per.is_some(), problems);
+    misplaced(path, "margin", s.margin.is_some(), problems);
     let n = permits
         .resolve()
         .map_err(|m| problems.push(Problem::new(join(path, "permits"), m.to_string())))
@@ -111,6 +114,7 @@ fn bytes_limiter(
     let b = s.budget.as_ref()?;
     misplaced(path, "burst", s.burst.is_some(), problems);
     misplaced(path, "per", s.per.is_some(), problems);
+    misplaced(path, "margin", s.margin.is_some(), problems);
     if b.0 == 0 {
         problems.push(Problem::new(
             join(path, "budget"),
@@ -121,8 +125,12 @@ fn bytes_limiter(
     Some(Limiter::bytes(name, b.0, s.oversize.unwrap_or_default()))
 }
 
+/// The most a `margin` may be: a bucket paced at half its rate is not
+/// keeping a margin, it is set wrong.
+const MAX_MARGIN: f64 = 0.5;
+
 /// `per_second = R`, one bucket for all or one per host, kept here or by
-/// the coordinator (`scope = "global"`).
+/// the coordinator (`scope = "global"`), paced `margin` under it.
 fn rate_limiter(
     path: &str,
     name: &str,
@@ -134,6 +142,16 @@ fn rate_limiter(
     misplaced(path, "oversize", s.oversize.is_some(), problems);
     let key = s.per.unwrap_or_default();
     let burst = count(&join(path, "burst"), &s.burst, 1, problems);
+    let margin = s.margin.unwrap_or(DEFAULT_MARGIN);
+    if !(0.0..=MAX_MARGIN).contains(&margin) {
+        problems.push(Problem::new(
+            join(path, "margin"),
+            format!(
+                "must be a share of `per_second` from 0 to {MAX_MARGIN} (0.02 paces 2% under it), got {margin}"
+            ),
+        ));
+        return None;
+    }
     if !(rate.is_finite() && rate > 0.0) {
         problems.push(Problem::new(
             join(path, "per_second"),
@@ -141,13 +159,14 @@ fn rate_limiter(
         ));
         return None;
     }
+    let burst = NonZeroU32::new(burst)?;
     let limiter = match s.scope.unwrap_or_default() {
-        RateScope::Local => Limiter::rate(name, rate, NonZeroU32::new(burst)?, key),
+        RateScope::Local => Limiter::rate_with_margin(name, rate, burst, key, margin),
         RateScope::Global => match global {
-            Some(factory) => {
-                let backend = factory(name, rate, burst);
-                Limiter::rate_shared_by(name, rate, NonZeroU32::new(burst)?, key, backend)
-            }
+            Some(factory) => Limiter::paced_per_second(rate, margin).and_then(|paced| {
+                let backend = factory(name, paced, burst.get());
+                Limiter::rate_shared_by(name, rate, burst, key, margin, backend)
+            }),
             None => {
                 problems.push(Problem::environment(
                     join(path, "scope"),
