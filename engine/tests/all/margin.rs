@@ -181,6 +181,7 @@ impl Source for UrlsRun {
             id: format!("t{}", self.0),
             source: format!("http://127.0.0.1:8931/t{}.tif", self.0),
             size_hint: None,
+            meta: Default::default(),
         }))
     }
 }
