@@ -291,5 +291,7 @@ fn the_reference_azure_example_runs() {
     assert_eq!(items(&report), [n, n, 0, 0], "{text}");
     let got = work.path().join("got");
     az.download("warped", &got);
-    assert_eq!(files(&got).len(), tiles.len());
+    // A COG each with its STAC item, and the run's collection.
+    assert_eq!(files(&got).len(), 2 * tiles.len() + 1);
+    assert_eq!(crate::stac::check_published(&got), tiles.len());
 }

@@ -418,5 +418,7 @@ fn the_reference_gcs_example_runs() {
     let (report, text) = server::run_with(command, work.path(), &toml, 0);
     let n = tiles.len() as u64;
     assert_eq!(items(&report), [n, n, 0, 0], "{text}");
-    assert_eq!(files(&out).len(), tiles.len());
+    // A COG each with its STAC item, and the run's collection.
+    assert_eq!(files(&out).len(), 2 * tiles.len() + 1);
+    assert_eq!(crate::stac::check_published(&out), tiles.len());
 }
