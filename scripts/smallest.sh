@@ -8,7 +8,8 @@
 # (WARPLINE_TEST_DATA, else ../shared/data/real) with gdal_translate into a
 # temporary directory: six windows of 600 x 545 px, each resampled to
 # 4000 x 3630 px, 3-band Byte, uncompressed (41.6 MiB each), and the same
-# scenes DEFLATE-compressed and tiled. Each scenario runs the release
+# scenes DEFLATE-compressed and tiled; and one scene of 10000 x 9080 px
+# (the whole of RGB.byte.tif resampled, DEFLATE, tiled). Each scenario runs the release
 # binary once under /usr/bin/time -v and prints a row: the scenario, the
 # cores the blocking stages kept busy (the report's `cpu` line), peak RSS,
 # the default budget, and plan's estimate with its error.
@@ -33,13 +34,15 @@ DATA=$(realpath "$DATA")
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$WORK/plain" "$WORK/deflate"
+mkdir -p "$WORK/plain" "$WORK/deflate" "$WORK/large"
 for i in 0 1 2 3 4 5; do
   gdal_translate -q -srcwin $((i * 30)) $((i * 25)) 600 545 -outsize 4000 3630 -r bilinear \
     "$DATA/RGB.byte.tif" "$WORK/plain/scene-$i.tif"
   gdal_translate -q -co COMPRESS=DEFLATE -co TILED=YES \
     "$WORK/plain/scene-$i.tif" "$WORK/deflate/scene-$i.tif"
 done
+gdal_translate -q -outsize 10000 9080 -r bilinear -co COMPRESS=DEFLATE -co TILED=YES \
+  "$DATA/RGB.byte.tif" "$WORK/large/scene.tif"
 
 # The pipeline over the scenes in $1, with the lines of $2 in [pipeline]
 # and $3 in each blocking stage.
@@ -99,6 +102,7 @@ run() {
 run "6 scenes, uncompressed" plain "" ""
 run "the same, \`workers = 1\` declared" plain "" "workers = 1"
 run "6 scenes, DEFLATE, tiled" deflate "" ""
+run "1 scene of 10000 x 9080, DEFLATE, tiled" large "" ""
 run "uncompressed, \`memory = \"300MiB\"\`" plain 'memory = "300MiB"' ""
 run "uncompressed, \`memory = \"unbounded\"\`" plain 'memory = "unbounded"' ""
 echo
