@@ -37,7 +37,8 @@
 //!   rate, and the rate stays (the pause, doubling, is the answer);
 //! - **back**: a limit that fell (a server under load, a shared key) often
 //!   comes back. While the limit is under 0.75 of the highest that held
-//!   (paced [`HELD`] without a refusal before it fell), every
+//!   (refused at its own pace, paced [`HELD`] without a refusal, or
+//!   measured by a climb that long), every
 //!   [`BACK_AFTER`] without a refusal the gate goes straight back to that
 //!   highest; refused, it returns to where it was (after [`MAX_BACKS`]
 //!   such refusals in a row the old limit is forgotten); unrefused for
@@ -96,7 +97,8 @@ pub(super) struct Rate {
     limit: f64,
     /// The margin learnt from refusals at the gate's own pace.
     learned: Learned,
-    /// The highest limit that held (see [`HELD`]).
+    /// The highest limit that held: refused at the gate's own pace, paced
+    /// [`HELD`] without a refusal, or measured by a climb that long.
     high: f64,
     /// When the limit was last measured (a refusal at its own pace leaves
     /// it as it was: it held).
@@ -211,7 +213,8 @@ impl Rate {
             self.per_s = Some(self.steady(now));
             return;
         }
-        if self.mode == Mode::Steady && !self.climbing && now - self.set_at >= HELD {
+        let held = self.mode == Mode::Steady && now - self.set_at >= HELD;
+        if held && !self.climbing {
             // A limit that held, refused: the one to go back to if it fell.
             self.high = self.high.max(self.limit);
         }
@@ -260,14 +263,19 @@ impl Rate {
             self.climbing = true;
             self.set_at = now;
         } else if steady && !self.climbing && !soon && got as f64 >= 0.9 * pace {
-            // Refused at its own pace: the limit holds, the margin was too
-            // thin.
+            // Refused at its own pace: the limit holds (one to go back to if
+            // it falls), the margin was too thin.
             self.learned.refused(now);
+            self.high = self.high.max(self.limit);
         } else {
             // Measured: what the server let through in the last second
             // (a probe's, a ramp's, a climb's, or a limit that fell). A
             // probe that rose through the limit within that second let
             // through less than the limit: it climbs until refused.
+            if held && self.climbing {
+                // A climb that went that long measured a limit that held.
+                self.high = self.high.max(got as f64);
+            }
             self.climbing = !steady;
             self.limit = got as f64;
             self.set_at = now;
