@@ -3,9 +3,9 @@
 //! At a refusal the server has just let through as many as it allows: a
 //! strict server (a sliding window, a fixed window, a token bucket) has
 //! accepted its limit within the last second. So the gate counts the
-//! successes of the last second and takes that count (plus one) as the
-//! host's **limit**, and paces [`BASE_MARGIN`] under it, less a margin it
-//! learns as a rate bucket does (`limit/margin.rs`): a refusal at that pace
+//! successes of the last second and takes that count as the host's
+//! **limit**, and paces [`BASE_MARGIN`] under it, less a margin it learns
+//! as a rate bucket does (`limit/margin.rs`): a refusal at that pace
 //! (jitter put one request too many in a window) widens the margin, which
 //! is kept, then narrows after a quiet spell. So refusals stop instead of
 //! coming back each time the rate creeps over the limit.
@@ -14,11 +14,18 @@
 //!
 //! - **probe**: at the first refusal, what got through in the last second,
 //!   less the base margin, doubled each second (+1 per success) until the
-//!   next refusal measures the limit;
-//! - **steady**: the limit less the margins. A refusal sets the limit to
-//!   what got through in the last second plus one (never above the limit
-//!   it had: a refusal at the gate's own pace says the margin was too
-//!   thin, not that the limit is higher) and widens the learnt margin;
+//!   next refusal measures the limit (one within half a second of the
+//!   pause's end is far over, below);
+//! - **climbing**: a limit a probe or a ramp measured may be low (they rose
+//!   through it within that second): it rises [`CLIMB`] a second until a
+//!   refusal measures it at the gate's pace;
+//! - **steady**: the limit less the margins, held. A refusal at that pace
+//!   with the pace's worth got through keeps the limit and widens the
+//!   margin; with clearly less got through (or soon after a pause) the
+//!   limit fell, and becomes what got through. Refusals within [`QUICK`]
+//!   of each other cut the limit to [`QUICK_CUT`] of what got through: the
+//!   measure was too high (a fixed window lets up to twice its limit
+//!   through in a second across its edge);
 //! - **far over**: a refusal soon after a pause's end (under a second) with
 //!   fewer than half the rate's worth got through says the rate is far
 //!   above the limit: the rate becomes what got through, at least
@@ -30,7 +37,8 @@
 //!   rate, and the rate stays (the pause, doubling, is the answer);
 //! - **back**: a limit that fell (a server under load, a shared key) often
 //!   comes back. While the limit is under 0.75 of the highest that held
-//!   (paced [`HELD`] without a refusal before it fell), every
+//!   (refused at its own pace, paced [`HELD`] without a refusal, or
+//!   measured by a climb that long), every
 //!   [`BACK_AFTER`] without a refusal the gate goes straight back to that
 //!   highest; refused, it returns to where it was (after [`MAX_BACKS`]
 //!   such refusals in a row the old limit is forgotten); unrefused for
@@ -89,7 +97,8 @@ pub(super) struct Rate {
     limit: f64,
     /// The margin learnt from refusals at the gate's own pace.
     learned: Learned,
-    /// The highest limit that held (see [`HELD`]).
+    /// The highest limit that held: refused at the gate's own pace, paced
+    /// [`HELD`] without a refusal, or measured by a climb that long.
     high: f64,
     /// When the limit was last measured (a refusal at its own pace leaves
     /// it as it was: it held).
@@ -204,7 +213,8 @@ impl Rate {
             self.per_s = Some(self.steady(now));
             return;
         }
-        if self.mode == Mode::Steady && !self.climbing && now - self.set_at >= HELD {
+        let held = self.mode == Mode::Steady && now - self.set_at >= HELD;
+        if held && !self.climbing {
             // A limit that held, refused: the one to go back to if it fell.
             self.high = self.high.max(self.limit);
         }
@@ -214,7 +224,16 @@ impl Rate {
             // answer, the rate stays.
             return;
         }
-        if got < 2 || (soon && (got as f64) < 0.5 * r) {
+        let far = if self.mode == Mode::Probe {
+            // A probe's refusal measures the limit, unless it came within
+            // half a second of the pause's end: the probe rose through the
+            // limit too fast to count it, and ramps up from there instead.
+            now - from < WINDOW / 2
+        } else {
+            // Fewer than half the rate's worth got through since the pause.
+            soon && (got as f64) < 0.5 * r
+        };
+        if got < 2 || far {
             // A rate limit of a few a second is not cut: refusals there are
             // as often not about the rate at all.
             if r * FAR_OVER < 1.0 {
@@ -244,14 +263,19 @@ impl Rate {
             self.climbing = true;
             self.set_at = now;
         } else if steady && !self.climbing && !soon && got as f64 >= 0.9 * pace {
-            // Refused at its own pace: the limit holds, the margin was too
-            // thin.
+            // Refused at its own pace: the limit holds (one to go back to if
+            // it falls), the margin was too thin.
             self.learned.refused(now);
+            self.high = self.high.max(self.limit);
         } else {
             // Measured: what the server let through in the last second
             // (a probe's, a ramp's, a climb's, or a limit that fell). A
             // probe that rose through the limit within that second let
             // through less than the limit: it climbs until refused.
+            if held && self.climbing {
+                // A climb that went that long measured a limit that held.
+                self.high = self.high.max(got as f64);
+            }
             self.climbing = !steady;
             self.limit = got as f64;
             self.set_at = now;

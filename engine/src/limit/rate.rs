@@ -124,8 +124,9 @@ pub(super) struct Rate {
     pub(super) margin: f64,
     /// The time between tokens at `margin`.
     period: Duration,
-    /// How late a token may be taken and still not delay the next: half
-    /// the margin's share of a second, at least the timer's millisecond.
+    /// How late a token may be taken and still not delay the next: a
+    /// quarter of the margin's share of a second (the rest is for the
+    /// network's jitter), at least the timer's millisecond.
     catch_up: Duration,
     /// Kept elsewhere (`scope = "global"`) instead of in `buckets`.
     external: Option<Arc<dyn RateBackend>>,
@@ -155,7 +156,7 @@ impl Rate {
             key,
             margin,
             period,
-            catch_up: Duration::from_secs_f64(margin / 2.0).max(Duration::from_millis(1)),
+            catch_up: Duration::from_secs_f64(margin / 4.0).max(Duration::from_millis(1)),
             external,
             buckets: Mutex::new(HashMap::new()),
         })
