@@ -214,6 +214,13 @@ impl Plan {
     /// files are read, no stage that reaches the network or writes is
     /// run.
     pub async fn sized(mut self, p: &Pipeline, inputs: usize) -> Self {
+        // What this process holds before it reads an input: the binary
+        // and its GDAL, as the run will hold them.
+        let resident = self
+            .gdal_cache_bytes
+            .is_some()
+            .then(memory::resident_with_gdal)
+            .flatten();
         let sizing = match p.size_first(inputs).await {
             Ok(s) => s,
             Err(e) => {
@@ -234,7 +241,7 @@ impl Plan {
             .collect();
         self.memory = self
             .memory
-            .estimated(p, &sizing, self.gdal_cache_bytes, &grows);
+            .estimated(p, &sizing, self.gdal_cache_bytes, resident, &grows);
         if let Some(e) = &self.memory.estimate {
             self.estimated_peak_memory_bytes = Some(e.peak_bytes);
         }

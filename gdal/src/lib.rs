@@ -63,7 +63,7 @@ pub mod watch;
 
 pub use accel::{warp_path, WarpPath};
 pub(crate) use copy::flush;
-pub use copy::{create_copy, creation_option_list, driver_exists};
+pub use copy::{create_copy, creation_option_list, driver_exists, new_path_option};
 pub use crs::{crs_name, crs_to_wkt, CrsError, CrsName};
 pub use files::MemDir;
 pub use footprint::{extent_to_4326, GeoBounds};

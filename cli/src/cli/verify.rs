@@ -57,6 +57,12 @@ pub(super) fn verify(args: &VerifyArgs<'_>) -> anyhow::Result<u8> {
         );
     }
     let chosen = sample(&outputs, args.sample);
+    let versions = args.gdalwarp.then(GdalVersions::now);
+    if let (Some(note), Format::Text) =
+        (versions.as_ref().and_then(GdalVersions::note), args.format)
+    {
+        say!("{note}");
+    }
     let rt = runtime()?;
     let mut verdicts = Vec::with_capacity(chosen.len());
     for output in chosen {
@@ -87,6 +93,7 @@ pub(super) fn verify(args: &VerifyArgs<'_>) -> anyhow::Result<u8> {
                 "identical": same,
                 "different": different,
                 "not_rederivable": not,
+                "gdalwarp_note": versions.as_ref().and_then(GdalVersions::note),
             })
         ),
     }
@@ -297,6 +304,44 @@ async fn by_warpline(record: &Value, dir: &Path) -> Result<PathBuf, NotRederivab
         }
     }
     Ok(made)
+}
+
+/// The GDAL warpline runs and the one of the `gdalwarp` on the PATH: the
+/// same options can give outputs that differ in their last bits between
+/// GDAL versions (a pixel size one unit in the last place apart), which
+/// `--gdalwarp` then reports as different.
+struct GdalVersions {
+    linked: String,
+    gdalwarp: Option<String>,
+}
+
+impl GdalVersions {
+    fn now() -> Self {
+        // `gdalwarp --version` says "GDAL 3.6.2, released 2023/01/02".
+        let gdalwarp = std::process::Command::new("gdalwarp")
+            .arg("--version")
+            .output()
+            .ok()
+            .and_then(|o| {
+                let text = String::from_utf8_lossy(&o.stdout).into_owned();
+                let version = text.strip_prefix("GDAL ")?.split([',', ' ']).next()?;
+                Some(version.trim().to_owned())
+            });
+        GdalVersions {
+            linked: warpline_gdal::versions().gdal.to_string(),
+            gdalwarp,
+        }
+    }
+
+    /// What to say when the two differ.
+    fn note(&self) -> Option<String> {
+        let other = self.gdalwarp.as_deref().filter(|v| *v != self.linked)?;
+        Some(format!(
+            "note: the gdalwarp on the PATH is GDAL {other}, warpline runs GDAL {}: \
+             outputs can differ between GDAL versions in their last bits",
+            self.linked
+        ))
+    }
 }
 
 /// Runs the recorded options' gdalwarp command into `dir`.

@@ -34,13 +34,28 @@ pub(crate) const BASE_MEMORY_GDAL: u64 = 96 << 20;
 /// 42 MiB with 8 MiB of budget in use).
 pub(crate) const PROCESS_ESTIMATE: u64 = 32 << 20;
 
-/// The same with GDAL: its libraries and state, 70-75 MiB before any item
-/// (docs/design/memory-budget.md). The free pages the heap keeps beside a
-/// full budget are not counted: with the items' charges (which count each
-/// warp's chunk buffers at `warp_memory`, and keep them charged until the
-/// item ends) the estimate came within 11% of measured peaks
-/// (docs/performance.md, "The smallest pipeline").
+/// The same with GDAL, where the system does not say what the process
+/// holds (see [`resident_with_gdal`]): Debian's GDAL 3.6 and its libraries
+/// are 70-75 MiB before any item (docs/design/memory-budget.md). The free
+/// pages the heap keeps beside a full budget are not counted: with the
+/// items' charges (which count each warp's chunk buffers at
+/// `warp_memory`, and keep them charged until the item ends) the estimate
+/// came within 11% of measured peaks (docs/performance.md, "The smallest
+/// pipeline").
 pub(crate) const PROCESS_ESTIMATE_GDAL: u64 = 75 << 20;
+
+/// What this process holds now (Linux's `VmRSS`) with GDAL's drivers
+/// registered: the run's binary and GDAL as they will be before any item.
+/// It depends on the GDAL build: 72 MiB with Debian's GDAL 3.6 and every
+/// library its drivers link, 45 MiB with a `bundled` GDAL 3.12 of a few
+/// drivers.
+pub(crate) fn resident_with_gdal() -> Option<u64> {
+    warpline_gdal::init();
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
 
 /// How many inputs `plan` sizes unless told (`--sample`).
 pub const DEFAULT_SAMPLE: usize = 8;
@@ -114,6 +129,7 @@ impl PlannedMemory {
         p: &Pipeline,
         sizing: &Sizing,
         gdal_cache: Option<u64>,
+        resident: Option<u64>,
         grows: &[bool],
     ) -> Self {
         if let Some(why) = not_sized(p, sizing, grows) {
@@ -136,7 +152,7 @@ impl PlannedMemory {
         };
         let cache = gdal_cache.map_or(0, |c| c.min(model.warping));
         let process = if gdal_cache.is_some() {
-            PROCESS_ESTIMATE_GDAL
+            resident.unwrap_or(PROCESS_ESTIMATE_GDAL)
         } else {
             PROCESS_ESTIMATE
         };

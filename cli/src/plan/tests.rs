@@ -2,7 +2,7 @@
 //! memory bound (or that there is none, and how to have one), and the
 //! estimate from the first inputs.
 
-use super::memory::{BASE_MEMORY, BASE_MEMORY_GDAL, PROCESS_ESTIMATE_GDAL};
+use super::memory::{BASE_MEMORY, BASE_MEMORY_GDAL};
 use super::*;
 use warpline_engine::machine::{CgroupLimit, Machine};
 use warpline_engine::Loader;
@@ -190,7 +190,14 @@ async fn the_estimate_sizes_local_inputs_with_the_stages_own_charges() {
         .as_ref()
         .expect("local inputs are sized");
     assert_eq!((e.inputs_sized, e.inputs_total), (6, Some(6)));
-    assert_eq!(e.process_bytes, PROCESS_ESTIMATE_GDAL);
+    // What this test process held with GDAL loaded (Linux says), not the
+    // constant for systems that do not say.
+    let now = super::memory::resident_with_gdal().expect("Linux says VmRSS");
+    assert!(e.process_bytes > 8 << 20, "{e:?}");
+    assert!(
+        e.process_bytes <= now * 2 && now <= e.process_bytes * 2,
+        "{e:?}"
+    );
     // Two warping (a 256 px RGB tile, its output and the chunk buffers),
     // four waiting with their bytes.
     assert!(e.how.starts_with("2 in `reproject` at "), "{}", e.how);

@@ -123,9 +123,8 @@ impl Write {
     /// Writes `raster` to `tmp` with GDAL; GDAL's last message on failure.
     fn create_copy(&self, raster: &Raster, tmp: &Path) -> Result<(), String> {
         let mut options = self.creation_options(raster);
-        // The temporary name is new: CreateCopy need not look for an
-        // existing dataset there to delete (it asks every driver: ~0.35 ms).
-        options.push("QUIET_DELETE_ON_CREATE_COPY=NO".to_owned());
+        // The temporary name is new: nothing there to delete first.
+        options.push(warpline_gdal::new_path_option().to_owned());
         warpline_gdal::create_copy(&self.driver, raster, tmp, &options).map_err(|e| e.to_string())
     }
 }
