@@ -149,6 +149,12 @@ pub(super) async fn complete_if_absent(
                 e @ (object_store::Error::AlreadyExists { .. }
                 | object_store::Error::Precondition { .. }),
             ) => e,
+            // Azure drops the blocks staged for a blob when another upload
+            // of it commits its list: the blob there is the other's.
+            Err(e) if s3_code(&super::chain(&e)) == Some("InvalidBlockList") => {
+                tries = REFUSED_TRIES;
+                e
+            }
             Err(e) => return Err(not_taken(shown, &e)),
         };
         match store.head(path).await {
@@ -156,9 +162,8 @@ pub(super) async fn complete_if_absent(
             Err(object_store::Error::NotFound { .. }) if tries < REFUSED_TRIES => continue,
             Err(object_store::Error::NotFound { .. }) => {
                 return Err(StageError::transient(format!(
-                    "{shown}: the store refused to create it {tries} times, but no object is \
-                     there: {}",
-                    stage_error(shown, &refusal).message
+                    "{shown}: the store refused to create it, yet no object is there: {}",
+                    super::chain(&refusal)
                 )))
             }
             Err(e) => return Err(stage_error(shown, &e)),
