@@ -131,7 +131,7 @@ fn two_writers_of_one_item_leave_one_blob_and_both_count_it_done() {
     let _serial = serial();
     let Some(az) = azure("clobber") else { return };
     // The blob appears when its block list is committed.
-    crate::s3::clobber::two_writers(&az, b"comp=blocklist");
+    crate::s3::clobber::two_writers(&az, b"comp=blocklist", true);
 }
 
 /// What warpline's uploads rely on (docs/pipeline.md, "Object stores"):

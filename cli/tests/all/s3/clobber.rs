@@ -17,13 +17,53 @@ fn two_writers_of_one_item_leave_one_object_and_both_count_it_done() {
     let Some(s3) = s3("clobber") else { return };
     // S3 completes an upload with `POST KEY?uploadId=ID` (its parts are
     // `?partNumber=N&uploadId=ID`).
-    two_writers(&s3, b"?uploadId=");
+    two_writers(&s3, b"?uploadId=", true);
+}
+
+/// `conditional_create = false` completes as before the condition was
+/// sent: the second writer's object replaces the first's (with its own
+/// item), for a server that refuses the header.
+#[test]
+fn without_conditional_create_the_second_writer_replaces_the_first() {
+    let _serial = super::server::serial();
+    let Some(s3) = s3("clobber-off") else { return };
+    two_writers(&s3, b"?uploadId=", false);
+}
+
+/// `conditional_create` is an object store's: with a local `dir` it is a
+/// configuration error naming the key.
+#[test]
+fn conditional_create_with_a_local_dir_is_refused() {
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("pipeline.toml");
+    let write = "dir = \"out\"\nconditional_create = false";
+    let toml = super::server::pipeline("kind = \"inline\"\ninputs = [\"a.tif\"]", write, "");
+    std::fs::write(&file, toml).unwrap();
+    let out = super::server::warpline()
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = crate::binary::said(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("conditional_create") && text.contains("only with dir = \"s3://"),
+        "{text}"
+    );
 }
 
 /// The pipeline of one worker: the tile `input` to `s3`'s `out/` as a COG
 /// with its STAC item, compressed with `compress` (the two workers' bytes
-/// differ, so whose object stands is seen), through `endpoint`.
-fn worker(s3: &S3, input: &Path, staging: &Path, compress: &str, endpoint: &str) -> String {
+/// differ, so whose object stands is seen), through `endpoint`, with
+/// `conditional_create`.
+fn worker(
+    s3: &S3,
+    input: &Path,
+    staging: &Path,
+    compress: &str,
+    endpoint: &str,
+    conditional: bool,
+) -> String {
     format!(
         r#"
 [pipeline]
@@ -42,6 +82,7 @@ creation_options = {{ COMPRESS = "{compress}" }}
 dir = "{dir}"
 endpoint = "{endpoint}"
 staging = "{staging}"
+conditional_create = {conditional}
 "#,
         inputs = common::toml_list(&[input.display().to_string()]),
         dir = s3.url("out"),
@@ -52,8 +93,9 @@ staging = "{staging}"
 /// Worker B passes the `exists` check and sends its parts, its completion
 /// (`complete_request` in the request line) held by a proxy; worker A then
 /// writes the same item whole; B's completion is let through. The order
-/// is the reclaim's: each finished the item, A completed first.
-pub(crate) fn two_writers(s3: &S3, complete_request: &'static [u8]) {
+/// is the reclaim's: each finished the item, A completed first. Without
+/// `conditional` (both workers), B's object replaces A's.
+pub(crate) fn two_writers(s3: &S3, complete_request: &'static [u8], conditional: bool) {
     let work = tempfile::tempdir().unwrap();
     let tile = common::sample_files(&work.path().join("tiles"), 1, 64).remove(0);
     let stem = tile.file_stem().unwrap().to_string_lossy().into_owned();
@@ -63,7 +105,14 @@ pub(crate) fn two_writers(s3: &S3, complete_request: &'static [u8]) {
     ));
     let dir_b = work.path().join("b");
     std::fs::create_dir_all(&dir_b).unwrap();
-    let toml_b = worker(s3, &tile, &dir_b.join("staging"), "NONE", &proxy);
+    let toml_b = worker(
+        s3,
+        &tile,
+        &dir_b.join("staging"),
+        "NONE",
+        &proxy,
+        conditional,
+    );
     std::fs::write(dir_b.join("pipeline.toml"), &toml_b).unwrap();
     let mut b = s3
         .warpline(&s3.secret)
@@ -84,7 +133,14 @@ pub(crate) fn two_writers(s3: &S3, complete_request: &'static [u8]) {
     }
     let dir_a = work.path().join("a");
     std::fs::create_dir_all(&dir_a).unwrap();
-    let toml_a = worker(s3, &tile, &dir_a.join("staging"), "DEFLATE", &s3.endpoint);
+    let toml_a = worker(
+        s3,
+        &tile,
+        &dir_a.join("staging"),
+        "DEFLATE",
+        &s3.endpoint,
+        conditional,
+    );
     let (report, text) = s3.run(&dir_a, &toml_a, &s3.secret, 0);
     assert_eq!(items(&report), [1, 1, 0, 0], "A: {text}");
     let object = format!("out/{stem}.tif");
@@ -92,11 +148,7 @@ pub(crate) fn two_writers(s3: &S3, complete_request: &'static [u8]) {
 
     gate.open();
     let out = b.take().wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = crate::binary::said(&out);
     assert_eq!(out.status.code(), Some(0), "B: {text}");
     let report = common::read_json(dir_b.join("report.json"));
     assert_eq!(items(&report), [1, 1, 0, 0], "B counts it done: {text}");
@@ -112,8 +164,8 @@ pub(crate) fn two_writers(s3: &S3, complete_request: &'static [u8]) {
     );
     let object_now = s3.get(&object);
     assert!(
-        object_now == a_bytes,
-        "B replaced A's object ({} bytes, A's {})",
+        (object_now == a_bytes) == conditional,
+        "conditional_create = {conditional}: the object's {} bytes, A's {}",
         object_now.len(),
         a_bytes.len()
     );
