@@ -30,6 +30,43 @@ fn without_conditional_create_the_second_writer_replaces_the_first() {
     two_writers(&s3, b"?uploadId=", false);
 }
 
+/// The `conditional_create = false` example of docs/pipeline.md, with this
+/// server and bucket: it writes every output, and a rerun skips them.
+#[test]
+fn the_reference_example_without_conditional_create_runs() {
+    let _serial = super::server::serial();
+    let Some(s3) = s3("clobber-docs") else { return };
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/pipeline.md"))
+            .unwrap();
+    let start = doc
+        .find("```toml\n[pipeline]\nflow = [\"fetch\", \"decode\", \"write\"]\n\n[source]\nkind = \"glob\"\npattern = \"s3://my-bucket/scenes/")
+        .expect("the conditional_create example in docs/pipeline.md");
+    let block = &doc[start + "```toml\n".len()..];
+    let block = &block[..block.find("```").unwrap()];
+    assert!(block.contains("\nconditional_create = false\n"), "{block}");
+    let toml = block
+        .replace("http://127.0.0.1:9000", &s3.endpoint)
+        .replace("s3://my-bucket/scenes", &s3.url("scenes"))
+        .replace("s3://my-bucket/copies", &s3.url("copies"));
+    assert!(!toml.contains("my-bucket"), "{toml}");
+    let work = tempfile::tempdir().unwrap();
+    let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
+    let mut names = Vec::new();
+    for t in &tiles {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        s3.put(&format!("scenes/{name}"), std::fs::read(t).unwrap());
+        names.push(name);
+    }
+    names.sort();
+    let n = tiles.len() as u64;
+    let (report, text) = s3.run(work.path(), &toml, &s3.secret, 0);
+    assert_eq!(items(&report), [n, n, 0, 0], "{text}");
+    assert_eq!(s3.list("copies"), names);
+    let (report, text) = s3.run(work.path(), &toml, &s3.secret, 0);
+    assert_eq!(items(&report), [n, 0, n, 0], "{text}");
+}
+
 /// `conditional_create` is an object store's: with a local `dir` it is a
 /// configuration error naming the key.
 #[test]
