@@ -12,7 +12,10 @@
 //! - `dir = "s3://BUCKET/PREFIX"` or `"az://CONTAINER/PREFIX"` uploads each output (see
 //!   [`crate::store`]): the file is written as above in a local staging
 //!   directory (`staging`), then sent with a multipart upload, so the object
-//!   appears only when complete; `exists` asks with a HEAD request.
+//!   appears only when complete; `exists` asks with a HEAD request. An
+//!   output that was not there is created only if it still is not
+//!   (`conditional_create`): another writer's is never replaced, and
+//!   counts done once complete (`make`).
 //!   `gs://` is read, not written (see `store::Scheme::writes`).
 //! - BIGTIFF is chosen from the uncompressed size (GDAL's `IF_NEEDED`
 //!   cannot know the compressed size); INTERLEAVE is passed explicitly.
