@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::atomic::Ordering;
 
 use sha2::{Digest, Sha256};
 
@@ -90,17 +91,10 @@ fn conditional_create_with_a_local_dir_is_refused() {
 }
 
 /// The pipeline of one worker: the tile `input` to `s3`'s `out/` as a COG
-/// with its STAC item, compressed with `compress` (the two workers' bytes
-/// differ, so whose object stands is seen), through `endpoint`, with
-/// `conditional_create`.
-fn worker(
-    s3: &S3,
-    input: &Path,
-    staging: &Path,
-    compress: &str,
-    endpoint: &str,
-    conditional: bool,
-) -> String {
+/// (with its STAC item unless `extra` says `stac = false`), compressed
+/// with `compress` (the two workers' bytes differ, so whose object stands
+/// is seen), through `endpoint`; `extra` ends the write stage.
+fn worker(s3: &S3, input: &Path, compress: &str, endpoint: &str, extra: &str) -> String {
     format!(
         r#"
 [pipeline]
@@ -118,13 +112,48 @@ format = "COG"
 creation_options = {{ COMPRESS = "{compress}" }}
 dir = "{dir}"
 endpoint = "{endpoint}"
-staging = "{staging}"
-conditional_create = {conditional}
+staging = "staging"
+{extra}
 "#,
         inputs = common::toml_list(&[input.display().to_string()]),
         dir = s3.url("out"),
-        staging = staging.display(),
     )
+}
+
+/// A worker's run of `toml`, in a folder `dir` of its own, started.
+fn start(s3: &S3, dir: &Path, toml: &str) -> Killed {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("pipeline.toml"), toml).unwrap();
+    let child = s3
+        .warpline(&s3.secret)
+        .current_dir(dir)
+        .args(["run", "pipeline.toml", "--report", "report.json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Killed(Some(child))
+}
+
+/// Until `came` (a proxy's count) is not 0, while `run` runs: at most 60 s.
+fn until_it_came(run: &mut Killed, came: impl Fn() -> usize, what: &str) {
+    let mut polls = 0;
+    while came() == 0 {
+        assert!(polls < 1200, "{what} did not come in 60 s");
+        let ended = run.running().try_wait().unwrap();
+        assert!(ended.is_none(), "the run ended before {what} came");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        polls += 1;
+    }
+}
+
+/// The run's end: its report, and what it said; its exit code must be
+/// `code`.
+fn finish(mut run: Killed, dir: &Path, code: i32) -> (serde_json::Value, String) {
+    let out = run.take().wait_with_output().unwrap();
+    let text = crate::binary::said(&out);
+    assert_eq!(out.status.code(), Some(code), "{text}");
+    (common::read_json(dir.join("report.json")), text)
 }
 
 /// Worker B passes the `exists` check and sends its parts, its completion
@@ -140,54 +169,20 @@ pub(crate) fn two_writers(s3: &S3, complete_request: &'static [u8], conditional:
         &s3.endpoint,
         complete_request,
     ));
+    let extra = format!("conditional_create = {conditional}");
     let dir_b = work.path().join("b");
-    std::fs::create_dir_all(&dir_b).unwrap();
-    let toml_b = worker(
-        s3,
-        &tile,
-        &dir_b.join("staging"),
-        "NONE",
-        &proxy,
-        conditional,
-    );
-    std::fs::write(dir_b.join("pipeline.toml"), &toml_b).unwrap();
-    let mut b = s3
-        .warpline(&s3.secret)
-        .current_dir(&dir_b)
-        .args(["run", "pipeline.toml", "--report", "report.json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map(|c| Killed(Some(c)))
-        .unwrap();
-    // Until B's completion is held: at most 60 s.
-    let mut polls = 0;
-    while gate.came() == 0 {
-        assert!(polls < 1200, "B sent no completion in 60 s");
-        assert!(b.running().try_wait().unwrap().is_none(), "B ended first");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        polls += 1;
-    }
+    let mut b = start(s3, &dir_b, &worker(s3, &tile, "NONE", &proxy, &extra));
+    until_it_came(&mut b, || gate.came(), "B's completion");
     let dir_a = work.path().join("a");
     std::fs::create_dir_all(&dir_a).unwrap();
-    let toml_a = worker(
-        s3,
-        &tile,
-        &dir_a.join("staging"),
-        "DEFLATE",
-        &s3.endpoint,
-        conditional,
-    );
+    let toml_a = worker(s3, &tile, "DEFLATE", &s3.endpoint, &extra);
     let (report, text) = s3.run(&dir_a, &toml_a, &s3.secret, 0);
     assert_eq!(items(&report), [1, 1, 0, 0], "A: {text}");
     let object = format!("out/{stem}.tif");
     let a_bytes = s3.get(&object);
 
     gate.open();
-    let out = b.take().wait_with_output().unwrap();
-    let text = crate::binary::said(&out);
-    assert_eq!(out.status.code(), Some(0), "B: {text}");
-    let report = common::read_json(dir_b.join("report.json"));
+    let (report, text) = finish(b, &dir_b, 0);
     assert_eq!(items(&report), [1, 1, 0, 0], "B counts it done: {text}");
 
     assert_eq!(
@@ -215,6 +210,65 @@ pub(crate) fn two_writers(s3: &S3, complete_request: &'static [u8], conditional:
         asset["file:checksum"],
         checksum.as_str(),
         "the item is the object's"
+    );
+}
+
+/// A refused writer counts another's output done only once it is
+/// complete: A writes the object without a STAC item (`stac = false`), B
+/// (with `stac`) is refused and waits for the item; the object is removed
+/// meanwhile (as a writer that cannot publish its item removes its
+/// output). B fails the item, saying so, and does not take the name
+/// after all.
+#[test]
+fn a_refused_writer_does_not_count_an_output_removed_before_its_item() {
+    let _serial = super::server::serial();
+    let Some(s3) = s3("clobber-gone") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let tile = common::sample_files(&work.path().join("tiles"), 1, 64).remove(0);
+    let stem = tile.file_stem().unwrap().to_string_lossy().into_owned();
+    assert_eq!(stem, "utm18n-000", "the needle below names its item");
+    // B -> a proxy counting the requests for the item -> a proxy holding
+    // B's completion -> the server.
+    let (gated, gate) = s3
+        .rt
+        .block_on(warpline_testkit::gated_proxy(&s3.endpoint, b"?uploadId="));
+    let (proxy, item_asked) = s3.rt.block_on(warpline_testkit::watching_proxy(
+        &gated,
+        b"/out/utm18n-000.json HTTP/1.1",
+        warpline_testkit::OnNeedle::Count,
+    ));
+    let dir_b = work.path().join("b");
+    let mut b = start(&s3, &dir_b, &worker(&s3, &tile, "NONE", &proxy, ""));
+    until_it_came(&mut b, || gate.came(), "B's completion");
+    let dir_a = work.path().join("a");
+    std::fs::create_dir_all(&dir_a).unwrap();
+    let toml_a = worker(&s3, &tile, "DEFLATE", &s3.endpoint, "stac = false");
+    let (report, text) = s3.run(&dir_a, &toml_a, &s3.secret, 0);
+    assert_eq!(items(&report), [1, 1, 0, 0], "A: {text}");
+    assert_eq!(s3.list("out"), [format!("{stem}.tif")], "A wrote no item");
+
+    let asked = item_asked.load(Ordering::SeqCst);
+    assert_eq!(asked, 0, "B looked for the item before it was refused");
+    gate.open();
+    // B was refused, saw A's object, and looks for its item.
+    until_it_came(
+        &mut b,
+        || item_asked.load(Ordering::SeqCst),
+        "B's HEAD of the item",
+    );
+    s3.delete(&format!("out/{stem}.tif"));
+    let (report, text) = finish(b, &dir_b, 3);
+    assert_eq!(items(&report), [1, 0, 0, 1], "{text}");
+    let failure = &report["failures"][0];
+    let message = failure["message"].as_str().unwrap();
+    assert!(
+        message.contains("was created by another writer first, then removed before its STAC item"),
+        "{message}"
+    );
+    assert_eq!(failure["kind"], "transient", "{failure}");
+    assert!(
+        !s3.list("out").contains(&format!("{stem}.tif")),
+        "B took the name after all"
     );
 }
 

@@ -128,6 +128,12 @@ impl S3 {
         bytes.unwrap_or_else(|e| panic!("{name}: {e}")).to_vec()
     }
 
+    /// Removes the object `name`.
+    pub fn delete(&self, name: &str) {
+        let path = ObjectPath::from(self.key_of(name));
+        self.rt.block_on(self.store.delete(&path)).unwrap();
+    }
+
     /// The keys under `name/`, relative to it.
     pub fn list(&self, name: &str) -> Vec<String> {
         use futures::TryStreamExt;
