@@ -12,7 +12,10 @@
 //! - `dir = "s3://BUCKET/PREFIX"` or `"az://CONTAINER/PREFIX"` uploads each output (see
 //!   [`crate::store`]): the file is written as above in a local staging
 //!   directory (`staging`), then sent with a multipart upload, so the object
-//!   appears only when complete; `exists` asks with a HEAD request.
+//!   appears only when complete; `exists` asks with a HEAD request. An
+//!   output that was not there is created only if it still is not
+//!   (`conditional_create`): another writer's is never replaced, and
+//!   counts done once complete (`make`).
 //!   `gs://` is read, not written (see `store::Scheme::writes`).
 //! - BIGTIFF is chosen from the uncompressed size (GDAL's `IF_NEEDED`
 //!   cannot know the compressed size); INTERLEAVE is passed explicitly.
@@ -32,7 +35,7 @@ use warpline_gdal::{init, Raster};
 
 use crate::ids::file_name_id;
 use crate::space::{failed, io_full, SpaceWatch};
-use crate::store::Output;
+use crate::store::{Output, Put};
 use crate::temps::{temporary_name, Sweeper};
 
 mod claims;
@@ -104,6 +107,7 @@ struct WriteSettings {
     exists: Option<Exists>,
     endpoint: Option<String>,
     staging: Option<String>,
+    conditional_create: Option<bool>,
     stac: Option<bool>,
     collection: Option<CollectionSettings>,
 }
@@ -121,6 +125,9 @@ pub struct Write {
     /// Where outputs are uploaded (`dir = "s3://..."`); `dir` is then the
     /// local staging directory.
     remote: Option<Arc<Output>>,
+    /// An output that was not there is uploaded only if it still is not
+    /// (`conditional_create`, see [`crate::store::Put`]).
+    conditional: bool,
     /// The STAC items, collection and provenance (`stac`).
     publish: Option<Publish>,
 }
@@ -160,6 +167,12 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
             String::new()
         }
     };
+    if w.conditional_create.is_some() && !crate::store::is_store(&dir) {
+        problems.push(s.problem(
+            "conditional_create",
+            "only with dir = \"s3://BUCKET/PREFIX\" or \"az://CONTAINER/PREFIX\"",
+        ));
+    }
     let (dir, remote) = match remote_output(&dir, w.endpoint, w.staging) {
         Ok(chosen) => chosen,
         Err((key, m)) => {
@@ -218,6 +231,7 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         temps: Sweeper::default(),
         claims: Claims::default(),
         remote,
+        conditional: w.conditional_create.unwrap_or(true),
         publish,
     }))
 }
@@ -331,24 +345,34 @@ impl Write {
 }
 
 impl Write {
-    /// What `exists` says of an output that is already there (`None`: go
-    /// on and write it). Without its STAC item it is not complete, and is
-    /// made again.
-    fn already_there(&self, id: &str, path: &Path) -> Result<Option<Outcome>, StageError> {
-        if self.exists == Exists::Overwrite || !self.output_exists(id, path)? {
-            return Ok(None);
+    /// What `exists` says of the output: `Err(outcome)` when it is already
+    /// there, else how it takes its name once written: created only if it
+    /// still is not there when it was not (with `conditional_create`), else
+    /// replacing it. Without its STAC item it is not complete, and is made
+    /// again.
+    fn already_there(&self, id: &str, path: &Path) -> Result<Result<Put, Outcome>, StageError> {
+        let replace = Ok(Put::Overwrite);
+        if self.exists == Exists::Overwrite {
+            return Ok(replace);
+        }
+        if !self.output_exists(id, path)? {
+            return Ok(Ok(if self.conditional {
+                Put::Create
+            } else {
+                Put::Overwrite
+            }));
         }
         let shown = self.shown(id, path);
         match self.exists {
             Exists::Skip if !self.output_complete(id, path)? => {
                 tracing::info!("{shown} has no STAC item: it is made again");
-                Ok(None)
+                Ok(replace)
             }
-            Exists::Skip => Ok(Some(Outcome::Skip(format!("{shown} exists")))),
+            Exists::Skip => Ok(Err(Outcome::Skip(format!("{shown} exists")))),
             Exists::Error => Err(StageError::permanent(format!(
                 "{id}: {shown} already exists"
             ))),
-            Exists::Overwrite => Ok(None),
+            Exists::Overwrite => Ok(replace),
         }
     }
 
@@ -455,9 +479,10 @@ impl BlockingStage for Write {
         let id = item.id.clone();
         let path = self.output_path(&id);
         self.claims.claim(&path, item)?;
-        if let Some(skipped) = self.already_there(&id, &path)? {
-            return Ok(skipped);
-        }
+        let put = match self.already_there(&id, &path)? {
+            Ok(put) => put,
+            Err(skipped) => return Ok(skipped),
+        };
         let Some(mut raster) = item.take_payload::<Raster>() else {
             return Err(StageError::permanent(format!(
                 "{id}: write needs a raster: put `decode` (and `reproject`) before `write`"
@@ -498,7 +523,7 @@ impl BlockingStage for Write {
         written.map_err(|m| fail(format!("cannot write {}: {m}", path.display()), said_full))?;
         if let Some(remote) = &self.remote {
             // The guard removes the local files once they are sent (or not).
-            let uploaded = self.upload(remote, item, &tmp, stamped.as_ref())?;
+            let uploaded = self.upload(remote, item, &tmp, stamped.as_ref(), put)?;
             item.footprint = footprint.or(item.footprint);
             return Ok(uploaded);
         }

@@ -4,7 +4,8 @@
 //! embedder never compiles it: [`tileserver`], a loopback tile server that
 //! can misbehave on purpose, used by `warpline demo`, the integration tests
 //! and the benchmarks; and [`proxy`], a loopback proxy that counts (or
-//! holds) the requests holding a needle, for the S3 tests; and
+//! holds, or holds until a gate opens) the requests holding a needle, for
+//! the object store tests; and
 //! [`runtime`], the tests' two-worker tokio runtime; and [`gdal_tool`], a
 //! GDAL command line tool run for the tests' and benchmarks' rasters; and
 //! [`pipelines`], the pipeline files they share.
@@ -15,7 +16,7 @@ pub mod pipelines;
 pub mod proxy;
 pub mod tileserver;
 
-pub use proxy::{watching_proxy, OnNeedle};
+pub use proxy::{gated_proxy, watching_proxy, Gate, OnNeedle};
 pub use tileserver::{Fault, Faults, Strict, TileServer};
 
 /// A multi-threaded tokio runtime of two workers (as many as the machine

@@ -5,13 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
 use object_store::client::ClientConfigKey;
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::{BackoffConfig, RetryConfig};
 use warpline_engine::redact::redact_text;
 
+use super::create::Creating;
 use super::{profile, Client, Config, ObjectUrl, Scheme};
 
 /// A client of `url`'s bucket (container), from the environment and
@@ -21,6 +22,30 @@ pub(super) fn build(config: &Config, url: &ObjectUrl) -> Result<Arc<dyn Client>,
         Scheme::S3 => build_s3(config, &url.bucket).map(|c| Arc::new(c) as _),
         Scheme::Az => build_azure(config, &url.bucket).map(|c| Arc::new(c) as _),
         Scheme::Gs => build_gcs(config, &url.bucket).map(|c| Arc::new(c) as _),
+    }
+}
+
+/// A client of `url`'s bucket (container) made as [`build`]'s, that
+/// completes uploads only if no object has the name (see
+/// [`create`](super::create)). `gs://` is not written.
+pub(super) fn build_creating(config: &Config, url: &ObjectUrl) -> Result<Arc<dyn Client>, String> {
+    match url.scheme {
+        Scheme::S3 => {
+            let c = s3_client(config, &url.bucket, |b| b.with_http_connector(Creating::S3))?;
+            Ok(Arc::new(c))
+        }
+        Scheme::Az => {
+            // The credentials the request is signed again with are the
+            // client's own.
+            let plain = build_azure(config, &url.bucket)?;
+            let credentials = plain.credentials().clone();
+            let c = azure_client(config, &url.bucket, |b| {
+                b.with_credentials(credentials.clone())
+                    .with_http_connector(Creating::Azure(credentials))
+            })?;
+            Ok(Arc::new(c))
+        }
+        Scheme::Gs => Err(Scheme::Gs.writes().err().unwrap_or_default()),
     }
 }
 
@@ -62,6 +87,15 @@ impl Config {
 }
 
 fn build_s3(config: &Config, bucket: &str) -> Result<impl Client, String> {
+    s3_client(config, bucket, |b| b)
+}
+
+/// An S3 client; `last` changes its builder last.
+fn s3_client(
+    config: &Config,
+    bucket: &str,
+    last: impl FnOnce(AmazonS3Builder) -> AmazonS3Builder,
+) -> Result<AmazonS3, String> {
     let mut b = s3_builder(config, bucket)?;
     if b.get_config_value(&AmazonS3ConfigKey::Endpoint)
         .is_some_and(|e| loopback_http(&e))
@@ -72,13 +106,22 @@ fn build_s3(config: &Config, bucket: &str) -> Result<impl Client, String> {
         b = b.with_config(AmazonS3ConfigKey::Client(key), value);
     }
     b = b.with_retry(config.retry());
-    b.build().map_err(|e| redact_text(&e.to_string()))
+    last(b).build().map_err(|e| redact_text(&e.to_string()))
 }
 
 /// An Azure client: `MicrosoftAzureBuilder::from_env`'s variables, then
 /// the `endpoint` setting (the account's URL, e.g.
 /// `http://127.0.0.1:10000/devstoreaccount1` for Azurite).
-fn build_azure(config: &Config, container: &str) -> Result<impl Client, String> {
+fn build_azure(config: &Config, container: &str) -> Result<MicrosoftAzure, String> {
+    azure_client(config, container, |b| b)
+}
+
+/// An Azure client; `last` changes its builder last.
+fn azure_client(
+    config: &Config,
+    container: &str,
+    last: impl FnOnce(MicrosoftAzureBuilder) -> MicrosoftAzureBuilder,
+) -> Result<MicrosoftAzure, String> {
     let mut b = azure_builder(config, container);
     if b.get_config_value(&AzureConfigKey::Endpoint)
         .is_some_and(|e| loopback_http(&e))
@@ -89,7 +132,7 @@ fn build_azure(config: &Config, container: &str) -> Result<impl Client, String> 
         b = b.with_config(AzureConfigKey::Client(key), value);
     }
     b = b.with_retry(config.retry());
-    b.build().map_err(|e| redact_text(&e.to_string()))
+    last(b).build().map_err(|e| redact_text(&e.to_string()))
 }
 
 /// A Google Cloud Storage client: `GoogleCloudStorageBuilder::from_env`'s

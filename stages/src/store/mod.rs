@@ -26,7 +26,8 @@
 //! - `stage_error`: an `object_store` error as a stage error, classed for
 //!   the retry policy as fetch classes HTTP errors, its text redacted;
 //! - `list`: the `glob` source over a listing; `get`: fetch's reads;
-//!   `put`: write's uploads.
+//!   `put`: write's uploads; `create`: completing one only if no object
+//!   has its name.
 //!
 //! Secrets are never in a message: requests are signed in headers, and
 //! every message passes through [`redact_text`] (which also hides a
@@ -34,9 +35,11 @@
 
 mod address;
 mod clients;
+mod create;
 mod get;
 mod journal;
 mod list;
+mod parts;
 mod profile;
 mod put;
 mod siblings;
@@ -59,6 +62,7 @@ use warpline_engine::StageError;
 
 pub(crate) use address::{is_store, ObjectUrl, Scheme};
 pub(crate) use clients::endpoint_of;
+pub(crate) use create::{Put, Uploaded};
 pub(crate) use get::Body;
 pub(crate) use journal::default_staging;
 pub(crate) use list::glob_source;
@@ -84,11 +88,20 @@ pub(crate) struct Config {
     pub(crate) retries: usize,
 }
 
-/// One client per bucket, made when the bucket is first met.
+/// The clients of each bucket, by scheme and bucket.
+type Clients = Mutex<HashMap<(Scheme, String), Arc<dyn Client>>>;
+
+/// How a client of a bucket is made (see `clients`).
+type Build = fn(&Config, &ObjectUrl) -> Result<Arc<dyn Client>, String>;
+
+/// One client per bucket, made when the bucket is first met; and one that
+/// completes uploads only if no object has the name, for the buckets
+/// written with `Put::Create`.
 #[derive(Debug, Default)]
 pub(crate) struct Stores {
     config: Config,
-    by_bucket: Mutex<HashMap<(Scheme, String), Arc<dyn Client>>>,
+    by_bucket: Clients,
+    creating: Clients,
 }
 
 impl Stores {
@@ -96,19 +109,37 @@ impl Stores {
         Stores {
             config,
             by_bucket: Mutex::new(HashMap::new()),
+            creating: Mutex::new(HashMap::new()),
         }
     }
 
     /// The client of `url`'s bucket.
     pub(crate) fn bucket(&self, url: &ObjectUrl) -> Result<Arc<dyn Client>, StageError> {
+        self.client(&self.by_bucket, url, clients::build)
+    }
+
+    /// The client of `url`'s bucket that completes an upload only if no
+    /// object has its name (see [`create`]).
+    pub(crate) fn creating(&self, url: &ObjectUrl) -> Result<Arc<dyn Client>, StageError> {
+        self.client(&self.creating, url, clients::build_creating)
+    }
+
+    /// The client of `url`'s bucket in `clients`, made by `build` when the
+    /// bucket is first met.
+    fn client(
+        &self,
+        clients: &Clients,
+        url: &ObjectUrl,
+        build: Build,
+    ) -> Result<Arc<dyn Client>, StageError> {
         let key = (url.scheme, url.bucket.clone());
         // A poisoned map is still a valid map: a panic cannot leave it half
         // changed (one insert).
-        let mut map = self.by_bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = clients.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(store) = map.get(&key) {
             return Ok(Arc::clone(store));
         }
-        let store = clients::build(&self.config, url).map_err(|m| {
+        let store = build(&self.config, url).map_err(|m| {
             StageError::permanent(format!(
                 "{}{}: cannot make a client: {m}",
                 url.scheme.prefix(),
@@ -123,6 +154,14 @@ impl Stores {
     #[cfg(test)]
     pub(crate) fn insert(&self, scheme: Scheme, bucket: &str, client: Arc<dyn Client>) {
         let mut map = self.by_bucket.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert((scheme, bucket.to_owned()), client);
+    }
+
+    /// Uses `client` to complete the uploads to `bucket` made with
+    /// `Put::Create` (tests: a client with test credentials).
+    #[cfg(test)]
+    pub(crate) fn insert_creating(&self, scheme: Scheme, bucket: &str, client: Arc<dyn Client>) {
+        let mut map = self.creating.lock().unwrap_or_else(|p| p.into_inner());
         map.insert((scheme, bucket.to_owned()), client);
     }
 }

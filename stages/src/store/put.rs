@@ -16,53 +16,24 @@
 //! week after the last one was staged, or when the next upload of the same
 //! blob commits its own list; nothing is visible meanwhile.
 //! `exists = "skip"` asks with a HEAD request.
+//!
+//! With `Put::Create` the completion carries `If-None-Match: *` (see
+//! [`create`](super::create)): an upload whose name another writer took
+//! meanwhile is refused and aborted, and the other's object stays.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Once};
 
-use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use object_store::multipart::PartId;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStoreExt, PutPayload};
-use tokio::io::AsyncReadExt;
+use object_store::ObjectStoreExt;
 use warpline_engine::StageError;
 
+use super::create::complete_if_absent;
 use super::journal::{self, Record};
-use super::{block_on, stage_error, Client, Config, ObjectUrl, Stores};
-
-/// The size of each uploaded part, for a file of at most
-/// `PART * MAX_PARTS` bytes (78 GiB).
-const PART: u64 = 8 << 20;
-
-/// S3's limits on a multipart upload: at most 10,000 parts, each at most
-/// 5 GiB (and at least 5 MiB but for the last, which `PART` is over).
-const MAX_PARTS: u64 = 10_000;
-const MAX_PART: u64 = 5 << 30;
-
-/// The bytes of parts in flight at once, per upload (at least one part).
-const IN_FLIGHT_BYTES: u64 = 32 << 20;
-
-/// The part size for a file of `len` bytes: `PART`, or for a larger file
-/// the least whole number of MiB that makes it at most `MAX_PARTS` parts.
-fn part_size(len: u64) -> Result<u64, String> {
-    let least = len.div_ceil(MAX_PARTS).div_ceil(1 << 20) << 20;
-    let part = PART.max(least);
-    if part > MAX_PART {
-        return Err(format!(
-            "{len} bytes is over S3's largest object in {MAX_PARTS} parts of 5 GiB"
-        ));
-    }
-    Ok(part)
-}
-
-/// How many parts of `part` bytes are sent at once: `IN_FLIGHT_BYTES` of
-/// them, or no more than `share` (the byte budget the item holds) when it
-/// has one; at least one part.
-fn parts_in_flight(part: u64, share: Option<u64>) -> usize {
-    let room = share.map_or(IN_FLIGHT_BYTES, |s| s.min(IN_FLIGHT_BYTES));
-    (room / part).max(1) as usize
-}
+use super::parts::{part_size, send};
+use super::{block_on, stage_error, Client, Config, ObjectUrl, Put, Stores, Uploaded};
 
 /// Where outputs are uploaded.
 #[derive(Debug)]
@@ -153,21 +124,32 @@ impl Output {
         })
     }
 
-    /// Uploads the staged `file` as the output `name`; the bytes sent. The
-    /// parts in flight stay within `share`, the byte budget the item holds
-    /// (at least one part), when it holds one.
+    /// Uploads the staged `file` as the output `name`, replacing what is
+    /// there or, with `Put::Create`, only if nothing is. The parts in
+    /// flight stay within `share`, the byte budget the item holds (at
+    /// least one part), when it holds one.
     pub(crate) fn upload(
         &self,
         file: &Path,
         name: &str,
         share: Option<u64>,
-    ) -> Result<u64, StageError> {
+        put: Put,
+    ) -> Result<Uploaded, StageError> {
         self.swept.call_once(|| self.abort_left());
         let (store, path, shown) = self.target(name)?;
+        let creating = match put {
+            Put::Overwrite => None,
+            Put::Create => Some(self.stores.creating(&self.url(name))?),
+        };
         let (file, journal) = (file.to_owned(), self.journal.clone());
         let endpoint = self.endpoint.clone();
         block_on(async move {
-            let to = Target { store, path, shown };
+            let to = Target {
+                store,
+                creating,
+                path,
+                shown,
+            };
             upload(to, file, share, (journal, endpoint)).await
         })
     }
@@ -251,19 +233,24 @@ impl Output {
     }
 }
 
-/// Where an upload goes.
+/// Where an upload goes: the bucket's client, and with `Put::Create` the
+/// one that completes it only if no object has the name.
 struct Target {
     store: Arc<dyn Client>,
+    creating: Option<Arc<dyn Client>>,
     path: ObjectPath,
     shown: String,
 }
 
 async fn upload(
-    Target { store, path, shown }: Target,
+    to: Target,
     file: PathBuf,
     share: Option<u64>,
     (journal, endpoint): (PathBuf, Option<String>),
-) -> Result<u64, StageError> {
+) -> Result<Uploaded, StageError> {
+    let Target {
+        store, path, shown, ..
+    } = &to;
     let local = |e: std::io::Error| {
         StageError::permanent(format!("{shown}: cannot read {}: {e}", file.display()))
     };
@@ -271,107 +258,76 @@ async fn upload(
     let len = f.metadata().await.map_err(local)?.len();
     let part = part_size(len).map_err(|m| StageError::permanent(format!("{shown}: {m}")))?;
     let id = store
-        .create_multipart(&path)
+        .create_multipart(path)
         .await
-        .map_err(|e| stage_error(&shown, &e))?;
-    let record = Record::begin(&journal, &file, &shown, endpoint.as_deref(), &id).await;
+        .map_err(|e| stage_error(shown, &e))?;
+    let record = Record::begin(&journal, &file, shown, endpoint.as_deref(), &id).await;
     let result = match &record {
         Err(e) => Err(StageError::permanent(format!(
             "{shown}: cannot record the upload in {}: {e}",
             journal.display()
         ))),
-        Ok(_) => match send(
-            &*store,
-            &path,
-            &id,
-            (&mut f, part, len, share),
-            &shown,
-            &local,
-        )
-        .await
-        {
-            Ok((parts, sent)) => store
-                .complete_multipart(&path, &id, parts)
-                .await
-                .map(|_| sent)
-                .map_err(|e| stage_error(&shown, &e)),
-            Err(e) => Err(e),
-        },
-    };
-    let error = match result {
-        Ok(sent) => {
-            if let Ok(r) = record {
-                r.end().await;
+        Ok(_) => {
+            let file = (&mut f, part, len, share);
+            match send(&**store, path, &id, file, shown, &local).await {
+                Ok((parts, sent)) => complete(&to, &id, parts, sent).await,
+                Err(e) => Err(e),
             }
-            return Ok(sent);
         }
-        Err(error) => error,
     };
-    // The parts sent are dropped by the server; the object never appears.
-    match store.abort_multipart(&path, &id).await {
-        Ok(()) => {
-            if let Ok(r) = record {
-                r.end().await;
-            }
-            Err(error)
+    if let Ok(Uploaded::Created(_)) = result {
+        if let Ok(r) = record {
+            r.end().await;
         }
-        // The record stays: the next run tries again.
-        Err(a) => Err(StageError::new(
+        return result;
+    }
+    // Failed, or refused (another writer's object has the name): the parts
+    // sent are dropped by the server; this upload's object never appears.
+    let aborted = store.abort_multipart(path, &id).await;
+    if let (Ok(()), Ok(r)) = (&aborted, record) {
+        r.end().await;
+    }
+    // Else the record stays: the next run tries again.
+    let not_aborted = |a| {
+        let a = stage_error(shown, &a).message;
+        format!("the upload could not be aborted (the next run tries again): {a}")
+    };
+    match (result, aborted) {
+        (result, Ok(())) => result,
+        (Ok(refused), Err(a)) => {
+            tracing::warn!("{shown} was refused; {}", not_aborted(a));
+            Ok(refused)
+        }
+        (Err(error), Err(a)) => Err(StageError::new(
             error.kind,
-            format!(
-                "{}; the upload could not be aborted (the next run tries again): {}",
-                error.message,
-                stage_error(&shown, &a).message
-            ),
+            format!("{}; {}", error.message, not_aborted(a)),
         )),
     }
 }
 
-/// Sends the file's parts of `part` bytes, [`parts_in_flight`] at a time;
-/// their ids in order, and the bytes sent.
-async fn send(
-    store: &dyn Client,
-    path: &ObjectPath,
+/// Completes the upload `id` of `sent` bytes: whatever is there is
+/// replaced, or with a client that creates, only if nothing is.
+async fn complete(
+    to: &Target,
     id: &String,
-    (f, part, len, share): (&mut tokio::fs::File, u64, u64, Option<u64>),
-    shown: &str,
-    local: &impl Fn(std::io::Error) -> StageError,
-) -> Result<(Vec<PartId>, u64), StageError> {
-    let mut in_flight = FuturesUnordered::new();
-    let mut parts: Vec<Option<PartId>> = Vec::new();
-    let mut sent = 0u64;
-    let at_once = parts_in_flight(part, share);
-    loop {
-        // No more room than the part needs (a small file's one part is
-        // small). A part is at most 5 GiB (`part_size`): it fits a usize on
-        // the 64-bit targets warpline builds for; else `read_to_end` grows
-        // the buffer all the same.
-        let room = part.min(len.saturating_sub(sent));
-        let mut chunk = Vec::with_capacity(usize::try_from(room).unwrap_or(0));
-        (&mut *f)
-            .take(part)
-            .read_to_end(&mut chunk)
+    parts: Vec<PartId>,
+    sent: u64,
+) -> Result<Uploaded, StageError> {
+    let Some(creating) = &to.creating else {
+        return to
+            .store
+            .complete_multipart(&to.path, id, parts)
             .await
-            .map_err(local)?;
-        let last = (chunk.len() as u64) < part;
-        // An empty file is one empty part; else no part is empty.
-        if !chunk.is_empty() || parts.is_empty() {
-            let idx = parts.len();
-            parts.push(None);
-            sent += chunk.len() as u64;
-            let payload = PutPayload::from(chunk);
-            in_flight.push(async move { (idx, store.put_part(path, id, idx, payload).await) });
-        }
-        while in_flight.len() >= at_once || (last && !in_flight.is_empty()) {
-            let Some((idx, result)) = in_flight.next().await else {
-                break;
-            };
-            parts[idx] = Some(result.map_err(|e| stage_error(shown, &e))?);
-        }
-        if last {
-            return Ok((parts.into_iter().flatten().collect(), sent));
-        }
-    }
+            .map(|_| Uploaded::Created(sent))
+            .map_err(|e| stage_error(&to.shown, &e));
+    };
+    let created =
+        complete_if_absent(&**creating, &*to.store, (&to.path, id, parts), &to.shown).await?;
+    Ok(if created {
+        Uploaded::Created(sent)
+    } else {
+        Uploaded::Refused
+    })
 }
 
 #[cfg(test)]
@@ -382,6 +338,7 @@ mod tests {
     use object_store::multipart::MultipartStore;
 
     use super::*;
+    use crate::store::parts::PART;
     use crate::store::testing;
 
     /// An output under a prefix of its own on the test server, with the
@@ -392,10 +349,11 @@ mod tests {
         let dir = format!("s3://{}/{}", server.bucket, testing::unique(test));
         let staging = tempfile::tempdir().unwrap();
         let output = Output::parse(&dir, Some(server.endpoint.clone()), staging.path()).unwrap();
+        let s3 = super::super::Scheme::S3;
         let store = server.client(&server.endpoint);
-        output
-            .stores
-            .insert(super::super::Scheme::S3, &server.bucket, store);
+        output.stores.insert(s3, &server.bucket, store);
+        let creating = server.creating_client(&server.endpoint);
+        output.stores.insert_creating(s3, &server.bucket, creating);
         Some((output, staging))
     }
 
@@ -417,28 +375,6 @@ mod tests {
     /// uploads in progress.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    /// S3 takes at most 10,000 parts of at least 5 MiB (but the last) and
-    /// at most 5 GiB: with 8 MiB parts, a file over 78 GiB could not be
-    /// sent.
-    #[test]
-    fn parts_are_sized_from_the_file_within_s3s_limits() {
-        for len in [0, 1, PART, 78 << 30, 100 << 30, 1 << 40, 5 << 40] {
-            let part = part_size(len).unwrap();
-            assert!((5 << 20..=MAX_PART).contains(&part), "{len}: {part}");
-            assert!(len.div_ceil(part) <= MAX_PARTS, "{len}: {part}");
-            assert_eq!(part % (1 << 20), 0);
-            assert!(parts_in_flight(part, None) as u64 * part <= IN_FLIGHT_BYTES.max(part));
-        }
-        assert_eq!(part_size(PART * MAX_PARTS).unwrap(), PART);
-        assert_eq!(part_size(PART * MAX_PARTS + 1).unwrap(), PART + (1 << 20));
-        assert_eq!(parts_in_flight(PART, None), 4);
-        // Within the item's share of the budget, at least one part.
-        assert_eq!(parts_in_flight(PART, Some(20 << 20)), 2);
-        assert_eq!(parts_in_flight(PART, Some(1 << 20)), 1);
-        assert_eq!(parts_in_flight(PART, Some(1 << 30)), 4);
-        assert!(part_size(MAX_PART * MAX_PARTS + 1).is_err());
-    }
-
     #[test]
     fn a_large_file_is_sent_in_parts_and_appears_whole() {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -453,17 +389,52 @@ mod tests {
             .collect();
         std::fs::write(&file, &bytes).unwrap();
         assert!(!output.exists("big.tif").unwrap());
-        // A share of 16 MiB: two parts in flight at most.
-        let sent = output.upload(&file, "big.tif", Some(16 << 20)).unwrap();
-        assert_eq!(sent, bytes.len() as u64);
+        // A share of 16 MiB: two parts in flight at most. Created only if
+        // absent: the condition rides on the completion of three parts.
+        let sent = output.upload(&file, "big.tif", Some(16 << 20), Put::Create);
+        assert_eq!(sent.unwrap(), Uploaded::Created(bytes.len() as u64));
         assert!(output.exists("big.tif").unwrap());
-        let (store, path, _) = output.target("big.tif").unwrap();
+        assert!(
+            read(&output, "big.tif") == bytes,
+            "the object is not the file"
+        );
+    }
+
+    /// The object `name`'s bytes.
+    fn read(output: &Output, name: &str) -> Vec<u8> {
+        let (store, path, _) = output.target(name).unwrap();
         let got = block_on(async move {
             let got = store.get(&path).await.map_err(|e| stage_error("", &e))?;
             got.bytes().await.map_err(|e| stage_error("", &e))
-        })
-        .unwrap();
-        assert!(got == bytes, "the object is not the file");
+        });
+        got.unwrap().to_vec()
+    }
+
+    /// A second create of one name is refused (If-None-Match: * on the
+    /// completion, which s3s-fs honours): the first writer's object stays,
+    /// and the refused upload is aborted. `Put::Overwrite` replaces it.
+    #[test]
+    fn a_second_create_is_refused_and_leaves_the_first_object() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((output, _staging)) = output("create") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+        std::fs::write(&first, b"the first writer's").unwrap();
+        std::fs::write(&second, b"the second writer's, longer").unwrap();
+        let put = |file: &Path, mode| output.upload(file, "a.tif", None, mode).unwrap();
+        assert_eq!(put(&first, Put::Create), Uploaded::Created(18));
+        let before = uploads_in_progress();
+        assert_eq!(put(&second, Put::Create), Uploaded::Refused);
+        assert_eq!(read(&output, "a.tif"), b"the first writer's");
+        if let (Some(before), Some(after)) = (before, uploads_in_progress()) {
+            assert_eq!(before, after, "the refused upload was not aborted");
+        }
+        let records = std::fs::read_dir(&output.journal).unwrap().count();
+        assert_eq!(records, 0, "the refused upload's record stays");
+        assert_eq!(put(&second, Put::Overwrite), Uploaded::Created(27));
+        assert_eq!(read(&output, "a.tif"), b"the second writer's, longer");
     }
 
     #[test]
@@ -476,7 +447,9 @@ mod tests {
         // A directory opens but cannot be read: the upload is begun, then
         // its first read fails.
         let dir = tempfile::tempdir().unwrap();
-        let error = output.upload(dir.path(), "a.tif", None).unwrap_err();
+        let error = output
+            .upload(dir.path(), "a.tif", None, Put::Create)
+            .unwrap_err();
         assert!(error.message.contains("cannot read"), "{}", error.message);
         assert!(error.message.contains("/a.tif"), "{}", error.message);
         assert!(!output.exists("a.tif").unwrap(), "no object appears");
@@ -546,7 +519,12 @@ mod tests {
             journal::left(&output.journal).is_empty(),
             "the record stays"
         );
-        let part = rt.block_on(client.put_part(&path, &id, 0, PutPayload::from_static(b"x")));
+        let part = rt.block_on(client.put_part(
+            &path,
+            &id,
+            0,
+            object_store::PutPayload::from_static(b"x"),
+        ));
         assert!(part.is_err(), "the upload is still open at the server");
     }
 }

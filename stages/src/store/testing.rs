@@ -9,6 +9,8 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use super::create::Creating;
+
 fn var(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
@@ -52,7 +54,18 @@ impl Server {
     /// [`client`](Self::client), asking again `retries` times as
     /// [`Stores`](super::Stores) is told to.
     pub(crate) fn client_trying(&self, endpoint: &str, retries: usize) -> Arc<AmazonS3> {
-        let store = AmazonS3Builder::new()
+        Arc::new(self.builder(endpoint, retries).build().unwrap())
+    }
+
+    /// A client that completes uploads only if no object has the name
+    /// (see [`create`](super::create)).
+    pub(crate) fn creating_client(&self, endpoint: &str) -> Arc<AmazonS3> {
+        let b = self.builder(endpoint, 3);
+        Arc::new(b.with_http_connector(Creating::S3).build().unwrap())
+    }
+
+    fn builder(&self, endpoint: &str, retries: usize) -> AmazonS3Builder {
+        AmazonS3Builder::new()
             .with_retry(object_store::RetryConfig {
                 max_retries: retries,
                 ..Default::default()
@@ -63,9 +76,6 @@ impl Server {
             .with_bucket_name(&self.bucket)
             .with_access_key_id(var("WARPLINE_TEST_S3_KEY", "warpline-test"))
             .with_secret_access_key(var("WARPLINE_TEST_S3_SECRET", "warpline-test-secret"))
-            .build()
-            .unwrap();
-        Arc::new(store)
     }
 
     /// A proxy to the server on a port of its own: its endpoint, and how

@@ -3,13 +3,20 @@
 //! item, the provenance stamp, and the nodata rule GeoTIFF imposes.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use warpline_engine::{Item, Outcome, StageError};
 use warpline_gdal::{Raster, ScratchFile};
 
 use super::publish::{self, Publishing};
 use super::{sidecars, stac, Write, Written};
-use crate::store::Output;
+use crate::store::{Output, Put, Uploaded};
+
+/// How long an output another writer created first may be without its
+/// STAC item before it is not counted done: its writer puts the item right
+/// after the object, one small PUT (which `object_store` asks again for up
+/// to a minute).
+const ANOTHERS_ITEM: Duration = Duration::from_secs(120);
 
 /// The bytes the item holds of byte limiters (`None`: it holds none).
 fn byte_share(item: &Item) -> Option<u64> {
@@ -23,39 +30,100 @@ fn byte_share(item: &Item) -> Option<u64> {
 impl Write {
     /// Uploads the finished file at `tmp` (and its side files) as the
     /// item's output in the store: the side files first, the output last
-    /// (its object appears last, as a final name does on disk).
+    /// (its object appears last, as a final name does on disk), taking its
+    /// name as `put` says. An output another writer created first (a
+    /// refused `Put::Create`) is this item's too, once complete.
     pub(super) fn upload(
         &self,
         remote: &Output,
         item: &mut Item,
         tmp: &Path,
         stamped: Option<&publish::Stamped>,
+        put: Put,
     ) -> Result<Outcome, StageError> {
         let name = self.file_name(&item.id);
         let publish = self.publish.as_ref().zip(stamped);
-        if let Some((p, _)) = publish {
-            // As on disk: the old output's item goes first.
+        if let Some((p, _)) = publish.filter(|_| put == Put::Overwrite) {
+            // As on disk: the old output's item goes first. (A created
+            // output has none, and another writer's must stay.)
             p.unpublish(&name)?;
         }
         // The raster is gone: the upload's parts stay within the byte
         // budget the item still holds.
         let share = byte_share(item);
+        // A side file a killed run left must be replaceable: side files
+        // are not created conditionally (two writers of one item make the
+        // same ones).
         for (side, to) in sidecars::beside_name(tmp, Path::new(&name)) {
-            item.bytes_out += remote.upload(&side, &to.to_string_lossy(), share)?;
-        }
-        item.bytes_out += remote.upload(tmp, &name, share)?;
-        if let Some((p, stamped)) = publish {
-            // The staged file is the object's bytes (the guard removes it after).
-            p.publish(Publishing {
-                item,
-                stamped,
-                file_name: &name,
-                local: tmp,
-            })?;
+            if let Uploaded::Created(sent) =
+                remote.upload(&side, &to.to_string_lossy(), share, Put::Overwrite)?
+            {
+                item.bytes_out += sent;
+            }
         }
         let url = remote.shown(&name);
+        match remote.upload(tmp, &name, share, put)? {
+            Uploaded::Created(sent) => {
+                item.bytes_out += sent;
+                if let Some((p, stamped)) = publish {
+                    // The staged file is the object's bytes (the guard
+                    // removes it after).
+                    p.publish(Publishing {
+                        item,
+                        stamped,
+                        file_name: &name,
+                        local: tmp,
+                    })?;
+                }
+            }
+            Uploaded::Refused => {
+                tracing::info!("{url} was created by another writer first: it is this item's");
+                self.made_by_another(remote, &item.id, &name, &url)?;
+            }
+        }
         item.set_payload(Written { path: url.into() });
         Ok(Outcome::Continue)
+    }
+
+    /// Waits until the output `name` another writer created is complete:
+    /// with `stac`, its STAC item is there too (the writer puts it right
+    /// after the object). An output that goes meanwhile (its writer could
+    /// not publish it), or whose item does not come within
+    /// [`ANOTHERS_ITEM`], is not counted done.
+    fn made_by_another(
+        &self,
+        remote: &Output,
+        id: &str,
+        name: &str,
+        url: &str,
+    ) -> Result<(), StageError> {
+        let Some(p) = &self.publish else {
+            return Ok(());
+        };
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(20);
+        loop {
+            if p.item_exists(name)? {
+                return Ok(());
+            }
+            if !remote.exists(name)? {
+                return Err(StageError::transient(format!(
+                    "{id}: {url} was created by another writer first, then removed before its \
+                     STAC item was written: not counted done"
+                )));
+            }
+            if start.elapsed() >= ANOTHERS_ITEM {
+                return Err(StageError::transient(format!(
+                    "{id}: {url} was created by another writer first, whose STAC item {} has \
+                     not come in {} s: the output is not complete (a run with exists = \
+                     \"skip\" makes it again)",
+                    p.item_of(name),
+                    ANOTHERS_ITEM.as_secs()
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
     }
 
     /// With `stac`: the provenance in the raster's metadata, and what the

@@ -126,6 +126,14 @@ fn a_run_killed_during_an_upload_leaves_no_blob_and_resumes() {
     crate::s3::faults::killed_and_resumed(&az, b"comp=block&");
 }
 
+#[test]
+fn two_writers_of_one_item_leave_one_blob_and_both_count_it_done() {
+    let _serial = serial();
+    let Some(az) = azure("clobber") else { return };
+    // The blob appears when its block list is committed.
+    crate::s3::clobber::two_writers(&az, b"comp=blocklist", true);
+}
+
 /// What warpline's uploads rely on (docs/pipeline.md, "Object stores"):
 /// a staged block that is never committed (a killed run's) is no blob, and
 /// the next upload of the same blob commits its own blocks only; an abort

@@ -12,6 +12,7 @@
 //! works under a prefix of its own.
 
 use crate::common;
+pub(crate) mod clobber;
 pub(crate) mod faults;
 pub(crate) mod server;
 mod stac;

@@ -119,6 +119,21 @@ impl S3 {
             .unwrap();
     }
 
+    /// The object `name`'s bytes.
+    pub fn get(&self, name: &str) -> Vec<u8> {
+        let path = ObjectPath::from(self.key_of(name));
+        let bytes = self
+            .rt
+            .block_on(async { self.store.get(&path).await?.bytes().await });
+        bytes.unwrap_or_else(|e| panic!("{name}: {e}")).to_vec()
+    }
+
+    /// Removes the object `name`.
+    pub fn delete(&self, name: &str) {
+        let path = ObjectPath::from(self.key_of(name));
+        self.rt.block_on(self.store.delete(&path)).unwrap();
+    }
+
     /// The keys under `name/`, relative to it.
     pub fn list(&self, name: &str) -> Vec<String> {
         use futures::TryStreamExt;
