@@ -4,7 +4,9 @@
 //! embedder never compiles it: [`tileserver`], a loopback tile server that
 //! can misbehave on purpose, used by `warpline demo`, the integration tests
 //! and the benchmarks; and [`proxy`], a loopback proxy that counts (or
-//! holds) the requests holding a needle, for the S3 tests; and
+//! holds) the requests holding a needle, for the S3 tests; and [`sas`],
+//! signed URLs that expire (a token endpoint, and the check the tile
+//! server makes of a signed request), for fetch's `signer`; and
 //! [`runtime`], the tests' two-worker tokio runtime; and [`gdal_tool`], a
 //! GDAL command line tool run for the tests' and benchmarks' rasters; and
 //! [`pipelines`], the pipeline files they share.
@@ -13,9 +15,11 @@
 
 pub mod pipelines;
 pub mod proxy;
+pub mod sas;
 pub mod tileserver;
 
 pub use proxy::{watching_proxy, OnNeedle};
+pub use sas::{Clock, Sas, TokenServer};
 pub use tileserver::{Fault, Faults, Strict, TileServer};
 
 /// A multi-threaded tokio runtime of two workers (as many as the machine
