@@ -135,14 +135,14 @@ impl Signer {
             Ok(u) => problems.push(s.problem(
                 "signer.url",
                 format!(
-                    "{}: a {} URL; the token endpoint must be http(s)",
+                    "{:?}: a {} URL; the token endpoint must be http(s)",
                     redact(&set.url),
                     u.scheme()
                 ),
             )),
             Err(e) => problems.push(s.problem(
                 "signer.url",
-                format!("{}: not a URL: {e}", redact(&set.url)),
+                format!("{:?}: not a URL: {e}", redact(&set.url)),
             )),
         }
         let prefixes = set.prefixes.unwrap_or_default();
