@@ -12,6 +12,7 @@
 //! works under a prefix of its own.
 
 use crate::common;
+mod credentials;
 pub(crate) mod faults;
 pub(crate) mod server;
 mod stac;
