@@ -29,6 +29,49 @@ fn reference_example() -> String {
     block[..block.find("```").unwrap()].to_owned()
 }
 
+/// Four scenes of `tiles` served by `server`, B04 and B08 each; the last
+/// one's B08 is not there.
+fn scenes(server: &TileServer, tiles: &[(String, Vec<u8>)]) -> Vec<serde_json::Value> {
+    let mut scenes = Vec::new();
+    for (i, (name, _)) in tiles.iter().enumerate() {
+        let b08 = if i == 3 {
+            server.url("missing.tif")
+        } else {
+            server.url(name)
+        };
+        let assets = [("B04", server.url(name)), ("B08", b08)];
+        let (x, id) = (11.0 + i as f64 * 0.1, format!("S2B_32TPS_{i}"));
+        scenes.push(item(
+            &id,
+            "sentinel-2-l2a",
+            x,
+            46.0,
+            "2024-06-10T10:00:00Z",
+            &assets,
+        ));
+    }
+    scenes
+}
+
+/// Asserts no token `sas` handed out (its signature, or whole) is in
+/// `said` or any file under `work`: the outputs' bytes too (their XMP
+/// provenance).
+fn assert_no_token_written(sas: &Sas, work: &Path, said: String) {
+    let mut written = vec![("stdout and the trace log".to_owned(), said.into_bytes())];
+    for f in files(work) {
+        written.push((f.display().to_string(), std::fs::read(&f).unwrap()));
+    }
+    for token in sas.tokens() {
+        let sig = token.rsplit_once("sig=").unwrap().1.to_owned();
+        for (what, bytes) in &written {
+            for secret in [&sig, &token] {
+                let found = bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
+                assert!(!found, "{what} holds a token");
+            }
+        }
+    }
+}
+
 #[test]
 fn the_reference_signer_example_runs_and_no_token_is_shown() {
     let work = tempfile::tempdir().unwrap();
@@ -50,26 +93,7 @@ fn the_reference_signer_example_runs_and_no_token_is_shown() {
         let tokens = TokenServer::start(Arc::clone(&sas), None).await.unwrap();
         (server, tokens)
     });
-    // Four scenes, B04 and B08 each; the last one's B08 is not there.
-    let mut scenes = Vec::new();
-    for (i, (name, _)) in tiles.iter().enumerate() {
-        let b08 = if i == 3 {
-            server.url("missing.tif")
-        } else {
-            server.url(name)
-        };
-        let assets = [("B04", server.url(name)), ("B08", b08)];
-        let (x, id) = (11.0 + i as f64 * 0.1, format!("S2B_32TPS_{i}"));
-        scenes.push(item(
-            &id,
-            "sentinel-2-l2a",
-            x,
-            46.0,
-            "2024-06-10T10:00:00Z",
-            &assets,
-        ));
-    }
-    let api = serve("sentinel-2-l2a", scenes);
+    let api = serve("sentinel-2-l2a", scenes(&server, &tiles));
     let base = server.url("");
     let toml = reference_example()
         .replace(
@@ -118,23 +142,9 @@ fn the_reference_signer_example_runs_and_no_token_is_shown() {
         sas.expired()
     );
     assert_eq!(sas.forged(), 0);
-    // Every token's signature, and the token whole, in nothing the run
-    // wrote: the outputs' bytes too (their XMP provenance).
-    let mut written = vec![("stdout and the trace log".to_owned(), said.into_bytes())];
-    for f in files(work.path()) {
-        written.push((f.display().to_string(), std::fs::read(&f).unwrap()));
-    }
-    let outputs = files(&work.path().join("out/sentinel-2"));
     // 7 COGs, their STAC items, and the collection.
+    let outputs = files(&work.path().join("out/sentinel-2"));
     assert_eq!(outputs.len(), 7 * 2 + 1, "{outputs:?}");
-    for token in sas.tokens() {
-        let sig = token.rsplit_once("sig=").unwrap().1.to_owned();
-        for (what, bytes) in &written {
-            for secret in [&sig, &token] {
-                let found = bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
-                assert!(!found, "{what} holds a token");
-            }
-        }
-    }
+    assert_no_token_written(&sas, work.path(), said);
     drop((server, tokens, rt));
 }
