@@ -126,11 +126,12 @@ fn six_hundred_items_whose_signed_urls_expire_every_20_s_are_all_done() {
     );
     // 600 s of the storage's clock: 30 tokens' lifetimes. A token is
     // renewed 2 s before it expires (a tenth of its lifetime): 18 tiles a
-    // token, 34 at most; never one per worker or per refusal.
+    // token, 34 at most; never one per worker or per refusal. It serves 21
+    // at most (a renewal waiting out the endpoint's 429): 29 at least.
     let expiries = 600 / 20;
     let issued = sas.issued();
     assert!(
-        (expiries..=expiries * 6 / 5).contains(&issued),
+        (expiries - 1..=expiries * 6 / 5).contains(&issued),
         "{issued} tokens for {expiries} expiries ({} requests refused as expired)",
         sas.expired()
     );

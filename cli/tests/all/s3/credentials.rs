@@ -1,9 +1,9 @@
 //! Object-store credentials that expire during a run (issue 39, item 2):
 //! session credentials from a container's (EKS Pod Identity's full URI)
 //! or an instance's (IMDSv2) metadata service on loopback, each lasting
-//! 1 s, and a proxy in front of the S3 test server that refuses a request
+//! 2 s, and a proxy in front of the S3 test server that refuses a request
 //! whose session token has expired (`400 ExpiredToken`, as S3 does). A run
-//! of 2.4 s at least (40 ms a request, one at a time) keeps working:
+//! of 4.8 s at least (80 ms a request, one at a time) keeps working:
 //! `object_store` asks for new credentials before the ones it holds expire
 //! (it takes any with less than 5 minutes left as due, and asks at most
 //! every 100 ms). The same run on static session credentials fails once
@@ -16,10 +16,11 @@ use std::time::Duration;
 use super::server::{items, run_with, s3, warpline, S3};
 use warpline_testkit::credentials::{expiry_checking_proxy, CredentialServer, Credentials};
 
-/// Objects read, one request each, 40 ms apiece at the proxy.
+/// Objects read, one request each, 80 ms apiece at the proxy: a run of
+/// 4.8 s at least, more than twice the credentials' lifetime.
 const OBJECTS: usize = 60;
-const DELAY: Duration = Duration::from_millis(40);
-const LIFETIME: Duration = Duration::from_secs(1);
+const DELAY: Duration = Duration::from_millis(80);
+const LIFETIME: Duration = Duration::from_secs(2);
 
 /// `s3` with `OBJECTS` objects under `in/`, session credentials of its key
 /// that last `LIFETIME`, their endpoints, and the proxy: the pipeline
@@ -88,7 +89,7 @@ kind = "discard"
     }
 
     /// Every request let through, none refused, and as many session tokens
-    /// used as the run's length needs: a token holds 1 s, the run 2.4 s.
+    /// used as the run's length needs: a token holds 2 s, the run 4.8 s.
     fn assert_kept_working(&self, report: &serde_json::Value, said: &str) {
         let n = OBJECTS as u64;
         assert_eq!(items(report), [n, n, 0, 0], "{said}");
