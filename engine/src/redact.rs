@@ -24,7 +24,8 @@
 /// Query parameters whose values are secrets (compared case-insensitively,
 /// after percent-decoding the name).
 ///
-/// Generic tokens, keys and passwords; S3 (`X-Amz-*`, the V2
+/// Generic tokens, keys and passwords; Azure API Management's
+/// `subscription-key`; S3 (`X-Amz-*`, the V2
 /// `AWSAccessKeyId`/`Signature`) and CloudFront (`Policy`, `Key-Pair-Id`)
 /// signed URLs; GCS signed URLs (`X-Goog-*`, the V2 `GoogleAccessId`); and
 /// every field of an Azure SAS (`sig` is its secret; the others say what it
@@ -49,6 +50,9 @@ pub const SECRET_PARAMS: &[&str] = &[
     "signature",
     "credential",
     "sig",
+    // Azure API Management's key (Planetary Computer's token endpoint
+    // takes it in the query, or as a header).
+    "subscription-key",
     // S3 and CloudFront.
     "x-amz-signature",
     "x-amz-credential",
@@ -359,6 +363,7 @@ mod tests {
         "Signature",
         "Policy",
         "Key-Pair-Id",
+        "subscription-key",
         "api_key",
         "access_token",
         "password",

@@ -21,6 +21,8 @@
 //!   7.75 to 15.5 s, so a short outage costs no item.
 //! - `read = "window"`: an http(s) or object store input is not read here; GDAL
 //!   reads the blocks the warp needs by range requests (see `window`).
+//! - `signer`: URLs signed with a token from a token endpoint, renewed
+//!   before it expires and when a storage says it has (see `signer`).
 
 use std::time::Duration;
 
@@ -35,12 +37,15 @@ use warpline_engine::{
     Ticket,
 };
 
-use crate::http::error_chain;
+use crate::http::{error_chain, retry_after};
 use crate::provenance::{self, Origin};
 use crate::store::{self, Stores};
 
+mod signer;
 mod window;
 
+pub use signer::Clock;
+use signer::{Signer, SignerSettings};
 use window::Read;
 
 pub use crate::payloads::{Fetched, Sibling};
@@ -56,6 +61,7 @@ struct FetchSettings {
     user_agent: Option<String>,
     endpoint: Option<String>,
     read: Option<Read>,
+    signer: Option<SignerSettings>,
 }
 
 /// The fetch stage.
@@ -73,11 +79,27 @@ pub struct Fetch {
     timeout: Duration,
     /// The object store's endpoint, as set (recorded in provenance).
     endpoint: Option<String>,
+    /// Signs http(s) URLs with a token, if set.
+    signer: Option<std::sync::Arc<Signer>>,
 }
 
 const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 
 pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
+    build(s, signer::system_clock())
+}
+
+/// The `fetch` kind, its `signer` telling the time by `clock`: for a test
+/// that plays time faster than it runs, with a token server on the same
+/// clock (`warpline_testkit::sas`). Register it in place of the stock kind
+/// (`registry.register_stage("fetch", factory_with_clock(clock))`).
+pub fn factory_with_clock(
+    clock: Clock,
+) -> impl Fn(&Settings) -> Result<Handler, Vec<Problem>> + Send + Sync + 'static {
+    move |s| build(s, std::sync::Arc::clone(&clock))
+}
+
+fn build(s: &Settings, clock: Clock) -> Result<Handler, Vec<Problem>> {
     let mut problems = Vec::new();
     let Some(f) = s.read::<FetchSettings>(&mut problems) else {
         return Err(problems);
@@ -117,6 +139,9 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
             return Err(problems);
         }
     };
+    let signer = f
+        .signer
+        .and_then(|set| Signer::new(s, set, client.clone(), clock, &mut problems));
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -138,32 +163,12 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         limits: s.stage_limits().to_vec(),
         timeout,
         endpoint,
+        signer: signer.map(std::sync::Arc::new),
     }))
 }
 
-/// The longest `Retry-After` obeyed: a server that asks for more (a date
-/// in the year 9999) is waited for this long.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
-
 /// The first charge for a body of unknown length; it doubles from there.
 const FIRST_UNKNOWN_CHARGE: u64 = 1 << 20;
-
-/// `Retry-After` as seconds or an HTTP date, at most [`MAX_RETRY_AFTER`].
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let value = headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim();
-    let wait = match value.parse::<u64>() {
-        Ok(secs) => Duration::from_secs(secs),
-        Err(_) => httpdate::parse_http_date(value)
-            .ok()?
-            .duration_since(std::time::SystemTime::now())
-            .unwrap_or_default(),
-    };
-    Some(wait.min(MAX_RETRY_AFTER))
-}
 
 impl Fetch {
     /// Makes the item's share of `memory` (if named) `bytes`: `held` is what
@@ -184,21 +189,6 @@ impl Fetch {
             }
             Err(e) => Err(StageError::transient(format!("{id}: {e}"))),
         }
-    }
-
-    /// Sends `request` (to `url`, shown as `shown`): its answer, or the
-    /// error for a request that failed or an answer that is not a success.
-    async fn answer(
-        &self,
-        request: reqwest::RequestBuilder,
-        url: &str,
-        shown: &str,
-    ) -> Result<reqwest::Response, StageError> {
-        let response = request.send().await.map_err(|e| request_error(shown, e))?;
-        if !response.status().is_success() {
-            return Err(self.status_error(&response, url, shown));
-        }
-        Ok(response)
     }
 
     /// The error for an answer that is not a success: transient for 408,
@@ -241,7 +231,8 @@ impl Fetch {
         held: &mut Held,
     ) -> Result<(Vec<u8>, Origin), StageError> {
         let shown = redact(url);
-        let mut response = self.answer(self.client.get(url), url, &shown).await?;
+        let get = |url: &str| self.client.get(url);
+        let mut response = self.signed(url, &shown, get).await?;
         let mut origin = http_origin(&shown, response.headers());
         let declared = response.content_length();
         if let Some(len) = declared {
@@ -570,36 +561,5 @@ impl AsyncStage for Fetch {
         item.bytes_in += fetched.len();
         item.set_payload(fetched);
         Ok(Outcome::Continue)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_after_reads_seconds_and_dates() {
-        let mut h = reqwest::header::HeaderMap::new();
-        h.insert(reqwest::header::RETRY_AFTER, "7".parse().unwrap());
-        assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
-        h.insert(
-            reqwest::header::RETRY_AFTER,
-            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
-        );
-        assert_eq!(
-            retry_after(&h),
-            Some(Duration::ZERO),
-            "a date in the past: no wait"
-        );
-        h.insert(reqwest::header::RETRY_AFTER, "soon".parse().unwrap());
-        assert_eq!(retry_after(&h), None);
-        // Far in the future, by either form: capped, never parked forever.
-        h.insert(
-            reqwest::header::RETRY_AFTER,
-            "Fri, 31 Dec 9999 23:59:59 GMT".parse().unwrap(),
-        );
-        assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
-        h.insert(reqwest::header::RETRY_AFTER, "99999999".parse().unwrap());
-        assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
     }
 }

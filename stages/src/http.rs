@@ -1,6 +1,6 @@
 //! The HTTP client every stage and source that speaks HTTP builds the same
 //! way (fetch, the STAC API source): timeouts, bounded redirects to
-//! http(s) only, warpline's User-Agent.
+//! http(s) only, warpline's User-Agent; and a `Retry-After` read.
 
 use std::time::Duration;
 
@@ -40,4 +40,56 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+/// The longest `Retry-After` obeyed: a server that asks for more (a date
+/// in the year 9999) is waited for this long.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// `Retry-After` as seconds or an HTTP date, at most [`MAX_RETRY_AFTER`].
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    let wait = match value.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => httpdate::parse_http_date(value)
+            .ok()?
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(reqwest::header::RETRY_AFTER, "7".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
+        h.insert(
+            reqwest::header::RETRY_AFTER,
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
+        assert_eq!(
+            retry_after(&h),
+            Some(Duration::ZERO),
+            "a date in the past: no wait"
+        );
+        h.insert(reqwest::header::RETRY_AFTER, "soon".parse().unwrap());
+        assert_eq!(retry_after(&h), None);
+        // Far in the future, by either form: capped, never parked forever.
+        h.insert(
+            reqwest::header::RETRY_AFTER,
+            "Fri, 31 Dec 9999 23:59:59 GMT".parse().unwrap(),
+        );
+        assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
+        h.insert(reqwest::header::RETRY_AFTER, "99999999".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
+    }
 }

@@ -5,18 +5,26 @@
 //! can misbehave on purpose, used by `warpline demo`, the integration tests
 //! and the benchmarks; and [`proxy`], a loopback proxy that counts (or
 //! holds, or holds until a gate opens) the requests holding a needle, for
-//! the object store tests; and
+//! the object store tests; and [`sas`],
+//! signed URLs that expire (a token endpoint, and the check the tile
+//! server makes of a signed request), for fetch's `signer`; and
+//! [`credentials`], object-store session credentials that expire (a
+//! container's and an instance's metadata service, and a proxy that holds
+//! the S3 server's clients to their expiry); and
 //! [`runtime`], the tests' two-worker tokio runtime; and [`gdal_tool`], a
 //! GDAL command line tool run for the tests' and benchmarks' rasters; and
 //! [`pipelines`], the pipeline files they share.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod credentials;
 pub mod pipelines;
 pub mod proxy;
+pub mod sas;
 pub mod tileserver;
 
 pub use proxy::{gated_proxy, watching_proxy, Gate, OnNeedle};
+pub use sas::{Clock, Sas, TokenServer};
 pub use tileserver::{Fault, Faults, Strict, TileServer};
 
 /// A multi-threaded tokio runtime of two workers (as many as the machine

@@ -86,6 +86,9 @@ pub struct Faults {
     pub unavailable: Option<(Duration, Duration)>,
     /// Answer `302 Found` for these tile names, to these locations.
     pub redirects: Vec<(String, String)>,
+    /// Serve a tile only to a request signed with a token of this account
+    /// that has not expired; `403` with Azure's body otherwise.
+    pub sas: Option<Arc<crate::sas::Sas>>,
 }
 
 #[derive(Debug, Default)]
@@ -296,7 +299,7 @@ fn rebind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// A request head, as read off a connection.
-enum Request {
+pub(crate) enum Request {
     /// The client closed the connection (or sent a head over 16 KiB).
     Closed,
     /// A `GET` of this path.
@@ -306,7 +309,7 @@ enum Request {
 }
 
 /// Reads one request head.
-async fn read_request(stream: &mut TcpStream) -> std::io::Result<Request> {
+pub(crate) async fn read_request(stream: &mut TcpStream) -> std::io::Result<Request> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -326,7 +329,7 @@ async fn read_request(stream: &mut TcpStream) -> std::io::Result<Request> {
 
 /// What becomes of a connection after an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Then {
+pub(crate) enum Then {
     /// It waits for the next request.
     KeepAlive,
     /// It is closed (FIN): the answer was cut short on purpose.
@@ -336,7 +339,7 @@ enum Then {
 }
 
 /// Writes a whole answer; the connection stays open.
-async fn respond(
+pub(crate) async fn respond(
     stream: &mut TcpStream,
     status: &str,
     headers: &[(&str, String)],
@@ -463,6 +466,15 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
             b"",
         )
         .await;
+    }
+    let (path, query) = match path.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (path.as_str(), None),
+    };
+    if let Some(refused) = f.sas.as_ref().and_then(|sas| sas.check(query).err()) {
+        stats.answered(403);
+        let xml = [("Content-Type", "application/xml".to_owned())];
+        return respond(stream, refused.status, &xml, refused.body.as_bytes()).await;
     }
     let name = path.strip_prefix("/tiles/").unwrap_or_default().to_owned();
     let attempt = {

@@ -1,7 +1,8 @@
 //! `read = "window"` (issue 22, item 3): a large COG served over loopback
 //! HTTP is read by ranges through warpline's own fetch, only the bytes the
 //! warp needs (counted at the server), with gdalwarp's pixels; a server
-//! that stalls ends the item as a clear failure, not a hang.
+//! that stalls ends the item as a clear failure, not a hang; range reads
+//! signed with tokens that expire mid-warp (issue 39, item 2).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,13 +26,20 @@ struct Server {
     refuses_head: bool,
     /// The most bytes one range answer holds (a server that caps ranges).
     cap: usize,
+    /// Requests must be signed with a token of this account that has not
+    /// expired (`403` otherwise, as Azure answers).
+    sas: Option<Arc<warpline_testkit::Sas>>,
 }
 
 async fn answer(
     axum::extract::State(s): axum::extract::State<Arc<Server>>,
     method: Method,
     headers: HeaderMap,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
+    if let Some(refused) = s.sas.as_ref().and_then(|a| a.check(query.as_deref()).err()) {
+        return (StatusCode::FORBIDDEN, refused.body).into_response();
+    }
     let size = s.data.len();
     let base = [
         (header::ACCEPT_RANGES, "bytes".to_owned()),
@@ -84,14 +92,24 @@ fn serve_as(
     refuses_head: bool,
     cap: usize,
 ) -> (String, Arc<Server>, tokio::runtime::Runtime) {
-    let server = Arc::new(Server {
-        data: std::fs::read(file).unwrap(),
-        sent: AtomicU64::new(0),
-        ranges: AtomicU64::new(0),
-        stall_after,
-        refuses_head,
-        cap,
-    });
+    serve_server(
+        file,
+        Server {
+            data: std::fs::read(file).unwrap(),
+            sent: AtomicU64::new(0),
+            ranges: AtomicU64::new(0),
+            stall_after,
+            refuses_head,
+            cap,
+            sas: None,
+        },
+    )
+}
+
+/// Serves `server` (of `file`) at `http://ADDR/NAME` on a runtime of its
+/// own.
+fn serve_server(file: &Path, server: Server) -> (String, Arc<Server>, tokio::runtime::Runtime) {
+    let server = Arc::new(server);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -356,4 +374,67 @@ fn a_window_of_a_large_cog_in_s3_equals_gdalwarp() {
     let theirs = work.path().join("gdalwarp.tif");
     gdalwarp(&WINDOW_GDALWARP.map(String::from), &cog, &theirs);
     assert_same_raster(&out.join("large-cog.tif"), &theirs, "s3 window");
+}
+
+/// Signed URLs that expire mid-warp (issue 39, item 2): every range read
+/// is signed as it is made, and one refused as expired (the storage's clock
+/// runs ahead of this machine's: a token serves 3 requests) gets a new
+/// token and is made again. The pixels are gdalwarp's.
+#[test]
+fn range_reads_signed_with_tokens_that_expire_mid_warp_renew_them() {
+    use std::time::{Duration, SystemTime};
+    use warpline_testkit::{Clock, Sas, TokenServer};
+    let Some(data) = real_rasters() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_714_557_600);
+    let sas = Sas::new(
+        Clock::stopped(start),
+        Duration::from_secs(20),
+        Duration::from_secs(10),
+    );
+    let server = Server {
+        data: std::fs::read(&data[0]).unwrap(),
+        sent: AtomicU64::new(0),
+        ranges: AtomicU64::new(0),
+        stall_after: u64::MAX,
+        refuses_head: false,
+        cap: usize::MAX,
+        sas: Some(Arc::clone(&sas)),
+    };
+    let (url, server, runtime) = serve_server(&data[0], server);
+    let tokens = runtime
+        .block_on(TokenServer::start(Arc::clone(&sas), None))
+        .unwrap();
+    let out = work.path().join("out");
+    let signer = format!("signer = {{ url = {:?} }}", tokens.url("naip"));
+    let toml = pipeline(&url, "crs = \"EPSG:3857\"", &out, &signer);
+    // This machine's clock stands still: only the storage says a token
+    // expired.
+    let mut registry = warpline::registry();
+    let now: warpline::stages::fetch::Clock = Arc::new(move || start);
+    registry.register_stage("fetch", warpline::stages::fetch::factory_with_clock(now));
+    let p = warpline::Pipeline::from_toml_str(&toml, &registry).unwrap();
+    let report = common::runtime().block_on(p.run()).unwrap();
+    assert_eq!(report.items.done, 1, "{report}");
+    let ranges = server.ranges.load(Ordering::Relaxed);
+    // The HEAD and every range read accepted, 3 a token; each refusal
+    // renewed once.
+    assert_eq!(sas.accepted(), ranges + 1);
+    assert!(
+        sas.expired() >= 1 && sas.issued() == sas.expired() + 1,
+        "{} tokens, {} refused, {ranges} ranges",
+        sas.issued(),
+        sas.expired()
+    );
+    assert_eq!(sas.forged(), 0);
+    eprintln!(
+        "{ranges} range reads, {} tokens, {} requests refused as expired",
+        sas.issued(),
+        sas.expired()
+    );
+    let theirs = work.path().join("gdalwarp.tif");
+    let args: Vec<String> = ["-t_srs", "EPSG:3857"].map(String::from).to_vec();
+    gdalwarp(&args, &data[0], &theirs);
+    let name = data[0].file_name().unwrap();
+    assert_same_raster(&out.join(name), &theirs, "signed ranges");
 }

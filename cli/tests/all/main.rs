@@ -23,6 +23,7 @@ mod redis_outage;
 mod s3;
 mod same_bytes;
 mod security;
+mod signer;
 mod smallest;
 mod stac;
 mod terminal;

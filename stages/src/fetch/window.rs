@@ -29,7 +29,7 @@ use std::time::Duration;
 use warpline_engine::report::redact;
 use warpline_engine::{Limiter, LimiterKind, StageError};
 
-use super::{request_error, Fetch, Fetched, Held};
+use super::{Fetch, Fetched, Held};
 use crate::provenance::Origin;
 use crate::store;
 
@@ -58,10 +58,11 @@ pub(crate) struct RangeReader(Arc<Inner>);
 
 /// Where the bytes come from.
 pub(crate) enum Source {
-    /// An http(s) URL, read with fetch's client.
+    /// An http(s) URL, read with fetch's client, signed by its signer.
     Http {
         client: reqwest::Client,
         url: String,
+        signer: Option<Arc<super::Signer>>,
     },
     /// An object in a store, read with the bucket's `object_store` client (ranged
     /// GetObject).
@@ -158,7 +159,14 @@ impl Inner {
                 })?;
         }
         match &self.source {
-            Source::Http { client, url } => self.get_http(client, url, offset, buf).await,
+            Source::Http {
+                client,
+                url,
+                signer,
+            } => {
+                self.get_http(client, url, signer.as_deref(), offset, buf)
+                    .await
+            }
             Source::S3 { store, path } => self.get_object(store, path, offset, buf).await,
         }
     }
@@ -197,6 +205,7 @@ impl Inner {
         &self,
         client: &reqwest::Client,
         url: &str,
+        signer: Option<&super::Signer>,
         offset: u64,
         buf: &mut [u8],
     ) -> Result<usize, Failed> {
@@ -206,19 +215,26 @@ impl Inner {
             wait: None,
             message,
         };
-        let mut response = client
-            .get(url)
-            .header(reqwest::header::RANGE, format!("bytes={offset}-{last}"))
-            .send()
-            .await
-            .map_err(|e| transient(crate::http::error_chain(&e.without_url())))?;
+        let range = |url: &str| {
+            client
+                .get(url)
+                .header(reqwest::header::RANGE, format!("bytes={offset}-{last}"))
+        };
+        let (mut response, _) = super::signer::send(signer, url, range).await.map_err(|e| {
+            let e = e.stage_error(&self.shown, signer);
+            Failed {
+                transient: e.kind == warpline_engine::ErrorKind::Transient,
+                wait: None,
+                message: e.message,
+            }
+        })?;
         let status = response.status();
         if status != reqwest::StatusCode::PARTIAL_CONTENT {
             let code = status.as_u16();
             let retry = code == 408 || code == 429 || status.is_server_error();
             return Err(Failed {
                 transient: retry,
-                wait: super::retry_after(response.headers()),
+                wait: crate::http::retry_after(response.headers()),
                 message: if status.is_success() {
                     format!(
                         "HTTP {status} to a range request: the server does not serve byte ranges"
@@ -268,12 +284,8 @@ impl Fetch {
         held: &mut Held,
     ) -> Result<(Fetched, Origin), StageError> {
         let shown = redact(url);
-        let response = self
-            .client
-            .head(url)
-            .send()
-            .await
-            .map_err(|e| request_error(&shown, e))?;
+        let head = |url: &str| self.client.head(url);
+        let (response, sent) = self.send_signed(url, &shown, head).await?;
         let status = response.status();
         // A URL signed for GET alone (S3's presigned URLs) refuses HEAD;
         // a server may not say Accept-Ranges to HEAD, yet serve ranges.
@@ -282,13 +294,14 @@ impl Fetch {
             None if status.is_success() || matches!(status.as_u16(), 403 | 405 | 501) => {
                 self.size_by_range(url, &shown).await?
             }
-            None => return Err(self.status_error(&response, url, &shown)),
+            None => return Err(self.status_error(&response, &sent, &shown)),
         };
         let mut origin = super::http_origin(&shown, response.headers());
         origin.size = Some(size);
         let source = Source::Http {
             client: self.client.clone(),
             url: url.to_owned(),
+            signer: self.signer.clone(),
         };
         let fetched = self.remote(id, url, source, size, held).await?;
         Ok((fetched, origin))
@@ -296,11 +309,12 @@ impl Fetch {
 
     /// The size a `Range: bytes=0-0` request's `Content-Range` says.
     async fn size_by_range(&self, url: &str, shown: &str) -> Result<u64, StageError> {
-        let request = self
-            .client
-            .get(url)
-            .header(reqwest::header::RANGE, "bytes=0-0");
-        let response = self.answer(request, url, shown).await?;
+        let first = |url: &str| {
+            self.client
+                .get(url)
+                .header(reqwest::header::RANGE, "bytes=0-0")
+        };
+        let response = self.signed(url, shown, first).await?;
         let status = response.status();
         let total = response
             .headers()

@@ -13,6 +13,7 @@
 
 use crate::common;
 pub(crate) mod clobber;
+mod credentials;
 pub(crate) mod faults;
 pub(crate) mod server;
 mod stac;

@@ -1,0 +1,162 @@
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, SystemTime};
+
+use super::*;
+
+fn token(query: &str) -> Token {
+    Token {
+        query: query.to_owned(),
+        names: query
+            .split('&')
+            .map(|p| p.split_once('=').map_or(p, |(n, _)| n).to_owned())
+            .collect(),
+        expiry: SystemTime::UNIX_EPOCH,
+        renew_at: SystemTime::UNIX_EPOCH,
+        refused: AtomicBool::new(false),
+    }
+}
+
+#[test]
+fn a_url_is_signed_with_the_token_as_its_query() {
+    let t = token("st=a&se=b&sig=x%2By%3D");
+    assert_eq!(
+        sign("https://h.blob.core.windows.net/c/a.tif", &t),
+        "https://h.blob.core.windows.net/c/a.tif?st=a&se=b&sig=x%2By%3D"
+    );
+    // Its own parameters kept as written, the token's replaced (an old
+    // signature of its own too), the fragment kept.
+    assert_eq!(
+        sign("https://h/c/a.tif?v=1&se=old&sig=old%2F&x=a%20b#frag", &t),
+        "https://h/c/a.tif?v=1&x=a%20b&st=a&se=b&sig=x%2By%3D#frag"
+    );
+    assert_eq!(
+        sign("https://h/a.tif?", &t),
+        "https://h/a.tif?st=a&se=b&sig=x%2By%3D"
+    );
+}
+
+#[test]
+fn a_refusal_that_says_the_signature_expired_is_told_from_others() {
+    let azure =
+        "<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>AuthenticationFailed</Code>\
+        <Message>Server failed to authenticate the request.</Message><AuthenticationErrorDetail>\
+        Signature not valid in the specified time frame: Start [Wed, 01 May 2024 09:55:00 GMT] - \
+        Expiry [Wed, 01 May 2024 10:00:00 GMT] - Current [Wed, 01 May 2024 10:00:05 GMT]\
+        </AuthenticationErrorDetail></Error>";
+    assert!(says_expired(azure));
+    assert!(says_expired(
+        "<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>"
+    ));
+    assert!(!says_expired(
+        "<Error><Code>AuthenticationFailed</Code><AuthenticationErrorDetail>Signature did not \
+         match.</AuthenticationErrorDetail></Error>"
+    ));
+    assert!(!says_expired(""));
+}
+
+fn signer(prefixes: &[&str], clock: Clock) -> Signer {
+    let mut toml = String::from("signer = { url = \"https://pc.example/api/sas/v1/token/c\"");
+    if !prefixes.is_empty() {
+        toml.push_str(&format!(", prefixes = {prefixes:?}"));
+    }
+    toml.push_str(" }\n");
+    let s = Settings::from_toml("stages.fetch", &toml).unwrap();
+    #[derive(Deserialize)]
+    struct Table {
+        signer: SignerSettings,
+    }
+    let t: Table = s.parse().unwrap();
+    let mut problems = Vec::new();
+    Signer::new(&s, t.signer, reqwest::Client::new(), clock, &mut problems).unwrap()
+}
+
+#[test]
+fn only_urls_under_the_prefixes_are_signed() {
+    let all = signer(&[], system_clock());
+    assert!(all.signs("https://a.example/x.tif"));
+    assert!(all.signs("http://b.example/x.tif"));
+    assert!(!all.signs("s3://bucket/x.tif"));
+    assert!(!all.signs("/data/x.tif"));
+    let some = signer(&["https://acct.blob.core.windows.net/c/"], system_clock());
+    assert!(some.signs("https://acct.blob.core.windows.net/c/x.tif"));
+    assert!(!some.signs("https://acct.blob.core.windows.net/other/x.tif"));
+    assert!(!some.signs("https://elsewhere.example/c/x.tif"));
+}
+
+#[test]
+fn an_answer_is_read_without_ever_being_quoted() {
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_714_557_600); // 2024-05-01T10:00:00Z
+    let s = signer(&[], Arc::new(move || now));
+    let t = s
+        .read_answer(br#"{"msft:expiry":"2024-05-01T11:00:00Z","token":"st=a&se=b&sig=SECRET"}"#)
+        .unwrap();
+    assert_eq!(t.query, "st=a&se=b&sig=SECRET");
+    assert_eq!(t.names, ["st", "se", "sig"]);
+    assert_eq!(t.expiry, now + Duration::from_secs(3600));
+    // An hour's token: renewed a minute before it expires (`refresh_before`).
+    assert_eq!(t.renew_at, now + Duration::from_secs(3540));
+    assert!(!format!("{t:?}").contains("SECRET"), "{t:?}");
+    // A 20 s token: a tenth of its lifetime before.
+    let t = s
+        .read_answer(br#"{"msft:expiry":1714557620,"token":"?sig=SECRET"}"#)
+        .unwrap();
+    assert_eq!(t.query, "sig=SECRET", "a leading ? is not the token's");
+    assert_eq!(t.renew_at, now + Duration::from_secs(18));
+    for (answer, says) in [
+        (&br#"{"token":"sig=SECRET"}"#[..], "has no `msft:expiry`"),
+        (
+            br#"{"msft:expiry":"tomorrow","token":"sig=SECRET"}"#,
+            "not an RFC 3339 time",
+        ),
+        (
+            br#"{"msft:expiry":"2024-05-01T11:00:00Z","tok":"sig=SECRET"}"#,
+            "has no `token`",
+        ),
+        (
+            br#"{"msft:expiry":"2024-05-01T11:00:00Z","token":""}"#,
+            "has no `token`",
+        ),
+        (b"sig=SECRET", "not JSON"),
+    ] {
+        let e = s.read_answer(answer).unwrap_err();
+        assert!(e.contains(says) && !e.contains("SECRET"), "{e}");
+    }
+}
+
+#[test]
+fn every_mistake_in_the_table_is_named_with_its_key() {
+    let s = Settings::from_toml(
+        "stages.fetch",
+        "signer = { url = \"ftp://x/y\", prefixes = [\"s3://b/\", \"https://ok.example/\"], \
+         token_field = \" \" }\n",
+    )
+    .unwrap();
+    #[derive(Deserialize)]
+    struct Table {
+        signer: SignerSettings,
+    }
+    let t: Table = s.parse().unwrap();
+    let mut problems = Vec::new();
+    assert!(Signer::new(
+        &s,
+        t.signer,
+        reqwest::Client::new(),
+        system_clock(),
+        &mut problems
+    )
+    .is_none());
+    let said: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(said.len(), 3, "{said:#?}");
+    assert!(
+        said[0].contains("stages.fetch.signer.url") && said[0].contains("ftp"),
+        "{said:#?}"
+    );
+    assert!(
+        said[1].contains("stages.fetch.signer.prefixes") && said[1].contains("s3://b/"),
+        "{said:#?}"
+    );
+    assert!(
+        said[2].contains("stages.fetch.signer.token_field"),
+        "{said:#?}"
+    );
+}
