@@ -64,9 +64,9 @@ impl Accelerator for Gdal36 {
 
     fn probe(&self) -> Result<(), String> {
         let v = warpline_gdal::versions();
-        if (v.gdal.major, v.gdal.minor) != (3, 6) {
+        if !matches!((v.gdal.major, v.gdal.minor), (3, 6) | (3, 12)) {
             return Err(format!(
-                "GDAL {} is not 3.6, the version whose warp kernel it mirrors",
+                "GDAL {} is neither 3.6 nor 3.12, the versions whose warp kernel it mirrors",
                 v.gdal
             ));
         }

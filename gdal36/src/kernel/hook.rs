@@ -17,11 +17,13 @@ use gdal_sys as sys;
 use super::bilinear::{Chunk, Sample, Sampler, Transform};
 use super::downsample::Filter;
 
-/// `GDALWarpKernel` of GDAL 3.6 (gdalwarper.h), field for field, after the
-/// vtable pointer of its virtual destructor.
+/// The fields of `GDALWarpKernel` (gdalwarper.h) the hook reads, field
+/// for field, as GDAL 3.6 and 3.12 lay them out. In 3.6 they follow the
+/// vtable pointer of its virtual destructor; in 3.12 the destructor is
+/// not virtual and they start the object ([`fields_offset`]). 3.12 adds
+/// fields after `vertical_shift_factor`, which the hook never reads.
 #[repr(C)]
 pub(super) struct WarpKernel {
-    vtable: *const c_void,
     options: *mut *mut std::ffi::c_char,
     resample: sys::GDALResampleAlg::Type,
     working_type: sys::GDALDataType::Type,
@@ -63,11 +65,22 @@ pub(super) struct WarpKernel {
     vertical_shift_factor: f64,
 }
 
-/// Whether the GDAL this process runs is the one [`WarpKernel`] mirrors
-/// and [`super::bilinear`] was proven against (3.6).
-pub(super) fn layout_known() -> bool {
+/// Where [`WarpKernel`]'s fields start in a `GDALWarpKernel` of the GDAL
+/// this process runs, for the versions it mirrors and warpline's loops
+/// were proven against (3.6: after the vtable pointer; 3.12: at the
+/// start); `None` for any other version.
+pub(super) fn fields_offset() -> Option<usize> {
     let v = warpline_gdal::versions().gdal;
-    (v.major, v.minor) == (3, 6)
+    match (v.major, v.minor) {
+        (3, 6) => Some(std::mem::size_of::<*const c_void>()),
+        (3, 12) => Some(0),
+        _ => None,
+    }
+}
+
+/// Whether [`fields_offset`] knows this GDAL.
+pub(super) fn layout_known() -> bool {
+    fields_offset().is_some()
 }
 
 /// What the hook did with a warp's chunks, and what it needs to know.
@@ -100,10 +113,20 @@ pub(super) unsafe extern "C" fn pre_chunk(
     arg: *mut c_void,
 ) -> sys::CPLErr::Type {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `arg` is our own `Hook`, alive for the whole warp (see
+        // `super::warp`) and used by no one else during the call.
+        let hook = unsafe { &mut *(arg as *mut Hook) };
+        let Some(offset) = fields_offset() else {
+            // Not installed on such a GDAL (`super::source_refusal`):
+            // touch nothing of the kernel, GDAL warps.
+            hook.theirs += 1;
+            hook.why = Some("GDAL version");
+            return;
+        };
         // SAFETY: GDAL passes the `GDALWarpKernel` of the chunk (alive and
-        // not used by anyone else during the call) and our own `Hook`
-        // (alive for the whole warp, see `super::warp`).
-        let (wk, hook) = unsafe { (&mut *(kernel as *mut WarpKernel), &mut *(arg as *mut Hook)) };
+        // not used by anyone else during the call), whose fields the GDAL
+        // running lays out as `WarpKernel` from `offset` (`fields_offset`).
+        let wk = unsafe { &mut *(kernel.byte_add(offset) as *mut WarpKernel) };
         match refusal(wk, hook) {
             Some(why) => {
                 hook.theirs += 1;
