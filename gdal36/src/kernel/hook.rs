@@ -83,6 +83,41 @@ pub(super) fn layout_known() -> bool {
     fields_offset().is_some()
 }
 
+/// Whether the GDAL this process runs is 3.6, the one every path of the
+/// replica was proven against.
+fn gdal_3_6() -> bool {
+    fields_offset() == Some(std::mem::size_of::<*const c_void>())
+}
+
+/// Whether the replica's setup of a warp whose output edges do not round
+/// trip (gdalwarp's inverse check, `limb.rs`) is this GDAL's: proven on
+/// 3.6 only (on 3.12 every geostationary tile of the mixed corpus differs).
+pub(crate) fn checked_warps_mirrored() -> bool {
+    gdal_3_6()
+}
+
+/// Why warpline's warp is not proven on this GDAL for `method`, a source
+/// with an alpha band or not, geostationary or not: on 3.12 the mixed
+/// corpus's tiles equal gdalwarp with near, bilinear and cubic, but for an
+/// alpha band's values and a geostationary source's pixels (every limb
+/// tile, and some others); its average differs on every kind.
+pub(super) fn unproven(
+    method: sys::GDALResampleAlg::Type,
+    alpha: bool,
+    geostationary: impl FnOnce() -> bool,
+) -> Option<&'static str> {
+    if gdal_3_6() {
+        return None;
+    }
+    if method == sys::GDALResampleAlg::GRA_Average {
+        return Some("average on this GDAL");
+    }
+    if alpha {
+        return Some("alpha band on this GDAL");
+    }
+    geostationary().then_some("geostationary source on this GDAL")
+}
+
 /// What the hook did with a warp's chunks, and what it needs to know.
 #[derive(Debug, Default)]
 pub(super) struct Hook {
@@ -211,6 +246,10 @@ fn refusal(wk: &WarpKernel, hook: &Hook) -> Option<&'static str> {
         "XSCALE",
         "YSCALE",
         "USE_OPENCL",
+        // GDAL 3.8+: values to skip as nodata, and the share of nodata
+        // sources above which an average is nodata.
+        "EXCLUDED_VALUES",
+        "NODATA_VALUES_PCT_THRESHOLD",
     ] {
         if option(wk, key) {
             return Some("warp option");
