@@ -39,6 +39,8 @@ mod downsample;
 mod four;
 mod hook;
 mod limb;
+#[cfg(test)]
+pub(crate) use hook::checked_warps_mirrored;
 pub(crate) use limb::Checks;
 mod nearest;
 mod plain;
@@ -150,6 +152,9 @@ pub(crate) fn source_refusal(src: &Dataset, plan: &Plan) -> Option<&'static str>
     if has_alpha(src) && count < 2 {
         return Some("alpha band alone");
     }
+    if let Some(why) = hook::unproven(plan.method, has_alpha(src), || geostationary(src)) {
+        return Some(why);
+    }
     // Nothing invalid (no nodata, no mask, no alpha): GDAL warps with its
     // fast path, which this replica would only reach the long way.
     let all_valid = (1..=count).all(|i| {
@@ -175,6 +180,13 @@ pub(crate) fn source_refusal(src: &Dataset, plan: &Plan) -> Option<&'static str>
         (Ok(a), Ok(b)) if !vertical(&a) && !vertical(&b) => None,
         _ => Some("CRS"),
     }
+}
+
+/// Whether `src`'s CRS is a geostationary satellite view (`+proj=geos`).
+fn geostationary(src: &Dataset) -> bool {
+    src.spatial_ref()
+        .and_then(|s| s.to_proj4())
+        .is_ok_and(|p| p.contains("+proj=geos"))
 }
 
 /// Whether the last band is an alpha band, which gdalwarp then takes as
@@ -209,17 +221,21 @@ impl Bands {
 /// `gdalwarp` of `src` with `plan` to a new MEM dataset, with warpline's
 /// loop where it is proven; which loop ran is returned with it, and how
 /// many points skipped gdalwarp's inverse check (`limb.rs`).
-pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<(Dataset, Took, Checks), WarpError> {
-    if let Some(done) = warp_with(src, plan, true)? {
-        return Ok(done);
+pub(crate) fn warp(src: &Dataset, plan: &Plan) -> Result<Warp, WarpError> {
+    match warp_with(src, plan, true)? {
+        Warp::Again => {}
+        done => return Ok(done),
     }
     // A point far off the source raster: GDAL's own base could have
     // retried a source window (`plain.rs`), so warp with it.
     #[cfg(test)]
     AGAIN.with(|n| n.set(n.get() + 1));
-    warp_with(src, plan, false)?.ok_or_else(|| {
-        WarpError::Failed("the warp without the plain base asked for itself again".to_owned())
-    })
+    match warp_with(src, plan, false)? {
+        Warp::Again => Err(WarpError::Failed(
+            "the warp without the plain base asked for itself again".to_owned(),
+        )),
+        done => Ok(done),
+    }
 }
 
 #[cfg(test)]
@@ -228,15 +244,39 @@ thread_local! {
     pub(super) static AGAIN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// What a warp gives: the output, which loop ran, the inverse checks.
-type Warped = (Dataset, Took, Checks);
+/// What a warp gives.
+pub(crate) enum Warp {
+    /// The output, which loop ran, the inverse checks.
+    Done(Dataset, Took, Checks),
+    /// To be done again without the plain base (never without
+    /// `allow_plain`).
+    Again,
+    /// Not this replica's to do (why): GDAL's `GDALWarp` does it.
+    Refused(&'static str),
+}
+
+#[cfg(test)]
+impl Warp {
+    /// The output of a warp that must have been done (`what` it was).
+    pub(crate) fn done(self, what: &str) -> (Dataset, Took, Checks) {
+        match self {
+            Warp::Done(output, took, checks) => (output, took, checks),
+            Warp::Again => panic!("{what}: asked for itself again"),
+            Warp::Refused(why) => panic!("{what}: refused ({why})"),
+        }
+    }
+}
 
 /// [`warp`], with the plain base (`plain.rs`) where it applies if
-/// `allow_plain`; None when the warp must be done again without it (never
-/// without `allow_plain`).
-fn warp_with(src: &Dataset, plan: &Plan, allow_plain: bool) -> Result<Option<Warped>, WarpError> {
+/// `allow_plain`.
+fn warp_with(src: &Dataset, plan: &Plan, allow_plain: bool) -> Result<Warp, WarpError> {
     let gen = Transformer::new(src, &plan.transformer_options())?;
     let (gt, pixels, lines, checked) = output_grid(src, &gen)?;
+    if checked && !hook::checked_warps_mirrored() {
+        // gdalwarp 3.12 warps an output whose edges do not round trip
+        // (a geostationary disk's limb) otherwise than 3.6 did.
+        return Ok(Warp::Refused("inverse check"));
+    }
     let bands = Bands::of(src);
     let dst = create_output(src, plan, gt, (pixels, lines), bands)?;
     // SAFETY: `gen` is a GenImgProj transformer; `gt` six doubles.
@@ -266,7 +306,7 @@ fn warp_with(src: &Dataset, plan: &Plan, allow_plain: bool) -> Result<Option<War
     drop(approx);
     if let Base::Plain(p) = &base {
         if p.met_far() {
-            return Ok(None);
+            return Ok(Warp::Again);
         }
     }
     if let Some(what) = hook.failed.take() {
@@ -294,7 +334,7 @@ fn warp_with(src: &Dataset, plan: &Plan, allow_plain: bool) -> Result<Option<War
         Base::Limb(s) => s.counts(),
         _ => Checks::default(),
     };
-    Ok(Some((dst, took, checks)))
+    Ok(Warp::Done(dst, took, checks))
 }
 
 /// The approximating transformer's base, when it is not gdalwarp's

@@ -1,10 +1,12 @@
 //! # warpline-gdal36
 //!
-//! warpline's warp accelerator for GDAL 3.6 with PROJ 9.1: code that
-//! mirrors one GDAL version's internals, so it is an optional plug-in
-//! (cargo feature `gdal36` of `warpline` and `warpline-cli`), installed at
-//! start-up ([`install`]) and probed once: on any other GDAL it switches
-//! itself off and says why, and every warp is GDAL's own.
+//! warpline's warp accelerator, proven on GDAL 3.6 with PROJ 9.1 (every
+//! path) and on GDAL 3.12 (its loops, but for average, alpha bands and
+//! geostationary sources): code that mirrors GDAL versions' internals, so
+//! it is an optional plug-in (cargo feature `gdal36` of `warpline` and
+//! `warpline-cli`, named after the version it was first proven on),
+//! installed at start-up ([`install`]) and probed once: on any other GDAL
+//! it switches itself off and says why, and every warp is GDAL's own.
 //!
 //! Its rooms, in the order a warp meets them:
 //!
@@ -64,9 +66,9 @@ impl Accelerator for Gdal36 {
 
     fn probe(&self) -> Result<(), String> {
         let v = warpline_gdal::versions();
-        if (v.gdal.major, v.gdal.minor) != (3, 6) {
+        if !matches!((v.gdal.major, v.gdal.minor), (3, 6) | (3, 12)) {
             return Err(format!(
-                "GDAL {} is not 3.6, the version whose warp kernel it mirrors",
+                "GDAL {} is neither 3.6 nor 3.12, the versions whose warp kernel it mirrors",
                 v.gdal
             ));
         }
@@ -88,7 +90,19 @@ impl Accelerator for Gdal36 {
             tracing::debug!("GDAL's warp ({why})");
             return Ok(None);
         }
-        let (output, took, checks) = kernel::warp(src, &plan)?;
+        let (output, took, checks) = match kernel::warp(src, &plan)? {
+            kernel::Warp::Done(output, took, checks) => (output, took, checks),
+            kernel::Warp::Refused(why) => {
+                tracing::debug!("GDAL's warp ({why})");
+                return Ok(None);
+            }
+            // `kernel::warp` does its own again.
+            kernel::Warp::Again => {
+                return Err(WarpError::Failed(
+                    "the warp asked for itself again".to_owned(),
+                ))
+            }
+        };
         Ok(Some(Accelerated {
             output,
             took: match took {

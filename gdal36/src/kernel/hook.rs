@@ -17,11 +17,13 @@ use gdal_sys as sys;
 use super::bilinear::{Chunk, Sample, Sampler, Transform};
 use super::downsample::Filter;
 
-/// `GDALWarpKernel` of GDAL 3.6 (gdalwarper.h), field for field, after the
-/// vtable pointer of its virtual destructor.
+/// The fields of `GDALWarpKernel` (gdalwarper.h) the hook reads, field
+/// for field, as GDAL 3.6 and 3.12 lay them out. In 3.6 they follow the
+/// vtable pointer of its virtual destructor; in 3.12 the destructor is
+/// not virtual and they start the object ([`fields_offset`]). 3.12 adds
+/// fields after `vertical_shift_factor`, which the hook never reads.
 #[repr(C)]
 pub(super) struct WarpKernel {
-    vtable: *const c_void,
     options: *mut *mut std::ffi::c_char,
     resample: sys::GDALResampleAlg::Type,
     working_type: sys::GDALDataType::Type,
@@ -63,11 +65,57 @@ pub(super) struct WarpKernel {
     vertical_shift_factor: f64,
 }
 
-/// Whether the GDAL this process runs is the one [`WarpKernel`] mirrors
-/// and [`super::bilinear`] was proven against (3.6).
-pub(super) fn layout_known() -> bool {
+/// Where [`WarpKernel`]'s fields start in a `GDALWarpKernel` of the GDAL
+/// this process runs, for the versions it mirrors and warpline's loops
+/// were proven against (3.6: after the vtable pointer; 3.12: at the
+/// start); `None` for any other version.
+pub(super) fn fields_offset() -> Option<usize> {
     let v = warpline_gdal::versions().gdal;
-    (v.major, v.minor) == (3, 6)
+    match (v.major, v.minor) {
+        (3, 6) => Some(std::mem::size_of::<*const c_void>()),
+        (3, 12) => Some(0),
+        _ => None,
+    }
+}
+
+/// Whether [`fields_offset`] knows this GDAL.
+pub(super) fn layout_known() -> bool {
+    fields_offset().is_some()
+}
+
+/// Whether the GDAL this process runs is 3.6, the one every path of the
+/// replica was proven against.
+fn gdal_3_6() -> bool {
+    fields_offset() == Some(std::mem::size_of::<*const c_void>())
+}
+
+/// Whether the replica's setup of a warp whose output edges do not round
+/// trip (gdalwarp's inverse check, `limb.rs`) is this GDAL's: proven on
+/// 3.6 only (on 3.12 every geostationary tile of the mixed corpus differs).
+pub(crate) fn checked_warps_mirrored() -> bool {
+    gdal_3_6()
+}
+
+/// Why warpline's warp is not proven on this GDAL for `method`, a source
+/// with an alpha band or not, geostationary or not: on 3.12 the mixed
+/// corpus's tiles equal gdalwarp with near, bilinear and cubic, but for an
+/// alpha band's values and a geostationary source's pixels (every limb
+/// tile, and some others); its average differs on every kind.
+pub(super) fn unproven(
+    method: sys::GDALResampleAlg::Type,
+    alpha: bool,
+    geostationary: impl FnOnce() -> bool,
+) -> Option<&'static str> {
+    if gdal_3_6() {
+        return None;
+    }
+    if method == sys::GDALResampleAlg::GRA_Average {
+        return Some("average on this GDAL");
+    }
+    if alpha {
+        return Some("alpha band on this GDAL");
+    }
+    geostationary().then_some("geostationary source on this GDAL")
 }
 
 /// What the hook did with a warp's chunks, and what it needs to know.
@@ -100,10 +148,20 @@ pub(super) unsafe extern "C" fn pre_chunk(
     arg: *mut c_void,
 ) -> sys::CPLErr::Type {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `arg` is our own `Hook`, alive for the whole warp (see
+        // `super::warp`) and used by no one else during the call.
+        let hook = unsafe { &mut *(arg as *mut Hook) };
+        let Some(offset) = fields_offset() else {
+            // Not installed on such a GDAL (`super::source_refusal`):
+            // touch nothing of the kernel, GDAL warps.
+            hook.theirs += 1;
+            hook.why = Some("GDAL version");
+            return;
+        };
         // SAFETY: GDAL passes the `GDALWarpKernel` of the chunk (alive and
-        // not used by anyone else during the call) and our own `Hook`
-        // (alive for the whole warp, see `super::warp`).
-        let (wk, hook) = unsafe { (&mut *(kernel as *mut WarpKernel), &mut *(arg as *mut Hook)) };
+        // not used by anyone else during the call), whose fields the GDAL
+        // running lays out as `WarpKernel` from `offset` (`fields_offset`).
+        let wk = unsafe { &mut *(kernel.byte_add(offset) as *mut WarpKernel) };
         match refusal(wk, hook) {
             Some(why) => {
                 hook.theirs += 1;
@@ -188,6 +246,10 @@ fn refusal(wk: &WarpKernel, hook: &Hook) -> Option<&'static str> {
         "XSCALE",
         "YSCALE",
         "USE_OPENCL",
+        // GDAL 3.8+: values to skip as nodata, and the share of nodata
+        // sources above which an average is nodata.
+        "EXCLUDED_VALUES",
+        "NODATA_VALUES_PCT_THRESHOLD",
     ] {
         if option(wk, key) {
             return Some("warp option");

@@ -32,6 +32,20 @@ const OURS_AT_LEAST: [(&str, u64); 4] = [
     ("average", 48),
 ];
 
+/// Of `all` tiles, those the accelerator takes with `method` on the GDAL
+/// this process runs: every one on 3.6; on 3.12 (where its average, an
+/// alpha band's values and the geostationary limb are not proven, and are
+/// GDALWarp's) none with average, and with the others all but the 6
+/// `rgba-u16` and the 6 `geos` tiles.
+fn proven_here(method: &str, all: u64) -> u64 {
+    let v = warpline::stages::gdal::versions().gdal;
+    match ((v.major, v.minor), method) {
+        ((3, 6), _) => all,
+        (_, "average") => 0,
+        _ => all - 12,
+    }
+}
+
 #[test]
 fn every_tile_of_the_mixed_corpus_equals_gdalwarp() {
     if data().is_none() {
@@ -60,8 +74,9 @@ fn every_tile_of_the_mixed_corpus_equals_gdalwarp() {
         let reproject = crate::common::reproject_stage(&report);
         eprintln!("{method}: reproject paths {:?}", reproject.paths);
         let ours = reproject.paths.get("warpline-kernel").copied().unwrap_or(0);
+        let at_least = proven_here(method, at_least);
         match crate::common::accelerated() {
-            true => assert!(ours >= at_least, "{method}: {:?}", reproject.paths),
+            true => assert_eq!(ours, at_least, "{method}: {:?}", reproject.paths),
             // Every tile still equals gdalwarp below, through GDAL's loop.
             false => assert_eq!(ours, 0, "{method}: {:?}", reproject.paths),
         }

@@ -51,7 +51,9 @@ fn warped(src: &Dataset, target: &str, what: &str) -> (usize, usize) {
     let plan = Plan::from_args(&args).unwrap();
     TOOK.with(|n| n.set(0));
     AGAIN.with(|n| n.set(0));
-    let (mine, took, _) = warp(src, &plan).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    let (mine, took, _) = warp(src, &plan)
+        .unwrap_or_else(|e| panic!("{what}: {e:?}"))
+        .done(what);
     assert_eq!(took, Took::Ours, "{what}");
     let gdals = gdal_warp(&[src], &WarpOptions::new(&args).unwrap()).unwrap();
     same(&mine, &gdals, what);
