@@ -144,26 +144,16 @@ mod tests {
     use super::*;
     use crate::item::ErrorKind;
 
-    /// A request whose tries end as `script` says, in turn; when each
-    /// try started.
-    fn scripted(
-        script: Vec<Result<u32, StageError>>,
-    ) -> (
-        Arc<Mutex<VecDeque<Result<u32, StageError>>>>,
-        Arc<Mutex<Vec<Instant>>>,
-    ) {
-        (
-            Arc::new(Mutex::new(script.into())),
-            Arc::new(Mutex::new(Vec::new())),
-        )
-    }
+    /// The tries' ends, in turn.
+    type Script = Arc<Mutex<VecDeque<Result<u32, StageError>>>>;
 
     async fn run(
         requests: &Requests,
         host: Option<&str>,
         script: Vec<Result<u32, StageError>>,
     ) -> (Result<u32, StageError>, Vec<Duration>) {
-        let (script, starts) = scripted(script);
+        let script: Script = Arc::new(Mutex::new(script.into()));
+        let starts = Arc::new(Mutex::new(Vec::new()));
         let t0 = Instant::now();
         let result = requests
             .send(host, || {
