@@ -49,13 +49,23 @@ fn polygon() -> Vec<u8> {
     wkb
 }
 
-/// Writes `items` items (`item-0000000` on, asset `B04` at
-/// `https://data.test/items/item-NNNNNNN/B04.tif`) to `path`, `per_group`
-/// rows a row group, zstd-compressed.
+/// Where [`write_items`]' item `n` has its asset `B04` unless told:
+/// `https://data.test/items/item-NNNNNNN/B04.tif`.
+pub fn data_test_href(n: u64) -> String {
+    format!("https://data.test/items/item-{n:07}/B04.tif")
+}
+
+/// Writes `items` items (`item-0000000` on, asset `B04` at `href(n)`) to
+/// `path`, `per_group` rows a row group, zstd-compressed.
 ///
 /// # Errors
 /// When the file cannot be written.
-pub fn write_items(path: &Path, items: u64, per_group: u64) -> parquet::errors::Result<()> {
+pub fn write_items(
+    path: &Path,
+    items: u64,
+    per_group: u64,
+    href: &dyn Fn(u64) -> String,
+) -> parquet::errors::Result<()> {
     let schema = Arc::new(parse_message_type(SCHEMA)?);
     let props = Arc::new(
         WriterProperties::builder()
@@ -85,8 +95,7 @@ pub fn write_items(path: &Path, items: u64, per_group: u64) -> parquet::errors::
         col.typed::<Int64Type>()
             .write_batch(&micros, Some(&vec![1; micros.len()]), None)?;
         col.close()?;
-        let href = |n| format!("https://data.test/items/item-{n:07}/B04.tif");
-        bytes(&mut group, text(&href), 3)?;
+        bytes(&mut group, text(href), 3)?;
         bytes(
             &mut group,
             text(&|_| "image/tiff; application=geotiff".to_owned()),

@@ -17,5 +17,6 @@ mod large;
 mod layers;
 mod raster;
 mod service;
+mod stac_pace;
 mod vertical;
 mod window;
