@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The stac source's memory over stac-geoparquet files of 1,000, 10,000 and
-# 100,000 items (generated, one asset each, 10,000 rows a row group, zstd):
+# The stac source's memory over stac-geoparquet files of 1,000, 10,000,
+# 100,000 and 300,000 items (generated, one asset each, 10,000 rows a row group, zstd):
 # the figures of docs/performance.md, "stac-geoparquet: flat memory". Each
 # file is read into a `discard` stage (the source's own memory: nothing
 # is fetched) by the release binary under /usr/bin/time -v, RUNS times
@@ -13,12 +13,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v /usr/bin/time >/dev/null || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
-cargo build --release --quiet -p warpline-cli -p warpline-testkit --example stac-geoparquet
+cargo build --release --quiet -p warpline-cli
+cargo build --release --quiet -p warpline-testkit --example stac-geoparquet
 TARGET=${CARGO_TARGET_DIR:-target}/release
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 printf '| items | file | peak RSS | wall |\n|---|---|---|---|\n'
-for items in 1000 10000 100000; do
+for items in 1000 10000 100000 300000; do
   file="$WORK/items-$items.parquet"
   "$TARGET/examples/stac-geoparquet" "$file" "$items" >/dev/null
   cat > "$WORK/p-$items.toml" <<TOML

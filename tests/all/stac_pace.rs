@@ -61,10 +61,9 @@ kind = "discard"
 /// 12 items in 5 row groups whose assets are sample tiles on loopback.
 #[test]
 fn the_geoparquet_example_of_the_reference_runs() {
-    let doc = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/pipeline.md"),
-    )
-    .unwrap();
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/pipeline.md"))
+            .unwrap();
     let example = doc
         .split("```toml\n")
         .filter_map(|b| b.split("```").next())
@@ -73,9 +72,7 @@ fn the_geoparquet_example_of_the_reference_runs() {
         .to_owned();
     let tiles = common::tiles(3, 64);
     let rt = runtime();
-    let server = rt
-        .block_on(TileServer::start(tiles.clone()))
-        .unwrap();
+    let server = rt.block_on(TileServer::start(tiles.clone())).unwrap();
     let work = tempfile::tempdir().unwrap();
     let file = work.path().join("items.parquet");
     let names: Vec<String> = tiles.iter().map(|(n, _)| server.url(n)).collect();
@@ -83,13 +80,22 @@ fn the_geoparquet_example_of_the_reference_runs() {
     warpline_testkit::geoparquet::write_items(&file, names.len() as u64, 3, &href).unwrap();
     let out = work.path().join("out");
     let toml = example
-        .replace("\"sentinel-2-l2a.parquet\"", &format!("{:?}", file.display().to_string()))
+        .replace(
+            "\"sentinel-2-l2a.parquet\"",
+            &format!("{:?}", file.display().to_string()),
+        )
         .replace("\"out/B04\"", &format!("{:?}", out.display().to_string()));
     let report = rt.block_on(common::run_async(&toml));
     assert_eq!(report.items.done, 12, "{report}");
     let written = std::fs::read_dir(&out)
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "tif"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "tif")
+        })
         .count();
     assert_eq!(written, 12);
 }

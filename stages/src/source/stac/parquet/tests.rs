@@ -92,7 +92,13 @@ async fn rows_are_read_a_chunk_ahead() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("items.parquet");
     let n = (CHUNK * 3 + 10) as u64;
-    warpline_testkit::geoparquet::write_items(&path, n, 100, &warpline_testkit::geoparquet::data_test_href).unwrap();
+    warpline_testkit::geoparquet::write_items(
+        &path,
+        n,
+        100,
+        &warpline_testkit::geoparquet::data_test_href,
+    )
+    .unwrap();
     let mut source = ParquetRun::open(&path, spec(&path, &["B04"]).maker()).unwrap();
     assert_eq!(source.len_hint(), Some(n));
     assert_eq!(
@@ -160,7 +166,13 @@ async fn a_file_that_is_not_stac_geoparquet_fails_at_open_naming_it() {
 async fn a_damaged_file_is_named_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("items.parquet");
-    warpline_testkit::geoparquet::write_items(&path, 500, 100, &warpline_testkit::geoparquet::data_test_href).unwrap();
+    warpline_testkit::geoparquet::write_items(
+        &path,
+        500,
+        100,
+        &warpline_testkit::geoparquet::data_test_href,
+    )
+    .unwrap();
     let mut bytes = std::fs::read(&path).unwrap();
     let cut = dir.path().join("cut.parquet");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
