@@ -36,7 +36,8 @@
 //! - [`limit`]: count, bytes and rate [`Limiter`]s and the [`Ticket`]s that
 //!   give their share back on drop;
 //! - [`adapt`]: adaptive per-host concurrency and rate for stages whose
-//!   tries are requests (a fetch);
+//!   tries are requests (a fetch), and [`requests`], the same for
+//!   requests a source makes (a STAC API's pages);
 //! - [`observe`]: [`Event`]s and the
 //!   [`Timeline`](observe::Timeline) of a run;
 //! - [`live`]: a [`Probe`] that reads a [`Snapshot`] of a running
@@ -59,7 +60,7 @@
 //! [`pipeline`] (the compiled plan) and [`sizing`]; [`registry`] and
 //! [`synthetic`];
 //! [`config`] (which compiles a file into a pipeline) and [`builder`];
-//! [`report`]; [`run`]; and on top [`handle`].
+//! [`report`]; [`run`] and [`requests`]; and on top [`handle`].
 //! `Pipeline::from_toml_str` lives in `config` and `Pipeline::run` in `run`,
 //! so that the plan below them knows neither.
 //!
@@ -106,6 +107,7 @@ mod problem;
 pub mod redact;
 pub mod registry;
 pub mod report;
+pub mod requests;
 mod retry;
 pub mod run;
 pub mod shard;
@@ -128,6 +130,7 @@ pub use payload::Payload;
 pub use pipeline::Pipeline;
 pub use registry::{Registry, Settings};
 pub use report::{Footprint, RunReport};
+pub use requests::Requests;
 pub use run::{FailuresFileError, RunControl, RunError, RunOptions};
 pub use stage::{
     AsyncStage, BlockingStage, Handler, OpenError, Source, SourceError, SourceSpec, Stage,

@@ -281,7 +281,7 @@ pub enum RunError {
 /// servers on one address but different ports are two hosts. An object
 /// store's URL (`s3://BUCKET/KEY`) has no origin: its host is the bucket,
 /// `s3://BUCKET`.
-fn host_of(source: &str) -> Option<String> {
+pub fn host_of(source: &str) -> Option<String> {
     let url = url::Url::parse(source).ok()?;
     let host = url.host_str()?;
     let origin = url.origin();

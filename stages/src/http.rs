@@ -44,7 +44,7 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// The longest `Retry-After` obeyed: a server that asks for more (a date
 /// in the year 9999) is waited for this long.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// `Retry-After` as seconds or an HTTP date, at most [`MAX_RETRY_AFTER`].
 pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {

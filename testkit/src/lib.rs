@@ -13,11 +13,13 @@
 //! the S3 server's clients to their expiry); and
 //! [`runtime`], the tests' two-worker tokio runtime; and [`gdal_tool`], a
 //! GDAL command line tool run for the tests' and benchmarks' rasters; and
-//! [`pipelines`], the pipeline files they share.
+//! [`pipelines`], the pipeline files they share; and [`geoparquet`],
+//! stac-geoparquet files of generated items.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod credentials;
+pub mod geoparquet;
 pub mod pipelines;
 pub mod proxy;
 pub mod sas;
@@ -25,7 +27,7 @@ pub mod tileserver;
 
 pub use proxy::{gated_proxy, watching_proxy, Gate, OnNeedle};
 pub use sas::{Clock, Sas, TokenServer};
-pub use tileserver::{Fault, Faults, Strict, TileServer};
+pub use tileserver::{Fault, Faults, StacApi, Strict, TileServer};
 
 /// A multi-threaded tokio runtime of two workers (as many as the machine
 /// the tests run on has cores), with time and I/O.

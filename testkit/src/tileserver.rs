@@ -5,7 +5,9 @@
 //! latency (fixed, or growing with the requests in flight), a server-side
 //! rate limit that may change at set times, a strict limit as real APIs
 //! count it (a sliding window, a token bucket, a fixed window: `strict.rs`),
-//! and a spell of 503s. Connections are kept alive between requests, as
+//! and a spell of 503s. It can answer a STAC API's search too, page after
+//! page, its items' assets its tiles (`stacapi.rs`, [`StacApi`]).
+//! Connections are kept alive between requests, as
 //! real tile servers keep them; an answer a fault cuts short closes its
 //! connection.
 //!
@@ -24,6 +26,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use corpus::Corpus;
+use pace::{latency, rate_allows, rate_now};
+use stacapi::PageStats;
+pub use stacapi::{PageCounts, StacApi};
 pub use strict::{Counts, Strict, StrictLimit};
 
 /// Which tiles suffer a fault, and for how many requests.
@@ -131,6 +136,9 @@ struct Shared {
     next_allowed: Mutex<Option<tokio::time::Instant>>,
     /// The strict limit's state.
     strict: Option<Mutex<StrictLimit>>,
+    /// The STAC API answered at `/search`, and its pages' counts.
+    stac: Option<StacApi>,
+    pages: PageStats,
 }
 
 /// A running tile server. Stops when dropped.
@@ -156,6 +164,24 @@ impl TileServer {
         tiles: impl IntoIterator<Item = (String, impl Into<Arc<Vec<u8>>>)>,
         faults: Faults,
     ) -> std::io::Result<Self> {
+        Self::start_all(tiles, faults, None).await
+    }
+
+    /// As [`start_with`](Self::start_with), answering the STAC API `api`
+    /// at `http://127.0.0.1:PORT/search` (its pages suffer the faults too).
+    pub async fn start_stac(
+        tiles: impl IntoIterator<Item = (String, impl Into<Arc<Vec<u8>>>)>,
+        faults: Faults,
+        api: StacApi,
+    ) -> std::io::Result<Self> {
+        Self::start_all(tiles, faults, Some(api)).await
+    }
+
+    async fn start_all(
+        tiles: impl IntoIterator<Item = (String, impl Into<Arc<Vec<u8>>>)>,
+        faults: Faults,
+        stac: Option<StacApi>,
+    ) -> std::io::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let down_for = faults.down_for;
@@ -166,6 +192,8 @@ impl TileServer {
             next_allowed: Mutex::new(None),
             strict: faults.strict.map(|k| Mutex::new(StrictLimit::new(k))),
             faults,
+            stac,
+            pages: PageStats::default(),
         });
         let task_shared = Arc::clone(&shared);
         let task = tokio::spawn(async move {
@@ -256,6 +284,11 @@ impl TileServer {
         self.shared.strict.as_ref().map_or(Counts::default(), |l| {
             l.lock().unwrap_or_else(|p| p.into_inner()).counts()
         })
+    }
+
+    /// What became of the STAC API's page requests ([`StacApi`]).
+    pub fn page_counts(&self) -> PageCounts {
+        self.shared.pages.counts()
     }
 
     /// Requests answered 503 by [`Faults::unavailable`].
@@ -399,51 +432,25 @@ fn arrive(stats: &Stats) -> (InFlight<'_>, u64) {
     (InFlight(stats), now)
 }
 
-/// The rate limit in force `since` the first request, if any.
-fn rate_now(f: &Faults, since: Duration) -> Option<f64> {
-    let changed = f.rate_changes.iter().rev().find(|(at, _)| *at <= since);
-    changed.map(|(_, r)| *r).or(f.rate_limit)
-}
-
-/// How long a request waits before it is answered, with `in_flight`
-/// requests in flight.
-fn latency(f: &Faults, in_flight: u64) -> Duration {
-    let grown = f
-        .latency_per_in_flight
-        .map_or(Duration::ZERO, |(knee, each)| {
-            each * u32::try_from(in_flight.saturating_sub(knee)).unwrap_or(u32::MAX)
-        });
-    f.latency.unwrap_or_default() + grown
-}
-
-/// Whether the server-side rate limit (`rate` requests a second) lets a
-/// request through now. GCRA: the theoretical arrival time may run one
-/// period ahead.
-fn rate_allows(shared: &Shared, rate: f64) -> bool {
-    let period = Duration::from_secs_f64(1.0 / rate);
-    let mut next = shared
-        .next_allowed
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    let now = tokio::time::Instant::now();
-    match *next {
-        Some(tat) if tat > now + period * 2 => false,
-        _ => {
-            *next = Some(now.max(next.unwrap_or(now)) + period);
-            true
-        }
-    }
-}
-
 /// Answers one request, and says what becomes of the connection.
 async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::io::Result<Then> {
     let stats = &shared.stats;
     let (in_flight, count) = arrive(stats);
+    let page = shared.stac.as_ref().and(StacApi::page_of(&path));
+    let refused_page = || {
+        if page.is_some() {
+            shared.pages.refused.fetch_add(1, Ordering::SeqCst);
+        }
+    };
+    if page.is_some() {
+        shared.pages.asked.fetch_add(1, Ordering::SeqCst);
+    }
     let f = &shared.faults;
     tokio::time::sleep(latency(f, count)).await;
     let since = stats.since_first();
     if let Some((from, length)) = f.unavailable {
         if since >= from && since < from + length {
+            refused_page();
             stats.unavailable.fetch_add(1, Ordering::SeqCst);
             stats.answered(503);
             return respond(stream, "503 Service Unavailable", &[], b"").await;
@@ -457,6 +464,7 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
         None => rate_now(f, since).and_then(|rate| (!rate_allows(shared, rate)).then_some(1)),
     };
     if let Some(secs) = refused {
+        refused_page();
         stats.throttled.fetch_add(1, Ordering::SeqCst);
         stats.answered(429);
         return respond(
@@ -476,7 +484,10 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
         let xml = [("Content-Type", "application/xml".to_owned())];
         return respond(stream, refused.status, &xml, refused.body.as_bytes()).await;
     }
-    let name = path.strip_prefix("/tiles/").unwrap_or_default().to_owned();
+    let name = match page {
+        Some(k) => format!("search?page={k}"),
+        None => path.strip_prefix("/tiles/").unwrap_or_default().to_owned(),
+    };
     let attempt = {
         let mut a = shared.attempts.lock().unwrap_or_else(|p| p.into_inner());
         let n = a.entry(name.clone()).or_insert(0);
@@ -486,6 +497,9 @@ async fn answer(stream: &mut TcpStream, shared: &Shared, path: String) -> std::i
     if let Some((_, location)) = f.redirects.iter().find(|(n, _)| *n == name) {
         stats.answered(302);
         return respond(stream, "302 Found", &[("Location", location.clone())], b"").await;
+    }
+    if let Some(body) = page.and_then(|k| shared.stac.as_ref()?.page(k)) {
+        return serve_tile(stream, shared, &name, attempt, &body, in_flight).await;
     }
     let Some(body) = shared.tiles.get(&name) else {
         stats.answered(404);
@@ -524,6 +538,9 @@ async fn serve_tile(
     }
     if let Some((x, secs)) = f.throttle {
         if x.hits(name, "429", attempt) {
+            if name.starts_with("search?") {
+                shared.pages.refused.fetch_add(1, Ordering::SeqCst);
+            }
             stats.throttled.fetch_add(1, Ordering::SeqCst);
             stats.answered(429);
             return respond(
@@ -535,8 +552,14 @@ async fn serve_tile(
             .await;
         }
     }
+    let page = name.starts_with("search?");
     let head = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: image/tiff\r\nContent-Length: {}\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n",
+        if page {
+            "application/geo+json"
+        } else {
+            "image/tiff"
+        },
         body.len()
     );
     if f.truncated.is_some_and(|x| x.hits(name, "cut", attempt)) {
@@ -560,12 +583,19 @@ async fn serve_tile(
     drop(in_flight);
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body).await?;
-    stats.served.fetch_add(1, Ordering::SeqCst);
+    let served = if page {
+        &shared.pages.served
+    } else {
+        &stats.served
+    };
+    served.fetch_add(1, Ordering::SeqCst);
     stats.answered(200);
     Ok(Then::KeepAlive)
 }
 
 mod corpus;
+mod pace;
+mod stacapi;
 mod strict;
 #[cfg(test)]
 mod tests;

@@ -18,5 +18,6 @@ mod layers;
 mod raster;
 mod service;
 mod signer;
+mod stac_pace;
 mod vertical;
 mod window;

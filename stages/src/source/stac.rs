@@ -6,11 +6,15 @@
 //!   `datetime`, `limit`), page after page through the `next` links (GET,
 //!   or POST with the body the link gives, merged when it says so);
 //! - `catalog`: a static catalog, its `child` and `item` links followed
-//!   depth first, in their order.
+//!   depth first, in their order;
+//! - `geoparquet`: a stac-geoparquet file, one row per item (`parquet`).
 //!
-//! One document (a page, a catalog, an item) is read at a time, when the
-//! pipeline asks for more inputs than the last one gave: a listing of many
-//! pages is never held whole. Each item gives one input per asset key in
+//! One document (a page, a catalog, an item) is read at a time, the next
+//! while the inputs of the one before are admitted (`run`), and rows of a
+//! file a chunk at a time the same way: a listing of many pages or rows
+//! is never held whole. HTTP requests go through the engine's per-host
+//! adaptive gate and a fetch's retry policy (`read`). Each item gives one
+//! input per asset key in
 //! `assets`, with the id `ITEM_ASSET` made safe for file names (and
 //! unique, as every source's ids are). An asset href may be http(s)://,
 //! s3:// (fetch reads it with its `endpoint`) or relative, resolved against
@@ -21,20 +25,23 @@
 //! STAC (named by its URL), a `next` link back to a page already read (a
 //! loop: the source ends), and a source that found no items at all.
 
+mod inputs;
+mod parquet;
 mod read;
+mod run;
 
-use std::collections::{HashSet, VecDeque};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use url::Url;
-use warpline_engine::redact::redact;
-use warpline_engine::{Input, Problem, Settings, Source, SourceError, SourceSpec};
+use warpline_engine::{Problem, Requests, Settings, Source, SourceSpec};
 
-use self::read::{link, location, resolve, Document, Item, Link, Reader, Request};
+use self::inputs::Maker;
+use self::read::{location, Reader, Request};
+use self::run::StacRun;
 use super::{Ids, Schemes};
 
 /// One asset key or several.
@@ -51,6 +58,7 @@ struct StacSettings {
     items: Option<String>,
     catalog: Option<String>,
     search: Option<String>,
+    geoparquet: Option<String>,
     collections: Option<Vec<String>>,
     bbox: Option<Vec<f64>>,
     datetime: Option<String>,
@@ -66,6 +74,7 @@ enum Kind {
     Items,
     Catalog,
     Search,
+    Geoparquet,
 }
 
 #[derive(Debug)]
@@ -74,7 +83,7 @@ struct Stac {
     first: Request,
     assets: Vec<String>,
     schemes: Schemes,
-    reader: Reader,
+    client: reqwest::Client,
 }
 
 pub(super) fn stac(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
@@ -107,7 +116,7 @@ pub(super) fn stac(s: &Settings) -> Result<Arc<dyn SourceSpec>, Vec<Problem>> {
             first,
             assets,
             schemes,
-            reader: Reader { client },
+            client,
         })),
         _ => Err(problems),
     }
@@ -120,6 +129,7 @@ fn first_request(s: &Settings, t: &StacSettings) -> Result<(Kind, Request), Vec<
         (Kind::Items, "items", &t.items),
         (Kind::Catalog, "catalog", &t.catalog),
         (Kind::Search, "search", &t.search),
+        (Kind::Geoparquet, "geoparquet", &t.geoparquet),
     ]
     .into_iter()
     .filter_map(|(k, key, v)| v.as_ref().map(|v| (k, key, v)))
@@ -128,10 +138,17 @@ fn first_request(s: &Settings, t: &StacSettings) -> Result<(Kind, Request), Vec<
         return Err(vec![s.problem(
             "items",
             "give exactly one of `items` (an ItemCollection file or URL), `catalog` \
-             (a static catalog's catalog.json) and `search` (a STAC API's /search URL)",
+             (a static catalog's catalog.json), `search` (a STAC API's /search URL) and \
+             `geoparquet` (a stac-geoparquet file)",
         )]);
     };
     let url = location(text).map_err(|m| vec![s.problem(key, m)])?;
+    if kind == Kind::Geoparquet && url.scheme() != "file" {
+        return Err(vec![s.problem(
+            key,
+            "a stac-geoparquet file on this machine (a path or file://): download it first",
+        )]);
+    }
     if kind != Kind::Search {
         let query = [
             ("collections", t.collections.is_some()),
@@ -226,30 +243,52 @@ fn search_request(s: &Settings, t: &StacSettings, url: Url) -> Result<Request, V
     Ok(Request::get(url))
 }
 
-impl SourceSpec for Stac {
-    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
-        // Nothing is read yet: the first document with the first input asked for.
-        Ok(Box::new(StacRun {
-            kind: self.kind,
-            origin: self.first.shown(),
-            reader: self.reader.clone(),
-            // A POST search's body, for `next` links that merge into it.
-            todo: vec![(
-                self.first.clone(),
-                self.first
-                    .body
-                    .as_deref()
-                    .and_then(|b| serde_json::from_str(b).ok()),
-            )],
-            read: HashSet::new(),
-            pending: VecDeque::new(),
+impl Stac {
+    /// A reader with gates of its own: what a run learns of a host is
+    /// learnt afresh each run, as a stage's gates are.
+    fn reader(&self) -> Reader {
+        Reader {
+            client: self.client.clone(),
+            requests: Requests::one_at_a_time(),
+        }
+    }
+
+    fn maker(&self) -> Maker {
+        Maker {
             assets: self.assets.clone(),
             schemes: self.schemes.clone(),
             ids: Ids::default(),
             items: 0,
-            pages: 0,
-            ended: false,
-        }))
+        }
+    }
+}
+
+impl SourceSpec for Stac {
+    /// A document source reads nothing yet: the first document with the
+    /// first input asked for. A stac-geoparquet file's footer and schema
+    /// are read now (a file that is not one fails the run here).
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
+        if self.kind == Kind::Geoparquet {
+            let path: PathBuf = self
+                .first
+                .url
+                .to_file_path()
+                .map_err(|()| format!("{}: not a local path", self.first.shown()))?;
+            return Ok(Box::new(parquet::ParquetRun::open(&path, self.maker())?));
+        }
+        // A POST search's body, for `next` links that merge into it.
+        let body = self
+            .first
+            .body
+            .as_deref()
+            .and_then(|b| serde_json::from_str(b).ok());
+        let first = (self.first.clone(), body);
+        Ok(Box::new(StacRun::new(
+            self.kind,
+            self.reader(),
+            first,
+            self.maker(),
+        )))
     }
 
     /// `validate --online`: the first document read over http(s) (a STAC
@@ -260,7 +299,7 @@ impl SourceSpec for Stac {
         if !matches!(self.first.url.scheme(), "http" | "https") {
             return Vec::new();
         }
-        let (reader, first) = (self.reader.clone(), self.first.clone());
+        let (reader, first) = (self.reader(), self.first.clone());
         let read = crate::store::block_on(async move {
             reader
                 .read(&first)
@@ -275,297 +314,6 @@ impl SourceSpec for Stac {
                 e.message
             )],
         }
-    }
-}
-
-/// A document to read, with the POST body it was asked with (a `next`
-/// link may say to merge into it).
-type Todo = (Request, Option<Map<String, Value>>);
-
-struct StacRun {
-    kind: Kind,
-    /// The first document, as shown in messages.
-    origin: String,
-    reader: Reader,
-    /// Documents still to read: a stack (the last pushed is read first).
-    todo: Vec<Todo>,
-    /// The documents read so far (a hash of each request), to stop at a
-    /// loop: 8 bytes a page.
-    read: HashSet<u64>,
-    /// The inputs of the last document read, not yet taken.
-    pending: VecDeque<Result<Input, SourceError>>,
-    assets: Vec<String>,
-    schemes: Schemes,
-    ids: Ids,
-    items: u64,
-    pages: u64,
-    ended: bool,
-}
-
-#[async_trait]
-impl Source for StacRun {
-    async fn next(&mut self) -> Option<Result<Input, SourceError>> {
-        loop {
-            if let Some(input) = self.pending.pop_front() {
-                return Some(input);
-            }
-            if self.ended {
-                return None;
-            }
-            let Some((req, body)) = self.todo.pop() else {
-                self.ended = true;
-                return (self.items == 0).then(|| {
-                    Err(SourceError {
-                        id: self.origin.clone(),
-                        message: format!("{}: no STAC items found", self.origin),
-                    })
-                });
-            };
-            if !self.read.insert(hash(&req)) {
-                return Some(Err(self.loop_error(&req)));
-            }
-            match self.reader.read(&req).await {
-                Ok((doc, base)) => {
-                    self.pages += 1;
-                    if let Err(message) = self.take(doc, &req, &base, body) {
-                        // Not a page: no `next` link to follow either.
-                        if self.kind != Kind::Catalog {
-                            self.ended = true;
-                        }
-                        self.pending.push_back(Err(SourceError {
-                            id: req.shown(),
-                            message,
-                        }));
-                    }
-                }
-                Err(message) => {
-                    // A page of a search or collection holds the link to the
-                    // next: without it the listing ends. A catalog goes on
-                    // with its other documents.
-                    if self.kind != Kind::Catalog {
-                        self.ended = true;
-                    }
-                    let after = match self.items {
-                        0 => String::new(),
-                        n => format!(" (after {n} items)"),
-                    };
-                    return Some(Err(SourceError {
-                        id: req.shown(),
-                        message: format!("{message}{after}"),
-                    }));
-                }
-            }
-        }
-    }
-}
-
-impl StacRun {
-    /// A document asked for again: a `next` link back to a page already
-    /// read ends the listing; a catalog's link to a document already read
-    /// is a failed item, and the catalog goes on.
-    fn loop_error(&mut self, req: &Request) -> SourceError {
-        let shown = req.shown();
-        if self.kind != Kind::Catalog {
-            self.ended = true;
-            return SourceError {
-                id: shown.clone(),
-                message: format!(
-                    "{}: the `next` link of page {} leads back to {shown}, read before: a loop; \
-                     stopped after {} items",
-                    self.origin, self.pages, self.items
-                ),
-            };
-        }
-        SourceError {
-            id: shown.clone(),
-            message: format!("{shown} is linked to twice in the catalog: read once"),
-        }
-    }
-
-    /// The inputs and the links to follow of one document.
-    fn take(
-        &mut self,
-        doc: Document,
-        req: &Request,
-        base: &Url,
-        body: Option<Map<String, Value>>,
-    ) -> Result<(), String> {
-        let shown = req.shown();
-        match doc.kind.as_deref() {
-            Some("FeatureCollection") => {
-                let next = link(&doc.links, "next").cloned();
-                for (i, item) in doc.features.unwrap_or_default().into_iter().enumerate() {
-                    self.item(item, base, &format!("{shown} item {i}"));
-                }
-                if let Some(next) = next {
-                    let todo = next_request(&next, base, body)
-                        .map_err(|m| format!("{shown}: its `next` link: {m}"))?;
-                    self.todo.push(todo);
-                }
-                Ok(())
-            }
-            Some("Feature") => {
-                let id = doc.id.clone().unwrap_or_default();
-                self.item(doc.into_item(), base, &format!("{shown} item {id}"));
-                Ok(())
-            }
-            Some("Catalog" | "Collection") if self.kind == Kind::Catalog => {
-                // Depth first, in the document's order: pushed last to first.
-                for l in doc.links.iter().rev() {
-                    if !matches!(l.rel.as_deref(), Some("child" | "item")) {
-                        continue;
-                    }
-                    let Some(href) = &l.href else { continue };
-                    let url = base.join(href).map_err(|e| e.to_string());
-                    match url.and_then(|u| read::not_local_from_remote(u, base)) {
-                        Ok(url) => self.todo.push((Request::get(url), None)),
-                        Err(e) => self.pending.push_back(Err(SourceError {
-                            id: redact(href),
-                            message: format!("{shown}: link {:?}: {e}", redact(href)),
-                        })),
-                    }
-                }
-                Ok(())
-            }
-            other => Err(format!(
-                "{shown}: not what a STAC {} gives (its type is {}){}",
-                match self.kind {
-                    Kind::Catalog => "catalog",
-                    _ => "ItemCollection",
-                },
-                other.map_or("missing".to_owned(), |t| format!("{t:?}")),
-                if self.kind == Kind::Search {
-                    ": is this the API's /search URL?"
-                } else {
-                    ""
-                }
-            )),
-        }
-    }
-
-    /// One input per asset asked for, or a failed item saying what is
-    /// missing.
-    fn item(&mut self, item: Item, from: &Url, what: &str) {
-        let Some(id) = item.id.clone().filter(|i| !i.is_empty()) else {
-            self.pending.push_back(Err(SourceError {
-                id: what.to_owned(),
-                message: format!("{what}: a STAC item without an id"),
-            }));
-            return;
-        };
-        self.items += 1;
-        // Relative hrefs are resolved against the item's own address.
-        let base = link(&item.links, "self")
-            .and_then(|l| l.href.as_deref())
-            .and_then(|h| from.join(h).ok())
-            .unwrap_or_else(|| from.clone());
-        for key in &self.assets {
-            let name = self.ids.named(&format!("{id}_{key}"));
-            let input = match item.assets.get(key).and_then(|a| a.href.as_deref()) {
-                None => Err(missing(&id, key, &item)),
-                Some(href) => resolve(href, &base)
-                    .and_then(|source| self.schemes.check(&source))
-                    .map_err(|m| format!("item {id:?}, asset {key:?}: {m}")),
-            };
-            self.pending.push_back(match input {
-                Ok(source) => Ok(Input {
-                    id: name,
-                    source,
-                    size_hint: None,
-                    meta: stac_meta(&item, &id, key),
-                }),
-                Err(message) => Err(SourceError { id: name, message }),
-            });
-        }
-    }
-}
-
-/// What an input made of asset `key` of `item` carries to the write
-/// stage: `meta["stac"]`, the item's id, collection, asset key and times
-/// (an output's STAC item is dated by them).
-fn stac_meta(item: &Item, id: &str, key: &str) -> warpline_engine::item::Meta {
-    let times = &item.properties;
-    let mut stac = Map::new();
-    stac.insert("item".to_owned(), Value::from(id));
-    stac.insert("asset".to_owned(), Value::from(key));
-    let fields = [
-        ("collection", &item.collection),
-        ("datetime", &times.datetime),
-        ("start_datetime", &times.start_datetime),
-        ("end_datetime", &times.end_datetime),
-    ];
-    for (name, value) in fields {
-        if let Some(v) = value {
-            stac.insert(name.to_owned(), Value::from(v.as_str()));
-        }
-    }
-    std::iter::once(("stac".to_owned(), Value::Object(stac))).collect()
-}
-
-fn hash(req: &Request) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault};
-    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(req)
-}
-
-fn missing(id: &str, key: &str, item: &Item) -> String {
-    if item.assets.contains_key(key) {
-        return format!("item {id:?}: asset {key:?} has no href");
-    }
-    let keys: Vec<&str> = item.assets.keys().map(String::as_str).collect();
-    format!(
-        "item {id:?} has no asset {key:?} (its assets: {})",
-        if keys.is_empty() {
-            "none".to_owned()
-        } else {
-            keys.join(", ")
-        }
-    )
-}
-
-/// The request a `next` link asks for: GET its href, or POST its body
-/// (merged into the last body when it says `merge`), with its headers.
-fn next_request(next: &Link, base: &Url, last: Option<Map<String, Value>>) -> Result<Todo, String> {
-    let href = next.href.as_deref().ok_or("no href")?;
-    let url = base
-        .join(href)
-        .map_err(|e| format!("href {:?}: {e}", redact(href)))?;
-    let url = read::not_local_from_remote(url, base)?;
-    let headers = next
-        .headers
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                v.as_str().map_or_else(|| v.to_string(), str::to_owned),
-            )
-        })
-        .collect();
-    match next.method.as_deref().unwrap_or("GET") {
-        "GET" => Ok((
-            Request {
-                url,
-                body: None,
-                headers,
-            },
-            None,
-        )),
-        "POST" => {
-            let mut body = if next.merge {
-                last.unwrap_or_default()
-            } else {
-                Map::new()
-            };
-            body.extend(next.body.clone().unwrap_or_default());
-            Ok((
-                Request {
-                    url,
-                    body: Some(Value::Object(body.clone()).to_string()),
-                    headers,
-                },
-                Some(body),
-            ))
-        }
-        other => Err(format!("method {other:?}: GET or POST")),
     }
 }
 

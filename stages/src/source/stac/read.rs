@@ -2,30 +2,25 @@
 //! Item, an ItemCollection (a search's page), a Catalog or Collection and
 //! their links, as serde types of our own; and one document read from a
 //! local file or over HTTP(S) (GET, or POST with a JSON body as a `next`
-//! link may say), at most [`MAX_DOCUMENT_BYTES`], with a few tries again
-//! for transient errors.
+//! link may say), at most [`MAX_DOCUMENT_BYTES`]. Requests go through the
+//! engine's [`Requests`]: the host's adaptive gate (a 429 or 503 pauses it
+//! for its `Retry-After`, and a rate is learnt) and a fetch stage's retry
+//! policy for transient errors (resets, timeouts, 5xx).
 //!
 //! Own types rather than the `stac` crate's: `stac` 0.17 always pulls
 //! `cql2` (with `geo`, `geozero`, `jsonschema`, `sqlparser`, `pest`): 93
 //! crates new to warpline's build for the five fields read here.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use url::Url;
 use warpline_engine::redact::{redact, redact_text};
+use warpline_engine::{Requests, StageError};
 
 /// The largest document read (a page, a catalog, an item collection).
 pub(super) const MAX_DOCUMENT_BYTES: u64 = 64 << 20;
-
-/// Tries again of a document after a transient error (connection, 408,
-/// 429, 5xx), waiting 1, 2, 4 s or the server's `Retry-After`.
-const RETRIES: u32 = 3;
-
-/// The longest `Retry-After` obeyed.
-const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// Any STAC object: an Item (`Feature`), an ItemCollection
 /// (`FeatureCollection`), a Catalog or a Collection. Other fields are
@@ -141,13 +136,15 @@ impl Request {
     }
 }
 
-/// Reads documents: local files, and HTTP(S) through one client.
+/// Reads documents: local files, and HTTP(S) through one client and the
+/// run's per-host gates.
 #[derive(Debug, Clone)]
 pub(super) struct Reader {
     pub(super) client: reqwest::Client,
+    pub(super) requests: Requests,
 }
 
-/// Why a document could not be read: `transient` ones were tried again.
+/// Why a document could not be read (transient errors were tried again).
 pub(super) type ReadError = String;
 
 impl Reader {
@@ -158,7 +155,13 @@ impl Reader {
         let shown = req.shown();
         let (bytes, at) = match req.url.scheme() {
             "file" => (read_file(&req.url, &shown).await?, req.url.clone()),
-            "http" | "https" => self.http(req, &shown).await?,
+            "http" | "https" => {
+                let host = warpline_engine::run::host_of(req.url.as_str());
+                self.requests
+                    .send(host.as_deref(), || self.http_once(req, &shown))
+                    .await
+                    .map_err(|e| e.message)?
+            }
             other => {
                 return Err(format!(
                     "{shown}: a STAC document is read from a local file or http(s), not {other}://"
@@ -170,36 +173,11 @@ impl Reader {
         Ok((doc, at))
     }
 
-    async fn http(&self, req: &Request, shown: &str) -> Result<(Vec<u8>, Url), ReadError> {
-        let mut tries = 0;
-        loop {
-            match self.http_once(req, shown).await {
-                Ok(bytes) => return Ok(bytes),
-                Err((message, Some(wait))) if tries < RETRIES => {
-                    let wait = wait.max(Duration::from_secs(1 << tries));
-                    tries += 1;
-                    tracing::warn!("{message}; trying again in {wait:?}");
-                    tokio::time::sleep(wait).await;
-                }
-                Err((message, _)) => {
-                    let after = if tries > 0 {
-                        format!(" (after {} tries)", tries + 1)
-                    } else {
-                        String::new()
-                    };
-                    return Err(format!("{message}{after}"));
-                }
-            }
-        }
-    }
-
-    /// One try: the error, with how long to wait when it is worth trying
-    /// again.
-    async fn http_once(
-        &self,
-        req: &Request,
-        shown: &str,
-    ) -> Result<(Vec<u8>, Url), (String, Option<Duration>)> {
+    /// One try, its error classed as a fetch's are: 408, 429, 5xx, resets,
+    /// timeouts and bodies cut short are transient (a 429's or 503's
+    /// `Retry-After` kept), a host that cannot be reached is down, other
+    /// answers fail at once.
+    async fn http_once(&self, req: &Request, shown: &str) -> Result<(Vec<u8>, Url), StageError> {
         let mut builder = match &req.body {
             None => self.client.get(req.url.clone()),
             Some(body) => self
@@ -215,46 +193,68 @@ impl Reader {
         for (k, v) in &req.headers {
             builder = builder.header(k, v);
         }
-        let mut response = builder.send().await.map_err(|e| {
-            let transient = e.is_connect() || e.is_timeout() || e.is_request();
-            let text = redact_text(&crate::http::error_chain(&e.without_url()));
-            (
-                format!("{shown}: {text}"),
-                transient.then_some(Duration::ZERO),
-            )
-        })?;
+        let mut response = builder.send().await.map_err(|e| request_error(shown, e))?;
         let at = response.url().clone();
         let status = response.status();
         if !status.is_success() {
-            let code = status.as_u16();
-            let transient = code == 408 || code == 429 || status.is_server_error();
-            let wait = transient.then(|| retry_after(response.headers()).unwrap_or_default());
-            // What the server said, in short: an API says why it refused.
-            let said = response.text().await.unwrap_or_default();
-            let said: String = said.trim().chars().take(300).collect();
-            let said = if said.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", redact_text(&said))
-            };
-            return Err((format!("{shown}: HTTP {status}{said}"), wait));
+            return Err(status_error(response, shown).await);
         }
         if let Some(len) = response.content_length() {
             if len > MAX_DOCUMENT_BYTES {
-                return Err((too_big(shown), None));
+                return Err(StageError::permanent(too_big(shown)));
             }
         }
         let mut bytes = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| {
             let text = redact_text(&crate::http::error_chain(&e.without_url()));
-            (format!("{shown}: {text}"), Some(Duration::ZERO))
+            StageError::transient(format!(
+                "{shown}: body cut short after {} bytes: {text}",
+                bytes.len()
+            ))
         })? {
             if (bytes.len() + chunk.len()) as u64 > MAX_DOCUMENT_BYTES {
-                return Err((too_big(shown), None));
+                return Err(StageError::permanent(too_big(shown)));
             }
             bytes.extend_from_slice(&chunk);
         }
         Ok((bytes, at))
+    }
+}
+
+/// A request that got no answer: an unreachable host is down (its gate
+/// pauses), a timeout or a reset is worth another try.
+fn request_error(shown: &str, e: reqwest::Error) -> StageError {
+    let e = e.without_url();
+    let text = redact_text(&crate::http::error_chain(&e));
+    if e.is_builder() || e.is_redirect() {
+        StageError::permanent(format!("{shown}: {text}"))
+    } else if e.is_connect() {
+        StageError::transient(format!("{shown}: cannot connect: {text}")).host_is_down()
+    } else {
+        StageError::transient(format!("{shown}: {text}"))
+    }
+}
+
+/// An answer that is not a success, with what the server said in short
+/// (an API says why it refused).
+async fn status_error(response: reqwest::Response, shown: &str) -> StageError {
+    let status = response.status();
+    let code = status.as_u16();
+    let retry_after = crate::http::retry_after(response.headers());
+    let said = response.text().await.unwrap_or_default();
+    let said: String = said.trim().chars().take(300).collect();
+    let said = if said.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", redact_text(&said))
+    };
+    let message = format!("{shown}: HTTP {status}{said}");
+    if code == 408 || code == 429 || status.is_server_error() {
+        StageError::transient(message)
+            .with_status(code)
+            .with_retry_after(retry_after)
+    } else {
+        StageError::permanent(message).with_status(code)
     }
 }
 
@@ -263,17 +263,6 @@ fn too_big(shown: &str) -> String {
         "{shown}: a STAC document over {} MiB is not read",
         MAX_DOCUMENT_BYTES >> 20
     )
-}
-
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let secs: u64 = headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_secs(secs).min(MAX_WAIT))
 }
 
 async fn read_file(url: &Url, shown: &str) -> Result<Vec<u8>, ReadError> {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use serde_json::json;
 use warpline_testkit::tileserver::{Fault, Faults, TileServer};
 
-use super::read::{Reader, Request};
+use super::read::{Link, Request};
+use super::run::next_request;
 use super::*;
 
 fn spec(first: &str, assets: &[&str]) -> Stac {
@@ -20,10 +21,8 @@ fn spec(first: &str, assets: &[&str]) -> Stac {
                 .map(|s| s.to_string())
                 .collect(),
         },
-        reader: Reader {
-            client: crate::http::client(Duration::from_secs(5), Duration::from_secs(30), 5, None)
-                .unwrap(),
-        },
+        client: crate::http::client(Duration::from_secs(5), Duration::from_secs(30), 5, None)
+            .unwrap(),
     }
 }
 
@@ -50,8 +49,9 @@ fn page(ids: &[&str], next: Option<&str>) -> Vec<u8> {
 }
 
 /// Three pages: the first is read with the first input asked for (not
-/// when the source is opened), each next one only when the inputs of the
-/// one before are all taken; relative hrefs are resolved against the page.
+/// when the source is opened), each next one while the inputs of the one
+/// before are taken, never more than one page ahead; relative hrefs are
+/// resolved against the page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_are_read_one_at_a_time_as_inputs_are_taken() {
     let pages: Vec<(String, Arc<Vec<u8>>)> = vec![
@@ -68,11 +68,21 @@ async fn pages_are_read_one_at_a_time_as_inputs_are_taken() {
     let server = TileServer::start(pages).await.unwrap();
     let mut source = spec(&server.url("p1.json"), &["B04"]).open().unwrap();
     assert_eq!(server.requests(), 0, "opening the source reads nothing");
-    let mut asked = Vec::new();
+    let mut ahead = Vec::new();
     let mut ids = Vec::new();
     while let Some(input) = source.next().await {
         let input = input.unwrap();
-        asked.push(server.requests());
+        // Page k's inputs (k from 1): pages up to k + 1 asked for, never more.
+        let page = match input.id.as_str() {
+            "a_B04" | "b_B04" => 1,
+            "c_B04" | "d_B04" => 2,
+            _ => 3,
+        };
+        if page < 3 {
+            // The next page is asked for while this one's are taken.
+            until(|| server.requests() == page + 1).await;
+        }
+        ahead.push(server.requests() - page);
         match input.id.as_str() {
             "a_B04" => assert_eq!(input.source, server.url("a.tif")),
             "c_B04" => assert_eq!(
@@ -84,7 +94,19 @@ async fn pages_are_read_one_at_a_time_as_inputs_are_taken() {
         ids.push(input.id);
     }
     assert_eq!(ids, ["a_B04", "b_B04", "c_B04", "d_B04", "e_B04"]);
-    assert_eq!(asked, [1, 1, 2, 2, 3], "a page read only when needed");
+    assert_eq!(ahead, [1, 1, 1, 1, 0], "one page ahead, never more");
+    assert_eq!(server.requests(), 3);
+}
+
+/// Waits until `done` holds (a count the test waits for, not a time it
+/// guesses): at most 30 s, then fails.
+async fn until(done: impl Fn() -> bool) {
+    let waited = tokio::time::timeout(Duration::from_secs(30), async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    waited.await.expect("the awaited count never came");
 }
 
 /// A page the server moved (a redirect): its relative links are relative
@@ -111,8 +133,8 @@ async fn relative_links_of_a_redirected_page_follow_the_redirect() {
     assert_eq!(sources, [server.url("new/a.tif"), server.url("new/b.tif")]);
 }
 
-/// A 500 is tried again (after 1 s); a page that is not JSON ends the
-/// listing with a failed item naming it.
+/// A 500 is tried again (after a fetch's backoff); a page that is not
+/// JSON ends the listing with a failed item naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_error_is_tried_again_and_a_bad_page_is_named() {
     let pages: Vec<(String, Arc<Vec<u8>>)> = vec![
@@ -179,4 +201,50 @@ fn a_remote_next_link_to_a_local_file_is_refused() {
     // From a local page, a local next page is fine.
     let local = Url::parse("file:///data/p1.json").unwrap();
     assert!(next_request(&link, &local, None).is_ok());
+}
+
+fn search_spec(url: &str) -> Stac {
+    Stac {
+        kind: Kind::Search,
+        ..spec(url, &["B04"])
+    }
+}
+
+/// A STAC API whose pages are each refused once (429 with `Retry-After:
+/// 1`) or reset once, and that answers 503 for its first half second: every
+/// page is read once it answers, every item once, and no page fails (a
+/// refusal waits for the host's gate, a reset is tried again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttling_resetting_api_loses_no_page() {
+    use warpline_testkit::StacApi;
+    let api = StacApi::new(15, 3);
+    let faults = Faults {
+        resets: Some(Fault {
+            one_in: 2,
+            times: 1,
+        }),
+        throttle: Some((Fault::all(1), 1)),
+        unavailable: Some((Duration::ZERO, Duration::from_millis(500))),
+        ..Faults::default()
+    };
+    let tiles: Vec<(String, Arc<Vec<u8>>)> = Vec::new();
+    let server = TileServer::start_stac(tiles, faults, api).await.unwrap();
+    let url = format!("http://{}/search", server.addr());
+    let mut source = search_spec(&url).open().unwrap();
+    let mut ids = Vec::new();
+    while let Some(input) = source.next().await {
+        let input = input.expect("no page fails");
+        assert_eq!(
+            input.source,
+            server.url(&StacApi::tile(ids.len() as u32)),
+            "in order"
+        );
+        ids.push(input.id);
+    }
+    assert_eq!(ids.len(), 15, "every item once: {ids:?}");
+    let pages = server.page_counts();
+    assert_eq!(pages.served, 5, "each page read once: {pages:?}");
+    // Each page's first answer a reset or a 429, and a 503 before.
+    assert!(pages.asked >= 11, "{pages:?}");
+    assert!(pages.refused >= 1, "{pages:?}");
 }
