@@ -221,17 +221,23 @@ fn by_proj_string(srs: &SpatialRef) -> bool {
     SpatialRef::from_proj4(&text).is_ok_and(|parsed| plain(&parsed))
 }
 
-/// Whether this process runs the GDAL and PROJ the argument was read from,
-/// with GDAL's default choice of operation.
-fn proven() -> bool {
+/// Whether this process runs the GDAL and PROJ the argument was read
+/// from (3.6 and 9.1).
+pub(crate) fn versions_proven() -> bool {
     static VERSIONS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let versions = *VERSIONS.get_or_init(|| {
+    *VERSIONS.get_or_init(|| {
         let (mut major, mut minor, mut patch) = (0, 0, 0);
         // SAFETY: three valid out-pointers for the call.
         unsafe { sys::OSRGetPROJVersion(&mut major, &mut minor, &mut patch) };
         let gdal = warpline_gdal::versions().gdal;
         (gdal.major, gdal.minor) == (3, 6) && (major, minor) == (9, 1)
-    });
+    })
+}
+
+/// Whether this process runs the GDAL and PROJ the argument was read from,
+/// with GDAL's default choice of operation.
+fn proven() -> bool {
+    let versions = versions_proven();
     let unset = |key: &CStr| {
         // SAFETY: a valid key; the value GDAL returns is read at once.
         let v = unsafe { sys::CPLGetConfigOption(key.as_ptr(), std::ptr::null()) };

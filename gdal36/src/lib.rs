@@ -177,3 +177,17 @@ pub(crate) fn skipped() -> bool {
         }
     }
 }
+
+/// Whether the shared area of interest's tests skip here: it is proven on
+/// GDAL 3.6 with PROJ 9.1 only, and off elsewhere (said once per test).
+#[cfg(test)]
+pub(crate) fn area_skipped() -> bool {
+    if skipped() {
+        return true;
+    }
+    let off = !area::versions_proven();
+    if off {
+        eprintln!("skipped: the shared area of interest is proven on GDAL 3.6 with PROJ 9.1 only");
+    }
+    off
+}

@@ -27,7 +27,7 @@ fn shared() -> Option<String> {
 
 #[test]
 fn tiles_share_one_area_of_interest_only_when_it_cannot_change_projs_choice() {
-    if crate::skipped() {
+    if crate::area_skipped() {
         return;
     }
     if let Err(why) = Gdal36::default().probe() {

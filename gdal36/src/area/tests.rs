@@ -13,7 +13,7 @@ fn srs(text: &str) -> SpatialRef {
 
 #[test]
 fn a_proj_string_proj_keeps_as_it_is_known_by_its_string_alone() {
-    if crate::skipped() {
+    if crate::area_skipped() {
         return;
     }
     let approx = srs(APPROX);
@@ -30,7 +30,7 @@ fn a_proj_string_proj_keeps_as_it_is_known_by_its_string_alone() {
 
 #[test]
 fn crss_the_database_may_serve_keep_each_tiles_area() {
-    if crate::skipped() {
+    if crate::area_skipped() {
         return;
     }
     let web = srs("EPSG:3857");
@@ -62,7 +62,7 @@ fn crss_the_database_may_serve_keep_each_tiles_area() {
 
 #[test]
 fn only_an_extension_proj_keeps_on_parsing_the_string_again_counts() {
-    if crate::skipped() {
+    if crate::area_skipped() {
         return;
     }
     // An extension PROJ would drop on parsing the string again: the
@@ -126,7 +126,7 @@ fn bounds(option: &str) -> [f64; 4] {
 
 #[test]
 fn every_area_gives_a_crs_known_by_its_string_the_same_operation() {
-    if crate::skipped() {
+    if crate::area_skipped() {
         return;
     }
     // What the argument proves, seen from outside: on NAD27, where the
@@ -149,7 +149,7 @@ fn every_area_gives_a_crs_known_by_its_string_the_same_operation() {
 
 #[test]
 fn a_crs_the_database_serves_may_move_with_the_area() {
-    if crate::skipped() {
+    if crate::area_skipped() {
         return;
     }
     // Why the rule asks for PROJ's own extension: GOES on NAD27 has an
@@ -167,7 +167,7 @@ fn a_crs_the_database_serves_may_move_with_the_area() {
 
 #[test]
 fn another_choice_of_operation_turns_the_database_cases_off() {
-    if crate::skipped() {
+    if crate::area_skipped() {
         return;
     }
     warpline_gdal::init();
@@ -190,7 +190,7 @@ fn another_choice_of_operation_turns_the_database_cases_off() {
 
 #[test]
 fn a_wkt_tree_is_read_as_gdal_reads_it() {
-    if crate::skipped() {
+    if crate::area_skipped() {
         return;
     }
     let root = wkt::parse(
@@ -208,7 +208,7 @@ fn a_wkt_tree_is_read_as_gdal_reads_it() {
 
 #[test]
 fn each_thread_has_its_own_shared_area_and_keeps_it() {
-    if crate::skipped() {
+    if crate::area_skipped() {
         return;
     }
     let mine = shared_area();
@@ -239,7 +239,7 @@ const MASKED: &str = r#"PROJCS["UTM Zone 18, Northern Hemisphere",GEOGCS["Unknow
 
 #[test]
 fn a_crs_the_registry_has_no_operation_for_shares_one_area() {
-    if crate::skipped() {
+    if crate::area_skipped() {
         return;
     }
     let web = srs("EPSG:3857");
@@ -255,7 +255,7 @@ fn a_crs_the_registry_has_no_operation_for_shares_one_area() {
 
 #[test]
 fn every_area_gives_an_unregistered_crs_the_same_operation() {
-    if crate::skipped() {
+    if crate::area_skipped() {
         return;
     }
     // Seen from outside: the transformation GDAL makes for a tile's own
@@ -280,7 +280,7 @@ fn every_area_gives_an_unregistered_crs_the_same_operation() {
 
 #[test]
 fn a_crs_with_operations_in_the_registry_keeps_its_own_areas() {
-    if crate::skipped() {
+    if crate::area_skipped() {
         return;
     }
     let web = srs("EPSG:3857");
