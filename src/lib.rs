@@ -190,6 +190,7 @@
 //! [`stages::gdal`]). GDAL calls run only on the blocking stages' own
 //! threads, never on your runtime's.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub use warpline_engine as engine;
@@ -204,33 +205,10 @@ pub use warpline_engine::{
     SourceError, SourceSpec, Stage, StageError,
 };
 
-/// Tunes glibc's allocator for tile work. Call it first thing in `main`;
-/// the `warpline` binary does.
-///
-/// - The mmap threshold is fixed at 1 MiB (glibc raises it after large
-///   frees, up to 32 MiB, after which big buffers come from heaps that
-///   fragment and are not returned): buffers of a megabyte and more go back
-///   to the system when freed, so the resident size stays close to what the
-///   memory budget accounts for.
-/// - At most 4 arenas, for the same reason.
-/// - The trim threshold is 8 MiB instead of 128 KiB: every tile allocates
-///   and frees a few buffers just under 1 MiB, and with the default each
-///   free at the top of a heap gave the pages back, to be faulted in and
-///   zeroed again for the next tile (about 470 page faults per tile in the
-///   raster bench's pipeline; 20 with this). An arena keeps at most 8 MiB
-///   free at its top.
-pub fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt only sets glibc's allocator parameters; called
-        // before the program allocates much, and it is thread-safe.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-            libc::mallopt(libc::M_ARENA_MAX, 4);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, 8 << 20);
-        }
-    }
-}
+/// Tunes glibc's allocator for tile work (in the GDAL crate, the one
+/// crate with `unsafe`). Call it first thing in `main`; the `warpline`
+/// binary does.
+pub use warpline_gdal::tune_allocator;
 
 /// Every stage and source kind warpline ships. With the `gdal36` feature
 /// (on by default) it also installs the warp accelerator for GDAL 3.6,

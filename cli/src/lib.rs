@@ -15,6 +15,7 @@
 //!
 //! An embedder depends on the `warpline` library, not on this crate.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod coordinator;

@@ -87,7 +87,7 @@
 //! ```
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod adapt;
 pub mod builder;

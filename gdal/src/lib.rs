@@ -28,7 +28,9 @@
 //!   [`watch`]: GDAL's messages on one thread, listened to for a while;
 //! - [`ffi`]: the low-level helpers an accelerator needs (error reading,
 //!   string lists), not for stages;
-//! - [`samples`]: small georeferenced tiles for the demo and the tests.
+//! - [`samples`]: small georeferenced tiles for the demo and the tests;
+//! - `heap`: glibc's allocator tuned for tile work, and trimmed after a
+//!   large item ([`tune_allocator`], [`trim_heap_after`]).
 
 #![warn(missing_debug_implementations, unreachable_pub)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -48,6 +50,7 @@ mod copy;
 mod crs;
 pub mod files;
 mod footprint;
+mod heap;
 pub mod open;
 mod range;
 mod raster;
@@ -67,6 +70,7 @@ pub use copy::{create_copy, creation_option_list, driver_exists, new_path_option
 pub use crs::{crs_name, crs_to_wkt, CrsError, CrsName};
 pub use files::MemDir;
 pub use footprint::{extent_to_4326, GeoBounds};
+pub use heap::{trim_heap_after, tune_allocator, TRIM_AFTER};
 pub(crate) use raster::pixel_bytes;
 pub use raster::{BandScaling, Raster, RasterError, ScratchFile};
 pub use sources::{Sources, WarpedBy};
@@ -186,40 +190,6 @@ pub fn cache_used() -> u64 {
 /// with a 32nd (16 MiB) 552 MiB (400 tiles, one run each; docs/performance.md).
 pub fn cache_for_budget(capacity: u64) -> u64 {
     (capacity / 32).clamp(8 << 20, DEFAULT_CACHE)
-}
-
-/// Items whose pixels take at least this many bytes give the C heap's free
-/// pages back to the system when decode or reproject is done with them
-/// ([`trim_heap_after`]): glibc's own trim threshold (8 MiB, set by
-/// `warpline::tune_allocator`), ten times a normal tile (a 512 px RGB tile
-/// is 768 KiB).
-pub const TRIM_AFTER: u64 = 8 << 20;
-
-/// Gives the free pages inside glibc's heaps (every arena) back to the
-/// system after an item of `bytes` pixels, if it is at least
-/// [`TRIM_AFTER`].
-///
-/// GDAL's blocks, libtiff's strips and the warp's row buffers come from
-/// the heap of whichever arena the thread uses, and glibc gives a heap back
-/// only from its top: after a large raster, tens of MiB stay resident as
-/// free heap, outside any budget. `malloc_trim` walks the free lists and
-/// `madvise`s whole free pages away: cheap beside a large item's work, but
-/// not after every tile, whose next buffers would fault those pages in
-/// again (why `tune_allocator` raised the trim threshold). No effect off
-/// glibc.
-pub fn trim_heap_after(bytes: u64) {
-    if bytes < TRIM_AFTER {
-        return;
-    }
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        extern "C" {
-            fn malloc_trim(pad: usize) -> std::os::raw::c_int;
-        }
-        // SAFETY: glibc's malloc_trim takes each arena's lock and only
-        // gives free pages back; it touches no memory in use.
-        unsafe { malloc_trim(0) };
-    }
 }
 
 /// The last error GDAL recorded on this thread, or a fallback.

@@ -16,6 +16,7 @@
 //! [`pipelines`], the pipeline files they share; and [`geoparquet`],
 //! stac-geoparquet files of generated items.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod credentials;

@@ -197,3 +197,25 @@ fn the_checker_sees_a_circle_and_a_stage_import() {
     assert_eq!(exports["WarpedBy"], "sources");
     assert_eq!(exports["flush"], "copy");
 }
+
+/// `unsafe` lives in the GDAL crate (and the accelerator plug-in, which
+/// mirrors GDAL's internals) only: every other crate's root forbids it.
+#[test]
+fn only_the_gdal_crates_hold_unsafe_code() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in [
+        "src/lib.rs",
+        "engine/src/lib.rs",
+        "stages/src/lib.rs",
+        "cli/src/lib.rs",
+        "cli/src/main.rs",
+        "testkit/src/lib.rs",
+        "python/src/lib.rs",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        assert!(
+            text.contains("#![forbid(unsafe_code)]"),
+            "{file} does not forbid unsafe code"
+        );
+    }
+}
