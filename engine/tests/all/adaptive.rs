@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::time::Instant;
 use warpline_engine::{
-    async_trait, AsyncStage, Handler, Input, Item, Outcome, Pipeline, PipelineBuilder, Registry,
-    Source, SourceError, SourceSpec, StageError,
+    async_trait, AsyncStage, Handler, Item, Outcome, Pipeline, PipelineBuilder, Registry,
+    SourceSpec, StageError,
 };
 
 /// A host that refuses its first `refusals` requests (429, with
@@ -48,33 +48,6 @@ impl AsyncStage for Host {
     }
 }
 
-/// `count` inputs, all on one host.
-struct Urls(u64);
-
-struct UrlsRun(u64, u64);
-
-impl SourceSpec for Urls {
-    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
-        Ok(Box::new(UrlsRun(0, self.0)))
-    }
-}
-
-#[async_trait]
-impl Source for UrlsRun {
-    async fn next(&mut self) -> Option<Result<Input, SourceError>> {
-        if self.0 == self.1 {
-            return None;
-        }
-        self.0 += 1;
-        Some(Ok(Input {
-            id: format!("t{}", self.0),
-            source: format!("http://127.0.0.1:8931/t{}.tif", self.0),
-            size_hint: None,
-            meta: Default::default(),
-        }))
-    }
-}
-
 fn pipeline(host: &Host, count: u64, fetch: serde_json::Value) -> Pipeline {
     let mut r = Registry::with_builtins();
     let h = host.clone();
@@ -85,7 +58,7 @@ fn pipeline(host: &Host, count: u64, fetch: serde_json::Value) -> Pipeline {
             count: u64,
         }
         let c: C = s.parse()?;
-        Ok(Arc::new(Urls(c.count)) as Arc<dyn SourceSpec>)
+        Ok(Arc::new(common::Urls(c.count)) as Arc<dyn SourceSpec>)
     });
     PipelineBuilder::new("adaptive")
         .source("urls", json!({ "count": count }))
@@ -213,7 +186,9 @@ async fn an_unreachable_host_is_paused_not_hammered() {
     let mut r = Registry::with_builtins();
     let d = down.clone();
     r.register_stage("down", move |_| Ok(Handler::from_async(d.clone())));
-    r.register_source("urls", |_| Ok(Arc::new(Urls(16)) as Arc<dyn SourceSpec>));
+    r.register_source("urls", |_| {
+        Ok(Arc::new(common::Urls(16)) as Arc<dyn SourceSpec>)
+    });
     let p = PipelineBuilder::new("down")
         .source("urls", json!({}))
         .stage(

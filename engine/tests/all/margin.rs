@@ -10,12 +10,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common;
+
 use serde_json::json;
 use tokio::time::Instant;
 use warpline_engine::limit::{Limiter, RateKey, MARGIN};
 use warpline_engine::{
-    async_trait, AsyncStage, Handler, Input, Item, Outcome, PipelineBuilder, Registry, Source,
-    SourceError, SourceSpec, StageError,
+    async_trait, AsyncStage, Handler, Item, Outcome, PipelineBuilder, Registry, SourceSpec,
+    StageError,
 };
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -160,32 +162,6 @@ impl AsyncStage for Strict {
     }
 }
 
-struct Urls(u64);
-
-struct UrlsRun(u64, u64);
-
-impl SourceSpec for Urls {
-    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
-        Ok(Box::new(UrlsRun(0, self.0)))
-    }
-}
-
-#[async_trait]
-impl Source for UrlsRun {
-    async fn next(&mut self) -> Option<Result<Input, SourceError>> {
-        if self.0 == self.1 {
-            return None;
-        }
-        self.0 += 1;
-        Some(Ok(Input {
-            id: format!("t{}", self.0),
-            source: format!("http://127.0.0.1:8931/t{}.tif", self.0),
-            size_hint: None,
-            meta: Default::default(),
-        }))
-    }
-}
-
 /// A bucket at the server's exact limit with a burst of 2 (and no margin)
 /// puts 21 requests in the first second: refused once, it learns a
 /// margin, and no refusal follows. The host's adaptive limits are left
@@ -196,7 +172,9 @@ async fn a_bucket_refused_at_its_rate_learns_its_margin_and_is_not_refused_again
     let mut r = Registry::with_builtins();
     let s = server.clone();
     r.register_stage("strict", move |_| Ok(Handler::from_async(s.clone())));
-    r.register_source("urls", |_| Ok(Arc::new(Urls(300)) as Arc<dyn SourceSpec>));
+    r.register_source("urls", |_| {
+        Ok(Arc::new(common::Urls(300)) as Arc<dyn SourceSpec>)
+    });
     let p = PipelineBuilder::new("strict")
         .limit(
             "api",

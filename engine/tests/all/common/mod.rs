@@ -310,3 +310,30 @@ pub fn spawn_run(
     };
     (control, run)
 }
+
+/// `count` inputs, all URLs on one host (for rate and adaptive tests).
+pub struct Urls(pub u64);
+
+struct UrlsRun(u64, u64);
+
+impl SourceSpec for Urls {
+    fn open(&self) -> Result<Box<dyn Source>, warpline_engine::OpenError> {
+        Ok(Box::new(UrlsRun(0, self.0)))
+    }
+}
+
+#[async_trait]
+impl Source for UrlsRun {
+    async fn next(&mut self) -> Option<Result<Input, SourceError>> {
+        if self.0 == self.1 {
+            return None;
+        }
+        self.0 += 1;
+        Some(Ok(Input {
+            id: format!("t{}", self.0),
+            source: format!("http://127.0.0.1:8931/t{}.tif", self.0),
+            size_hint: None,
+            meta: Default::default(),
+        }))
+    }
+}
