@@ -32,3 +32,16 @@ pub fn said(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// The TOML example of docs/pipeline.md that begins with `start` (the text
+/// after its opening fence), without its fences; `what` names it when the
+/// reference has no such example.
+pub fn reference_example(start: &str, what: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/pipeline.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let at = doc
+        .find(&format!("```toml\n{start}"))
+        .unwrap_or_else(|| panic!("{what} in docs/pipeline.md"));
+    let block = &doc[at + "```toml\n".len()..];
+    block[..block.find("```").unwrap()].to_owned()
+}

@@ -19,14 +19,10 @@ use warpline_testkit::{Clock, Faults, Sas, TileServer, TokenServer};
 
 /// The reference's example of a signed STAC search.
 fn reference_example() -> String {
-    let doc =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/pipeline.md"))
-            .unwrap();
-    let start = doc
-        .find("```toml\n[pipeline]\nflow = [\"fetch\", \"decode\", \"reproject\", \"write\"]\n\n[source]\nkind = \"stac\"\nsearch = \"https://planetarycomputer")
-        .expect("the signed STAC example in docs/pipeline.md");
-    let block = &doc[start + "```toml\n".len()..];
-    block[..block.find("```").unwrap()].to_owned()
+    crate::binary::reference_example(
+        "[pipeline]\nflow = [\"fetch\", \"decode\", \"reproject\", \"write\"]\n\n[source]\nkind = \"stac\"\nsearch = \"https://planetarycomputer",
+        "the signed STAC example in docs/pipeline.md",
+    )
 }
 
 /// Four scenes of `tiles` served by `server`, B04 and B08 each; the last

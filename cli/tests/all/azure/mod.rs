@@ -12,7 +12,6 @@
 //! skipped; with it, a server that does not answer fails them.
 
 use std::io::{Read, Write};
-use std::path::Path;
 
 use base64::Engine;
 use object_store::azure::{MicrosoftAzure, MicrosoftAzureBuilder};
@@ -270,14 +269,10 @@ fn a_wrong_account_key_fails_each_item_once_naming_the_container() {
 fn the_reference_azure_example_runs() {
     let _serial = serial();
     let Some(az) = azure("docs") else { return };
-    let doc =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/pipeline.md"))
-            .unwrap();
-    let start = doc
-        .find("```toml\n[pipeline]\nflow = [\"fetch\", \"decode\", \"reproject\", \"write\"]\n\n[source]\nkind = \"glob\"\npattern = \"az://")
-        .expect("the Azure example in docs/pipeline.md");
-    let block = &doc[start + "```toml\n".len()..];
-    let block = &block[..block.find("```").unwrap()];
+    let block = &crate::binary::reference_example(
+        "[pipeline]\nflow = [\"fetch\", \"decode\", \"reproject\", \"write\"]\n\n[source]\nkind = \"glob\"\npattern = \"az://",
+        "the Azure example in docs/pipeline.md",
+    );
     let toml = block
         .replace("az://my-container/scenes", &az.url("scenes"))
         .replace("az://my-container/warped", &az.url("warped"));

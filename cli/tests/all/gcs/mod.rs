@@ -392,14 +392,10 @@ fn a_key_given_as_its_path_is_not_printed() {
 fn the_reference_gcs_example_runs() {
     let _serial = serial();
     let Some(gs) = gcs("docs") else { return };
-    let doc =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/pipeline.md"))
-            .unwrap();
-    let start = doc
-        .find("```toml\n[pipeline]\nflow = [\"fetch\", \"decode\", \"reproject\", \"write\"]\n\n[source]\nkind = \"glob\"\npattern = \"gs://")
-        .expect("the GCS example in docs/pipeline.md");
-    let block = &doc[start + "```toml\n".len()..];
-    let block = &block[..block.find("```").unwrap()];
+    let block = &crate::binary::reference_example(
+        "[pipeline]\nflow = [\"fetch\", \"decode\", \"reproject\", \"write\"]\n\n[source]\nkind = \"glob\"\npattern = \"gs://",
+        "the GCS example in docs/pipeline.md",
+    );
     let work = tempfile::tempdir().unwrap();
     let out = work.path().join("warped");
     let toml = block

@@ -37,14 +37,10 @@ fn without_conditional_create_the_second_writer_replaces_the_first() {
 fn the_reference_example_without_conditional_create_runs() {
     let _serial = super::server::serial();
     let Some(s3) = s3("clobber-docs") else { return };
-    let doc =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/pipeline.md"))
-            .unwrap();
-    let start = doc
-        .find("```toml\n[pipeline]\nflow = [\"fetch\", \"decode\", \"write\"]\n\n[source]\nkind = \"glob\"\npattern = \"s3://my-bucket/scenes/")
-        .expect("the conditional_create example in docs/pipeline.md");
-    let block = &doc[start + "```toml\n".len()..];
-    let block = &block[..block.find("```").unwrap()];
+    let block = &crate::binary::reference_example(
+        "[pipeline]\nflow = [\"fetch\", \"decode\", \"write\"]\n\n[source]\nkind = \"glob\"\npattern = \"s3://my-bucket/scenes/",
+        "the conditional_create example in docs/pipeline.md",
+    );
     assert!(block.contains("\nconditional_create = false\n"), "{block}");
     let toml = block
         .replace("http://127.0.0.1:9000", &s3.endpoint)

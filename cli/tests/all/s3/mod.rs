@@ -19,7 +19,7 @@ pub(crate) mod server;
 mod stac;
 pub(crate) mod stac_api;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use object_store::path::Path as ObjectPath;
@@ -253,14 +253,10 @@ fn a_body_over_max_bytes_fails_before_it_is_read() {
 fn the_reference_s3_example_runs() {
     let _serial = server::serial();
     let Some(s3) = s3("docs") else { return };
-    let doc =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/pipeline.md"))
-            .unwrap();
-    let start = doc
-        .find("```toml\n[pipeline]\nflow = [\"fetch\", \"decode\", \"reproject\", \"write\"]\n\n[source]\nkind = \"glob\"\npattern = \"s3://")
-        .expect("the S3 example in docs/pipeline.md");
-    let block = &doc[start + "```toml\n".len()..];
-    let block = &block[..block.find("```").unwrap()];
+    let block = &crate::binary::reference_example(
+        "[pipeline]\nflow = [\"fetch\", \"decode\", \"reproject\", \"write\"]\n\n[source]\nkind = \"glob\"\npattern = \"s3://",
+        "the S3 example in docs/pipeline.md",
+    );
     let toml = block
         .replace("http://127.0.0.1:9000", &s3.endpoint)
         .replace("s3://my-bucket/scenes", &s3.url("scenes"))

@@ -337,14 +337,10 @@ fn stac_errors_name_the_document_and_what_is_wrong() {
 fn the_reference_stac_example_runs() {
     let _serial = super::server::serial();
     let Some(s3) = s3("stac-docs") else { return };
-    let doc =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/pipeline.md"))
-            .unwrap();
-    let start = doc
-        .find("```toml\n[pipeline]\nflow = [\"fetch\", \"decode\", \"reproject\", \"write\"]\n\n[source]\nkind = \"stac\"\nsearch = ")
-        .expect("the STAC search example in docs/pipeline.md");
-    let block = &doc[start + "```toml\n".len()..];
-    let block = &block[..block.find("```").unwrap()];
+    let block = &crate::binary::reference_example(
+        "[pipeline]\nflow = [\"fetch\", \"decode\", \"reproject\", \"write\"]\n\n[source]\nkind = \"stac\"\nsearch = ",
+        "the STAC search example in docs/pipeline.md",
+    );
     let work = tempfile::tempdir().unwrap();
     let tiles = common::sample_files(&work.path().join("tiles"), 1, 64);
     let mut scenes = Vec::new();
