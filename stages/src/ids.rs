@@ -82,10 +82,11 @@ impl Ids {
     }
 }
 
-/// A fixed 64-bit hash of `id` (SipHash with zero keys).
-fn fingerprint(id: &str) -> u64 {
+/// A fixed 64-bit hash of `value` (SipHash with zero keys): the same in
+/// every process and run.
+pub(crate) fn fingerprint(value: impl std::hash::Hash) -> u64 {
     use std::hash::{BuildHasher, BuildHasherDefault};
-    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(id)
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(value)
 }
 
 /// The form of an item's id used in an output's file name: as [`safe_id`],

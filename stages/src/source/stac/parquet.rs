@@ -253,13 +253,8 @@ impl Rows {
                 _ => {}
             }
         }
-        if item.id.as_deref().is_none_or(str::is_empty) {
-            let at = format!("{} row {row}", self.shown);
-            return Got::Failed(SourceError {
-                message: format!("{at}: a STAC item without an id"),
-                id: at,
-            });
-        }
+        // An item without an id is the inputs' maker's to refuse, naming
+        // the row (as for JSON items).
         Got::Item(row, item)
     }
 }

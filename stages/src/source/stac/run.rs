@@ -106,7 +106,7 @@ impl StacRun {
     /// when there is none, an error for a link back to one read before.
     fn launch(&mut self) -> Option<Result<Ahead, SourceError>> {
         let (req, body) = self.todo.pop()?;
-        if !self.read.insert(hash(&req)) {
+        if !self.read.insert(crate::ids::fingerprint(&req)) {
             return Some(Err(self.loop_error(&req)));
         }
         let (reader, asked) = (self.reader.clone(), req.clone());
@@ -261,11 +261,6 @@ impl StacRun {
             }
         }
     }
-}
-
-fn hash(req: &Request) -> u64 {
-    use std::hash::{BuildHasher, BuildHasherDefault};
-    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(req)
 }
 
 /// The request a `next` link asks for: GET its href, or POST its body
