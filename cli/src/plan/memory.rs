@@ -51,10 +51,7 @@ pub(crate) const PROCESS_ESTIMATE_GDAL: u64 = 75 << 20;
 /// drivers.
 pub(crate) fn resident_with_gdal() -> Option<u64> {
     warpline_gdal::init();
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    warpline_engine::report::rss_bytes()
 }
 
 /// How many inputs `plan` sizes unless told (`--sample`).
