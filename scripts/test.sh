@@ -174,7 +174,9 @@ if [ "${WARPLINE_TEST_BUNDLED:-0}" = 1 ]; then
       tail -n 60 "$log.bundled" >&2
     fi
   fi
-  tail -n 400 "$log.bundled" | grep -E "^(test .* FAILED|failures:|---- )|panicked" >&2 || true
+  # The whole log: the bundled suite runs twice, and a failure in the first
+  # run is far from the end.
+  grep -E "^(test .* FAILED|failures:|---- )|panicked" "$log.bundled" >&2 || true
   line=$(tail -n 1 "$log.bundled")
   b_passed=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
   b_failed=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 1)
