@@ -122,11 +122,13 @@ pub(crate) fn main() -> ExitCode {
             sample,
             gdalwarp,
             format,
+            endpoint,
         } => or_error(verify::verify(&verify::VerifyArgs {
             target: &target,
             sample,
             gdalwarp,
             format,
+            endpoint,
         })),
         Command::Enqueue {
             pipeline,

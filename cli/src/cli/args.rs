@@ -237,8 +237,9 @@ pub(super) enum Command {
     /// or cannot be read). Exit 0 all identical, 3 some different, 4 none
     /// different but some not re-derivable, 1 nothing to verify.
     Verify {
-        /// A folder of outputs (its .tif files, subfolders too) or the
-        /// run's collection.json.
+        /// A folder of outputs (its .tif files, subfolders too), the
+        /// run's collection.json, or a bucket prefix (s3://, az://, gs://:
+        /// its .tif objects, or the collection.json there).
         target: PathBuf,
         /// Check only N outputs, spread evenly over the sorted list.
         #[arg(long, value_name = "N")]
@@ -249,6 +250,10 @@ pub(super) enum Command {
         gdalwarp: bool,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// The object store's server for a bucket prefix (else the
+        /// environment's, as for the stages, else the cloud's).
+        #[arg(long, value_name = "URL")]
+        endpoint: Option<String>,
     },
     /// Check pipeline files in tiers (schema, graph, environment) and print
     /// every problem found; exit 0 when all are valid.

@@ -1,5 +1,6 @@
 //! `warpline verify`: are the outputs what their provenance says? For each
-//! output (of a folder, or of the items a `collection.json` links), read
+//! output (of a folder, of the items a `collection.json` links, or the
+//! same in a bucket: `targets`), read
 //! its own provenance record (the GeoTIFF's XMP packet, see
 //! `warpline_stages::provenance`), make it again from the recorded inputs
 //! and settings (`derive`) in a scratch folder, and compare: identical
@@ -11,6 +12,7 @@
 //! but one or more not re-derivable, 1 nothing to check, 2 usage.
 
 mod derive;
+mod targets;
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +23,7 @@ use warpline::stages::provenance::{self, Origin};
 
 use super::{runtime, Format, EXIT_ITEMS_FAILED, EXIT_OK};
 use derive::NotRederivable;
+use targets::Output;
 
 /// Some outputs are not re-derivable, none is different.
 pub(super) const EXIT_NOT_REDERIVABLE: u8 = 4;
@@ -32,6 +35,8 @@ pub(super) struct VerifyArgs<'a> {
     pub(super) sample: Option<usize>,
     pub(super) gdalwarp: bool,
     pub(super) format: Format,
+    /// The store's server, for a bucket prefix.
+    pub(super) endpoint: Option<String>,
 }
 
 /// One output's verdict.
@@ -49,14 +54,14 @@ struct Verdict {
 }
 
 pub(super) fn verify(args: &VerifyArgs<'_>) -> anyhow::Result<u8> {
-    let outputs = outputs(args.target)?;
+    let outputs = targets::outputs(args.target, args.endpoint.clone())?;
     if outputs.is_empty() {
         bail!(
             "{}: no output to verify (no .tif file)",
             args.target.display()
         );
     }
-    let chosen = sample(&outputs, args.sample);
+    let chosen = targets::sample(&outputs, args.sample);
     let versions = args.gdalwarp.then(GdalVersions::now);
     if let (Some(note), Format::Text) =
         (versions.as_ref().and_then(GdalVersions::note), args.format)
@@ -124,81 +129,9 @@ fn line(v: &Verdict) -> String {
     text
 }
 
-/// The outputs of a folder (its `.tif` files, in subfolders too) or of a
-/// collection (the data asset of each item it links), sorted.
-fn outputs(target: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let mut found = if target.is_dir() {
-        let mut found = Vec::new();
-        walk(target, &mut found)?;
-        found
-    } else {
-        collection_outputs(target)?
-    };
-    found.sort();
-    Ok(found)
-}
-
-fn walk(dir: &Path, found: &mut Vec<PathBuf>) -> anyhow::Result<()> {
-    let entries =
-        std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
-    for entry in entries {
-        let path = entry?.path();
-        let hidden = path
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with('.'));
-        if hidden {
-            continue;
-        }
-        if path.is_dir() {
-            walk(&path, found)?;
-        } else if path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("tif") || e.eq_ignore_ascii_case("tiff"))
-        {
-            found.push(path);
-        }
-    }
-    Ok(())
-}
-
-fn collection_outputs(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let read = |p: &Path| -> anyhow::Result<Value> {
-        let text = std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
-        serde_json::from_slice(&text).with_context(|| format!("{}: not JSON", p.display()))
-    };
-    let collection = read(path)?;
-    if collection["type"] != "Collection" {
-        bail!("{}: not a folder nor a STAC collection", path.display());
-    }
-    let base = path.parent().unwrap_or(Path::new("."));
-    let mut out = Vec::new();
-    let links = collection["links"].as_array().into_iter().flatten();
-    for href in links
-        .filter(|l| l["rel"] == "item")
-        .filter_map(|l| l["href"].as_str())
-    {
-        let item_path = base.join(href.strip_prefix("./").unwrap_or(href));
-        let item = read(&item_path)?;
-        let Some(asset) = item["assets"]["data"]["href"].as_str() else {
-            bail!("{}: no data asset", item_path.display());
-        };
-        let asset = asset.strip_prefix("./").unwrap_or(asset);
-        out.push(item_path.parent().unwrap_or(base).join(asset));
-    }
-    Ok(out)
-}
-
-/// `n` outputs spread evenly over the sorted list (all without `--sample`).
-fn sample(all: &[PathBuf], n: Option<usize>) -> Vec<&PathBuf> {
-    match n {
-        Some(n) if n < all.len() => (0..n).map(|i| &all[i * all.len() / n.max(1)]).collect(),
-        _ => all.iter().collect(),
-    }
-}
-
 /// One output checked.
-fn one(rt: &tokio::runtime::Runtime, output: &Path, gdalwarp: bool) -> anyhow::Result<Verdict> {
-    let shown = output.display().to_string();
+fn one(rt: &tokio::runtime::Runtime, out: &Output, gdalwarp: bool) -> anyhow::Result<Verdict> {
+    let shown = out.shown.clone();
     let verdict = |status, pixels, metadata, reason| Verdict {
         output: shown.clone(),
         status,
@@ -207,15 +140,21 @@ fn one(rt: &tokio::runtime::Runtime, output: &Path, gdalwarp: bool) -> anyhow::R
         reason,
     };
     let not = |why: String| verdict("not_rederivable", Vec::new(), Vec::new(), Some(why));
+    let scratch = tempfile::tempdir().context("cannot make a scratch folder")?;
+    let output = out
+        .local(scratch.path())
+        .map_err(|e| anyhow::anyhow!("cannot read {shown}: {e}"))?;
+    let output = output.as_path();
     let record = match record_of(output) {
         Ok(r) => r,
         Err(why) => return Ok(not(why)),
     };
-    let scratch = tempfile::tempdir().context("cannot make a scratch folder")?;
+    let dir = scratch.path().join("made");
+    std::fs::create_dir(&dir).context("cannot make a scratch folder")?;
     let made = if gdalwarp {
-        by_gdalwarp(&record, scratch.path())
+        by_gdalwarp(&record, &dir)
     } else {
-        rt.block_on(by_warpline(&record, scratch.path()))
+        rt.block_on(by_warpline(&record, &dir))
     };
     let made = match made {
         Ok(path) => path,
@@ -357,22 +296,5 @@ fn by_gdalwarp(record: &Value, dir: &Path) -> Result<PathBuf, NotRederivable> {
             String::from_utf8_lossy(&o.stderr).trim()
         ))),
         Ok(_) => Ok(out),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_sample_is_spread_over_the_outputs() {
-        let all: Vec<PathBuf> = (0..10).map(|i| PathBuf::from(format!("{i}"))).collect();
-        let picked: Vec<String> = sample(&all, Some(3))
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
-        assert_eq!(picked, ["0", "3", "6"]);
-        assert_eq!(sample(&all, Some(20)).len(), 10);
-        assert_eq!(sample(&all, None).len(), 10);
     }
 }

@@ -105,7 +105,7 @@ creation_options = {{ COMPRESS = "DEFLATE" }}
 }
 
 /// Opens `path` for update and lets `f` change it.
-fn edit(path: &Path, f: impl FnOnce(&mut gdal::Dataset)) {
+pub(crate) fn edit(path: &Path, f: impl FnOnce(&mut gdal::Dataset)) {
     let mut ds = gdal::Dataset::open_ex(
         path,
         gdal::DatasetOptions {

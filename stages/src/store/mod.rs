@@ -27,7 +27,8 @@
 //!   the retry policy as fetch classes HTTP errors, its text redacted;
 //! - `list`: the `glob` source over a listing; `get`: fetch's reads;
 //!   `put`: write's uploads; `create`: completing one only if no object
-//!   has its name.
+//!   has its name; [`Prefix`]: a prefix listed and copied out, for
+//!   `warpline verify`.
 //!
 //! Secrets are never in a message: requests are signed in headers, and
 //! every message passes through [`redact_text`] (which also hides a
@@ -40,6 +41,7 @@ mod get;
 mod journal;
 mod list;
 mod parts;
+mod prefix;
 mod profile;
 mod put;
 mod siblings;
@@ -66,6 +68,7 @@ pub(crate) use create::{Put, Uploaded};
 pub(crate) use get::Body;
 pub(crate) use journal::default_staging;
 pub(crate) use list::glob_source;
+pub use prefix::{is_store_url, Prefix};
 pub(crate) use put::Output;
 pub(crate) use siblings::siblings;
 

@@ -298,3 +298,12 @@ fn the_reference_azure_example_runs() {
     assert_eq!(files(&got).len(), 2 * tiles.len() + 1);
     assert_eq!(crate::stac::check_published(&got), tiles.len());
 }
+
+/// Outputs a run wrote to the container are verified from the prefix and
+/// from the collection there, and an edited one is said different.
+#[test]
+fn outputs_in_a_container_are_verified() {
+    let _serial = serial();
+    let Some(az) = azure("verify") else { return };
+    crate::s3::verify::verified_in_bucket(&az, false);
+}

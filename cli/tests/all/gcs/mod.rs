@@ -418,3 +418,12 @@ fn the_reference_gcs_example_runs() {
     assert_eq!(files(&out).len(), 2 * tiles.len() + 1);
     assert_eq!(crate::stac::check_published(&out), tiles.len());
 }
+
+/// Outputs a test uploaded to the emulator are verified from the prefix
+/// and from the collection there, and an edited one is said different.
+#[test]
+fn outputs_in_a_bucket_are_verified() {
+    let _serial = serial();
+    let Some(gs) = gcs("verify") else { return };
+    crate::s3::verify::verified_in_bucket(&gs, true);
+}

@@ -18,6 +18,7 @@ pub(crate) mod faults;
 pub(crate) mod server;
 mod stac;
 pub(crate) mod stac_api;
+pub(crate) mod verify;
 
 use std::path::PathBuf;
 use std::sync::Arc;
