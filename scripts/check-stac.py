@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a STAC collection that warpline wrote, offline.
 
-    check-stac.py COLLECTION.json [SCHEMAS_DIR]
+    check-stac.py COLLECTION.json [SCHEMAS_DIR] [ITEMS.json]
 
 - the collection and each item it links validate against the JSON schemas
   of the STAC version and extensions they declare, read from SCHEMAS_DIR
@@ -9,7 +9,11 @@
   fetched, every $ref resolves to a vendored file or the check fails;
 - pystac reads the collection and its items back (Collection.from_file,
   get_items), and each item's data asset exists beside it with the size
-  and sha2-256 multihash its file extension fields say.
+  and sha2-256 multihash its file extension fields say;
+- with ITEMS.json (the write stage's `item_collection`): pystac reads it as
+  an ItemCollection, each feature validates, its data asset (relative to
+  that file) has the size and checksum it says, and it holds exactly the
+  items the collection links.
 
 Prints one line per document and `stac: N passed, M failed` last; exits 1
 when anything failed. Needs `jsonschema` and `pystac` (scripts/stac-check.sh
@@ -120,6 +124,16 @@ def main() -> int:
         report(str(path), errors)
     if len(by_id) != len(links):
         report("pystac items", [f"{len(by_id)} items read back, {len(links)} links"])
+    if len(sys.argv) > 3:
+        items_path = Path(sys.argv[3]).resolve()
+        features = json.loads(items_path.read_text())["features"]
+        for feature in features:
+            errors = validate(feature, reg) + check_asset(items_path, feature)
+            report(f"{items_path} {feature['id']}", errors)
+        back = pystac.ItemCollection.from_file(str(items_path))
+        ids = sorted(i.id for i in back)
+        if ids != sorted(by_id):
+            report(str(items_path), [f"items {ids}, the collection links {sorted(by_id)}"])
     print(f"stac: {passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -216,6 +216,9 @@ pub(crate) fn factory(s: &Settings) -> Result<Handler, Vec<Problem>> {
         (false, None) => None,
         (true, table) => {
             let settings = table.unwrap_or_default();
+            if let Err(m) = settings.check() {
+                return Err(vec![s.problem("collection", m)]);
+            }
             match Publish::new(&dir, remote.clone(), &name, &driver, settings) {
                 Ok(p) => Some(p),
                 Err(m) => return Err(vec![s.problem("name", m)]),

@@ -91,6 +91,11 @@ fn check_item(dir: &Path, stem: &str) {
 /// Python: every document valid against the vendored schemas, read back
 /// by pystac.
 pub fn check_with_python(dir: &Path) {
+    check_with_python_and_items(dir, None);
+}
+
+/// [`check_with_python`], and the ItemCollection `items` too.
+fn check_with_python_and_items(dir: &Path, items: Option<&Path>) {
     let Ok(python) = std::env::var("WARPLINE_TEST_STAC_PYTHON") else {
         eprintln!("WARPLINE_TEST_STAC_PYTHON is not set: the STAC schemas are not checked");
         return;
@@ -100,6 +105,7 @@ pub fn check_with_python(dir: &Path) {
         .arg(root.join("scripts/check-stac.py"))
         .arg(dir.join("collection.json"))
         .arg(root.join("tests/data/stac-schemas"))
+        .args(items)
         .output()
         .unwrap();
     let text = said(&out);
@@ -134,6 +140,75 @@ fn the_demo_publishes_a_valid_collection() {
         .unwrap()
         .ends_with("/tiles/wgs84-000.tif"));
     check_with_python(&dir);
+}
+
+/// With `collection.item_collection`, one FeatureCollection at the root
+/// holds every item the collection links (outputs in a subfolder: its
+/// hrefs made relative to the root), valid and read back by pystac; a name
+/// in a folder is refused when the pipeline is checked.
+#[test]
+fn an_item_collection_holds_every_item_with_hrefs_from_the_root() {
+    let work = tempfile::tempdir().unwrap();
+    let demo = |name: &str| {
+        warpline()
+            .args(["demo", "--progress", "off", "--dir"])
+            .arg(work.path())
+            .args(["--set", "stages.write.name=tiles/{id}.tif", "--set"])
+            .arg(format!("stages.write.collection.item_collection={name}"))
+            .output()
+            .unwrap()
+    };
+    let out = demo("items.json");
+    assert!(out.status.success(), "{}", said(&out));
+    let dir = work.path().join("output");
+    let items = common::read_json(dir.join("items.json"));
+    assert_eq!(items["type"], "FeatureCollection");
+    let features = items["features"].as_array().unwrap();
+    assert_eq!(features.len(), 24, "{items}");
+    for f in features {
+        let asset = &f["assets"]["data"];
+        let href = asset["href"].as_str().unwrap();
+        assert!(href.starts_with("./tiles/"), "{href}");
+        let size = std::fs::metadata(dir.join(href)).unwrap().len();
+        assert_eq!(asset["file:size"], size, "{href}");
+    }
+    let collection = common::read_json(dir.join("collection.json"));
+    let links = collection["links"].as_array().unwrap();
+    assert!(
+        !links.iter().any(|l| l["href"] == "./items.json"),
+        "the ItemCollection is not an item: {collection}"
+    );
+    check_with_python_and_items(&dir, Some(&dir.join("items.json")));
+    let out = demo("all/items.json");
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(
+        said(&out).contains("the name of a .json file at the root of dir"),
+        "{}",
+        said(&out)
+    );
+    // An output whose item would take the ItemCollection's name fails.
+    let other = tempfile::tempdir().unwrap();
+    let out = warpline()
+        .args(["demo", "--progress", "off", "--dir"])
+        .arg(other.path())
+        .args([
+            "--set",
+            "stages.write.collection.item_collection=wgs84-000.json",
+        ])
+        .output()
+        .unwrap();
+    let text = said(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains(
+            "its STAC item wgs84-000.json would take the name of the run's ItemCollection"
+        ),
+        "{text}"
+    );
+    let dir = other.path().join("output");
+    assert!(!dir.join("wgs84-000.tif").exists(), "its output is removed");
+    let items = common::read_json(dir.join("wgs84-000.json"));
+    assert_eq!(items["features"].as_array().unwrap().len(), 23, "{items}");
 }
 
 /// A pipeline over the served tiles that writes COGs (and so STAC) into

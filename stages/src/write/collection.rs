@@ -15,6 +15,10 @@
 //!
 //! Rebuilt at most every [`EVERY`] while items are written (a listing per
 //! item would cost O(n²) for a large run), and always when a run ends.
+//! Then, if asked (`item_collection`), every item present is also written
+//! into one ItemCollection (a GeoJSON FeatureCollection) at the root, its
+//! relative hrefs made relative to the root: one file to load for a large
+//! run.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -75,6 +79,8 @@ pub(crate) struct Collection {
     place: Box<dyn Place>,
     items: glob::Pattern,
     describe: Describe,
+    /// The ItemCollection's name at the root, if one is written.
+    item_collection: Option<String>,
     state: Mutex<State>,
 }
 
@@ -85,6 +91,7 @@ impl Collection {
         place: Box<dyn Place>,
         item_template: &str,
         describe: Describe,
+        item_collection: Option<String>,
     ) -> Result<Self, String> {
         let pattern = glob::Pattern::escape(item_template).replace("{id}", "*");
         let items = glob::Pattern::new(&pattern).map_err(|e| e.to_string())?;
@@ -92,6 +99,7 @@ impl Collection {
             place,
             items,
             describe,
+            item_collection,
             state: Mutex::new(State::default()),
         })
     }
@@ -105,6 +113,11 @@ impl Collection {
         } else {
             format!("{}{FILE}", "../".repeat(depth))
         }
+    }
+
+    /// Whether `name` is the ItemCollection's (no item may take it).
+    pub(crate) fn is_item_collection(&self, name: &str) -> bool {
+        self.item_collection.as_deref() == Some(name)
     }
 
     /// After an item was written: a rebuild, unless one ran less than
@@ -122,7 +135,42 @@ impl Collection {
     /// When the run ends: rebuilt until it equals the items present.
     pub(crate) fn finish(&self) -> Result<(), String> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        self.rebuild(&mut state, 20)
+        self.rebuild(&mut state, 20)?;
+        match &self.item_collection {
+            Some(name) => self.write_item_collection(&state, name),
+            None => Ok(()),
+        }
+    }
+
+    /// Every item the last rebuild found, whole, in one FeatureCollection
+    /// named `name` (items read again: one may have been rewritten since).
+    fn write_item_collection(&self, state: &State, name: &str) -> Result<(), String> {
+        let mut names: Vec<&String> = state
+            .read
+            .iter()
+            .filter(|(_, (_, summary))| summary.is_some())
+            .map(|(n, _)| n)
+            .collect();
+        names.sort();
+        let mut features = Vec::with_capacity(names.len());
+        for item in names {
+            let Some(bytes) = self.place.read(item)? else {
+                continue; // gone since listed
+            };
+            let Ok(mut feature) = serde_json::from_slice::<Value>(&bytes) else {
+                continue;
+            };
+            rebase(&mut feature, parent(item));
+            features.push(feature);
+        }
+        let doc = json!({
+            "type": "FeatureCollection",
+            "features": features,
+            "links": [{ "rel": "root", "href": format!("./{FILE}"), "type": "application/json" }],
+        });
+        let mut bytes = serde_json::to_vec(&doc).map_err(|e| e.to_string())?;
+        bytes.push(b'\n');
+        self.place.write(name, &bytes)
     }
 
     fn rebuild(&self, state: &mut State, rounds: u32) -> Result<(), String> {
@@ -148,7 +196,7 @@ impl Collection {
         let mut present = HashMap::with_capacity(listed.len());
         let mut items = Vec::with_capacity(listed.len());
         for (name, version) in listed {
-            if name == FILE {
+            if name == FILE || self.is_item_collection(&name) {
                 continue;
             }
             let summary = match state.read.remove(&name) {
@@ -224,6 +272,47 @@ impl Collection {
     }
 }
 
+/// The folder of a name relative to the root (`""` at the root).
+fn parent(name: &str) -> &str {
+    name.rsplit_once('/').map_or("", |(dir, _)| dir)
+}
+
+/// Makes an item's relative hrefs (links, assets) relative to the root
+/// instead of its folder `dir`.
+fn rebase(item: &mut Value, dir: &str) {
+    if dir.is_empty() {
+        return;
+    }
+    let fix = |v: &mut Value| {
+        if let Some(href) = v.get("href").and_then(Value::as_str) {
+            if !href.contains("://") && !href.starts_with('/') {
+                v["href"] = Value::from(join(dir, href));
+            }
+        }
+    };
+    if let Some(links) = item["links"].as_array_mut() {
+        links.iter_mut().for_each(fix);
+    }
+    if let Some(assets) = item["assets"].as_object_mut() {
+        assets.values_mut().for_each(fix);
+    }
+}
+
+/// `href` relative to `dir`, as a path from the root (`./a/b.tif`).
+fn join(dir: &str, href: &str) -> String {
+    let mut parts: Vec<&str> = dir.split('/').filter(|s| !s.is_empty()).collect();
+    for segment in href.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            s => parts.push(s),
+        }
+    }
+    format!("./{}", parts.join("/"))
+}
+
 /// The smallest box holding both, `[west, south, east, north]` (across
 /// the antimeridian when that is the shorter way: `west > east`).
 fn union(a: [f64; 4], b: [f64; 4]) -> [f64; 4] {
@@ -250,6 +339,19 @@ mod tests {
             union([1.0, 2.0, 3.0, 4.0], [5.0, 0.0, 6.0, 3.0]),
             [1.0, 0.0, 6.0, 4.0]
         );
+    }
+
+    #[test]
+    fn an_items_hrefs_are_made_relative_to_the_root() {
+        let mut item = json!({
+            "links": [{"rel": "collection", "href": "../../collection.json"},
+                      {"rel": "via", "href": "https://example.com/x"}],
+            "assets": {"data": {"href": "./a.tif"}},
+        });
+        rebase(&mut item, "t/u");
+        assert_eq!(item["links"][0]["href"], "./collection.json");
+        assert_eq!(item["links"][1]["href"], "https://example.com/x");
+        assert_eq!(item["assets"]["data"]["href"], "./t/u/a.tif");
     }
 
     #[test]

@@ -30,6 +30,31 @@ pub(crate) struct CollectionSettings {
     title: Option<String>,
     description: Option<String>,
     license: Option<String>,
+    /// Also write every item into one ItemCollection of this name.
+    item_collection: Option<String>,
+}
+
+impl CollectionSettings {
+    /// Checks the `item_collection` name: a `.json` file at the root of
+    /// `dir` (its features' hrefs are made relative to the root), not the
+    /// collection's.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let Some(name) = &self.item_collection else {
+            return Ok(());
+        };
+        let ok = name.ends_with(".json")
+            && !name.contains(['/', '\\'])
+            && !name.starts_with('.')
+            && name != super::collection::FILE;
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "item_collection = {name:?}: the name of a .json file at the root of dir \
+                 (no folder, not hidden), other than collection.json"
+            ))
+        }
+    }
 }
 
 /// What a write stage publishes with `stac = true`.
@@ -87,7 +112,8 @@ impl Publish {
                 .unwrap_or_else(|| "Outputs written by warpline".to_owned()),
             license: settings.license.unwrap_or_else(|| "proprietary".to_owned()),
         };
-        let collection = Collection::new(place, &item_template, describe)?;
+        let collection =
+            Collection::new(place, &item_template, describe, settings.item_collection)?;
         Ok(Publish {
             collection,
             collection_id: id,
@@ -195,6 +221,10 @@ impl Publish {
         let mut bytes = serde_json::to_vec_pretty(&doc).unwrap_or_default();
         bytes.push(b'\n');
         let written = match &self.remote {
+            _ if self.collection.is_item_collection(&name) => Err(StageError::permanent(format!(
+                "{id}: its STAC item {name} would take the name of the run's \
+                 ItemCollection (collection.item_collection)"
+            ))),
             Some(r) => r.write_small(&name, &bytes).map_err(|m| {
                 StageError::transient(format!("{id}: cannot write its STAC item {name}: {m}"))
             }),
