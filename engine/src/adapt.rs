@@ -38,6 +38,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::item::StageError;
+
 use rate::Rate;
 use rtt::{Rtt, Verdict};
 
@@ -134,6 +136,35 @@ pub(crate) enum Answer {
     RefusedAtRate(Option<Duration>),
     /// Failed otherwise (a timeout, a reset, a 404): no signal.
     Other,
+}
+
+impl Answer {
+    /// How a try whose error is `error` (`None`: it succeeded) ended, for
+    /// its host's gate: a refusal ([`refusal`]) or an unreachable host
+    /// pauses the host; a refusal at a configured bucket's rate
+    /// (`at_rate`) is the bucket's to learn from; any other error says
+    /// nothing of the host's limits. One rule for a stage's worker and for
+    /// [`Requests`](crate::Requests).
+    pub(crate) fn of(error: Option<&StageError>, at_rate: bool) -> Answer {
+        match error {
+            None => Answer::Ok,
+            Some(e) if at_rate => Answer::RefusedAtRate(e.retry_after),
+            Some(e) if refusal(e) || e.host_down => Answer::Refused(e.retry_after),
+            Some(_) => Answer::Other,
+        }
+    }
+}
+
+/// Whether a try's error is a throttling host's refusal (429, 503).
+pub(crate) fn refusal(e: &StageError) -> bool {
+    matches!(e.status, Some(429 | 503))
+}
+
+/// Whether a refused try is waited out at its host's gate rather than
+/// counted as a failed try: while the item (or request) has been refused
+/// fewer than `max_throttled` times. Without a gate, a refusal is a try.
+pub(crate) fn throttled(refused: bool, gated: bool, so_far: u32, max_throttled: u32) -> bool {
+    refused && gated && so_far < max_throttled
 }
 
 /// What a host's gate ended the run at, for the report.

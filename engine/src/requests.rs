@@ -14,7 +14,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::adapt::{Adaptive, AdaptiveSection, Answer, Gates, HostLimits};
+use crate::adapt::{
+    refusal, throttled as is_throttled, Adaptive, AdaptiveSection, Answer, Gates, HostLimits,
+};
 use crate::item::StageError;
 use crate::retry::RetryPolicy;
 
@@ -84,19 +86,14 @@ impl Requests {
                 }
                 Err(e) => e,
             };
-            let refused = matches!(error.status, Some(429 | 503));
+            let refused = refusal(&error);
             if let Some(t) = entered {
-                let answer = if refused || error.host_down {
-                    Answer::Refused(error.retry_after)
-                } else {
-                    Answer::Other
-                };
-                if let Some(limits) = t.finish(answer) {
+                if let Some(limits) = t.finish(Answer::of(Some(&error), false)) {
                     tracing::info!(host, ?limits, "a host's adaptive limits lowered");
                 }
             }
             let max_throttled = self.adaptive().max_throttled;
-            if refused && gate.is_some() && throttled < max_throttled {
+            if is_throttled(refused, gate.is_some(), throttled, max_throttled) {
                 // Not a failed try: the gate holds the next until its pause ends.
                 attempts -= 1;
                 throttled += 1;

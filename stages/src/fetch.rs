@@ -37,7 +37,7 @@ use warpline_engine::{
     Ticket,
 };
 
-use crate::http::{error_chain, retry_after};
+use crate::http::{error_chain, request_error};
 use crate::provenance::{self, Origin};
 use crate::store::{self, Stores};
 
@@ -196,7 +196,6 @@ impl Fetch {
     /// where a redirect led, and a redirect not followed, said.
     fn status_error(&self, response: &reqwest::Response, url: &str, shown: &str) -> StageError {
         let status = response.status();
-        let code = status.as_u16();
         let mut message = format!("{shown}: HTTP {status}");
         if response.url().as_str() != url {
             // The answer came from where a redirect led: say where.
@@ -215,13 +214,7 @@ impl Fetch {
                 self.max_redirects
             ));
         }
-        if code == 429 || status.is_server_error() || code == 408 {
-            StageError::transient(message)
-                .with_status(code)
-                .with_retry_after(retry_after(response.headers()))
-        } else {
-            StageError::permanent(message).with_status(code)
-        }
+        crate::http::status_error(status, response.headers(), message)
     }
 
     async fn http(
@@ -479,23 +472,6 @@ pub(crate) fn http_origin(shown: &str, headers: &reqwest::header::HeaderMap) -> 
 struct Held {
     ticket: Option<Ticket>,
     bytes: u64,
-}
-
-fn request_error(shown: &str, e: reqwest::Error) -> StageError {
-    // Without the URL: it may hold credentials; `shown` is redacted.
-    let e = e.without_url();
-    let detail = error_chain(&e);
-    if e.is_builder() || e.is_redirect() {
-        StageError::permanent(format!("{shown}: {detail}"))
-    } else if e.is_connect() {
-        // Refused, unreachable, or no answer to the connection: the host is
-        // down, not this item; adaptive limits pause every try to it.
-        StageError::transient(format!("{shown}: cannot connect: {detail}")).host_is_down()
-    } else if e.is_timeout() {
-        StageError::transient(format!("{shown}: timed out: {detail}"))
-    } else {
-        StageError::transient(format!("{shown}: {detail}"))
-    }
 }
 
 impl warpline_engine::Stage for Fetch {

@@ -1,8 +1,13 @@
 //! The HTTP client every stage and source that speaks HTTP builds the same
 //! way (fetch, the STAC API source): timeouts, bounded redirects to
-//! http(s) only, warpline's User-Agent; and a `Retry-After` read.
+//! http(s) only, warpline's User-Agent; a `Retry-After` read; and how
+//! their failures are classed for the retry policy (one rule for fetch,
+//! window reads, the signer's token endpoint and STAC reads).
 
 use std::time::Duration;
+
+use warpline_engine::redact::redact_text;
+use warpline_engine::StageError;
 
 /// The HTTP client: timeouts, at most `max_redirects` redirects and only
 /// to http(s), the User-Agent.
@@ -40,6 +45,49 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+/// Whether an answer's status is worth another try: 408, 429 and 5xx.
+pub(crate) fn transient_status(status: reqwest::StatusCode) -> bool {
+    let code = status.as_u16();
+    code == 408 || code == 429 || status.is_server_error()
+}
+
+/// The error for an answer that is not a success, `message` saying it:
+/// transient for [`transient_status`] (with the server's `Retry-After`),
+/// permanent otherwise; the status kept for the host's gate.
+pub(crate) fn status_error(
+    status: reqwest::StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    message: String,
+) -> StageError {
+    let code = status.as_u16();
+    if transient_status(status) {
+        StageError::transient(message)
+            .with_status(code)
+            .with_retry_after(retry_after(headers))
+    } else {
+        StageError::permanent(message).with_status(code)
+    }
+}
+
+/// A request that got no answer, `shown` naming what was asked (redacted):
+/// a request that could not be built or redirected is permanent; an
+/// unreachable host is down (its gate pauses every try to it); a timeout
+/// or a reset is worth another try.
+pub(crate) fn request_error(shown: &str, e: reqwest::Error) -> StageError {
+    // Without the URL: it may hold credentials.
+    let e = e.without_url();
+    let detail = redact_text(&error_chain(&e));
+    if e.is_builder() || e.is_redirect() {
+        StageError::permanent(format!("{shown}: {detail}"))
+    } else if e.is_connect() {
+        StageError::transient(format!("{shown}: cannot connect: {detail}")).host_is_down()
+    } else if e.is_timeout() {
+        StageError::transient(format!("{shown}: timed out: {detail}"))
+    } else {
+        StageError::transient(format!("{shown}: {detail}"))
+    }
 }
 
 /// The longest `Retry-After` obeyed: a server that asks for more (a date

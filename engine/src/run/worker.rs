@@ -3,7 +3,7 @@
 //! stage's code, retries, and hands the item on.
 
 use super::*;
-use crate::adapt::{Answer, Gates, InFlight};
+use crate::adapt::{self, Answer, Gates, InFlight};
 
 /// What acquiring a stage's limiters came to.
 enum Acquired {
@@ -163,20 +163,20 @@ impl Worker {
                 }
                 Err(error) => (Err(error), Vec::new()),
             };
-            let refused = matches!(&result, Err(e) if matches!(e.status, Some(429 | 503)));
-            let down = matches!(&result, Err(e) if e.host_down);
+            let refused = matches!(&result, Err(e) if adapt::refusal(e));
             let at_rate = match &result {
                 Err(e) if refused => self.tell_limits(&item, e),
                 _ => false,
             };
             if let (Some(t), Some((_, host))) = (entered, &gate) {
-                self.tell_gate(t, host, &result, refused || down, at_rate);
+                self.tell_gate(t, host, &result, at_rate);
             }
             let max_throttled = self
                 .gates
                 .as_ref()
                 .map_or(0, |g| g.settings().max_throttled);
-            let throttled = refused && gate.is_some() && item.throttled < max_throttled;
+            let throttled =
+                adapt::throttled(refused, gate.is_some(), item.throttled, max_throttled);
             if let (true, Err(e)) = (refused && gate.is_some() && !throttled, &mut result) {
                 e.message.push_str(&format!(
                     " (the host refused this item {} times: adaptive `max_throttled`)",
@@ -227,16 +227,9 @@ impl Worker {
         entered: InFlight,
         host: &str,
         result: &Result<Outcome, StageError>,
-        refused: bool,
         at_rate: bool,
     ) {
-        let answer = match result {
-            Ok(_) => Answer::Ok,
-            Err(e) if at_rate => Answer::RefusedAtRate(e.retry_after),
-            Err(e) if refused => Answer::Refused(e.retry_after),
-            Err(_) => Answer::Other,
-        };
-        if let Some(limits) = entered.finish(answer) {
+        if let Some(limits) = entered.finish(Answer::of(result.as_ref().err(), at_rate)) {
             self.shared.host_limits_lowered(host, &limits);
         }
     }

@@ -230,10 +230,8 @@ impl Inner {
         })?;
         let status = response.status();
         if status != reqwest::StatusCode::PARTIAL_CONTENT {
-            let code = status.as_u16();
-            let retry = code == 408 || code == 429 || status.is_server_error();
             return Err(Failed {
-                transient: retry,
+                transient: crate::http::transient_status(status),
                 wait: crate::http::retry_after(response.headers()),
                 message: if status.is_success() {
                     format!(

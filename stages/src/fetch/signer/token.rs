@@ -96,10 +96,9 @@ impl Signer {
             .map_err(|e| transient(error_chain(&e.without_url())))?;
         let status = response.status();
         if !status.is_success() {
-            let code = status.as_u16();
             return Err(Failed {
                 message: format!("HTTP {status}"),
-                transient: code == 408 || code == 429 || status.is_server_error(),
+                transient: crate::http::transient_status(status),
                 wait: crate::http::retry_after(response.headers()),
             });
         }

@@ -193,7 +193,10 @@ impl Reader {
         for (k, v) in &req.headers {
             builder = builder.header(k, v);
         }
-        let mut response = builder.send().await.map_err(|e| request_error(shown, e))?;
+        let mut response = builder
+            .send()
+            .await
+            .map_err(|e| crate::http::request_error(shown, e))?;
         let at = response.url().clone();
         let status = response.status();
         if !status.is_success() {
@@ -221,26 +224,11 @@ impl Reader {
     }
 }
 
-/// A request that got no answer: an unreachable host is down (its gate
-/// pauses), a timeout or a reset is worth another try.
-fn request_error(shown: &str, e: reqwest::Error) -> StageError {
-    let e = e.without_url();
-    let text = redact_text(&crate::http::error_chain(&e));
-    if e.is_builder() || e.is_redirect() {
-        StageError::permanent(format!("{shown}: {text}"))
-    } else if e.is_connect() {
-        StageError::transient(format!("{shown}: cannot connect: {text}")).host_is_down()
-    } else {
-        StageError::transient(format!("{shown}: {text}"))
-    }
-}
-
 /// An answer that is not a success, with what the server said in short
 /// (an API says why it refused).
 async fn status_error(response: reqwest::Response, shown: &str) -> StageError {
     let status = response.status();
-    let code = status.as_u16();
-    let retry_after = crate::http::retry_after(response.headers());
+    let headers = response.headers().clone();
     let said = response.text().await.unwrap_or_default();
     let said: String = said.trim().chars().take(300).collect();
     let said = if said.is_empty() {
@@ -249,13 +237,7 @@ async fn status_error(response: reqwest::Response, shown: &str) -> StageError {
         format!(": {}", redact_text(&said))
     };
     let message = format!("{shown}: HTTP {status}{said}");
-    if code == 408 || code == 429 || status.is_server_error() {
-        StageError::transient(message)
-            .with_status(code)
-            .with_retry_after(retry_after)
-    } else {
-        StageError::permanent(message).with_status(code)
-    }
+    crate::http::status_error(status, &headers, message)
 }
 
 fn too_big(shown: &str) -> String {
