@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use parquet::basic::Compression;
-use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};
+use parquet::data_type::{ByteArray, ByteArrayType, Int32Type, Int64Type};
 use parquet::file::properties::WriterProperties;
 use parquet::file::writer::{SerializedFileWriter, SerializedRowGroupWriter};
 use parquet::schema::parser::parse_message_type;
@@ -137,6 +137,61 @@ pub fn write_not_stac(path: &Path, rows: u64) -> parquet::errors::Result<()> {
     let mut group = writer.next_row_group()?;
     let values = (0..rows).map(|n| ByteArray::from(format!("n{n}").as_str()));
     bytes(&mut group, values.collect(), 1)?;
+    group.close()?;
+    writer.close()?;
+    Ok(())
+}
+
+/// Writes two items whose times are stored as other writers store them:
+/// `datetime` in nanoseconds (`TIMESTAMP(NANOS)`, as pandas writes), the
+/// days of `start_datetime` as a `DATE`, and `end_datetime` as a plain
+/// integer (not a time at all). Item `n`: `datetime` 2024-06-01T00:00:00Z
+/// plus `n` seconds and 5 nanoseconds, `start_datetime` 2024-06-01.
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn write_other_times(path: &Path) -> parquet::errors::Result<()> {
+    let schema = Arc::new(parse_message_type(
+        "message schema {
+  optional binary id (STRING);
+  optional int64 datetime (TIMESTAMP(NANOS,true));
+  optional int32 start_datetime (DATE);
+  optional int64 end_datetime;
+  optional group assets {
+    optional group B04 {
+      optional binary href (STRING);
+    }
+  }
+}",
+    )?);
+    let file = std::fs::File::create(path)?;
+    let mut writer =
+        SerializedFileWriter::new(file, schema, Arc::new(WriterProperties::default()))?;
+    let mut group = writer.next_row_group()?;
+    bytes(
+        &mut group,
+        vec![ByteArray::from("t-0"), ByteArray::from("t-1")],
+        1,
+    )?;
+    let nanos = [1_717_200_000_000_000_005i64, 1_717_200_001_000_000_005];
+    let mut col = group.next_column()?.ok_or_else(too_few)?;
+    col.typed::<Int64Type>()
+        .write_batch(&nanos, Some(&[1, 1]), None)?;
+    col.close()?;
+    // 2024-06-01 is day 19,875 of the Unix epoch.
+    let mut col = group.next_column()?.ok_or_else(too_few)?;
+    col.typed::<Int32Type>()
+        .write_batch(&[19_875, 19_875], Some(&[1, 1]), None)?;
+    col.close()?;
+    let mut col = group.next_column()?.ok_or_else(too_few)?;
+    col.typed::<Int64Type>()
+        .write_batch(&[7, 8], Some(&[1, 1]), None)?;
+    col.close()?;
+    let hrefs = vec![
+        ByteArray::from("https://data.test/t/0.tif"),
+        ByteArray::from("https://data.test/t/1.tif"),
+    ];
+    bytes(&mut group, hrefs, 3)?;
     group.close()?;
     writer.close()?;
     Ok(())

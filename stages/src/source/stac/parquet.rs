@@ -1,7 +1,9 @@
 //! A stac-geoparquet file as a source of items: one row per item, as large
 //! collections are published (columns `id`, `collection`, `assets` (a
 //! struct of one struct per asset key, each with its `href`), `links`,
-//! the times `datetime`, `start_datetime`, `end_datetime` as timestamps;
+//! the times `datetime`, `start_datetime`, `end_datetime` as timestamps
+//! (milli-, micro- or nanoseconds), dates or strings; another type is left
+//! out, said once per column;
 //! `geometry`, `bbox` and the other properties are not read).
 //!
 //! Read with the `parquet` crate's record API (no Arrow: a few crates, not
@@ -60,6 +62,12 @@ struct Rows {
     read: Arc<AtomicU64>,
     groups: Vec<u64>,
     done: bool,
+    /// The time columns stored as nanoseconds (`INT64`, `TIMESTAMP(NANOS)`:
+    /// the record API reads them as plain integers).
+    nanos: Vec<String>,
+    /// The time columns already said to hold something that is not a
+    /// time (said once each).
+    said: Vec<String>,
 }
 
 /// One row read: an item and its row's number, or a failed item.
@@ -81,8 +89,9 @@ fn open_rows(path: &Path, assets: &[String]) -> Result<(Rows, u64), String> {
         .iter()
         .map(|g| u64::try_from(g.num_rows()).unwrap_or(0))
         .collect();
-    let projection =
-        projection(meta.file_metadata().schema(), assets).map_err(|m| format!("{shown}: {m}"))?;
+    let schema = meta.file_metadata().schema();
+    let nanos = nanos_columns(schema);
+    let projection = projection(schema, assets).map_err(|m| format!("{shown}: {m}"))?;
     let iter = RowIter::from_file_into(Box::new(reader))
         .project(Some(projection))
         .map_err(|e| format!("{shown}: {e}"))?
@@ -95,8 +104,26 @@ fn open_rows(path: &Path, assets: &[String]) -> Result<(Rows, u64), String> {
         read: Arc::new(AtomicU64::new(0)),
         groups,
         done: false,
+        nanos,
+        said: Vec::new(),
     };
     Ok((rows, total))
+}
+
+/// The time columns whose logical type is a timestamp in nanoseconds.
+fn nanos_columns(root: &Type) -> Vec<String> {
+    use parquet::basic::{LogicalType, TimeUnit};
+    root.get_fields()
+        .iter()
+        .filter(|f| f.is_primitive() && COLUMNS[2..].contains(&f.name()))
+        .filter(|f| {
+            matches!(
+                f.get_basic_info().logical_type_ref(),
+                Some(LogicalType::Timestamp(t)) if matches!(t.unit, TimeUnit::NANOS)
+            )
+        })
+        .map(|f| f.name().to_owned())
+        .collect()
 }
 
 /// The file's schema cut to the columns read: `id`, `collection`, the
@@ -232,8 +259,28 @@ impl Rows {
         self.groups.len().saturating_sub(1)
     }
 
+    /// The time in column `name` of a row, as RFC 3339; a value that is
+    /// not a time is left out, and said once per column.
+    fn time(&mut self, name: &str, value: &Field) -> Option<String> {
+        let nanos = self.nanos.iter().any(|n| n == name);
+        match time(value, nanos) {
+            Ok(t) => t,
+            Err(kind) => {
+                if !self.said.iter().any(|n| n == name) {
+                    self.said.push(name.to_owned());
+                    tracing::warn!(
+                        "{}: column `{name}` holds {kind}, not a timestamp, a date or a string: \
+                         its items take their time from elsewhere (see the write stage's `stac`)",
+                        self.shown
+                    );
+                }
+                None
+            }
+        }
+    }
+
     /// The item of row `row`.
-    fn item(&self, row: u64, r: &Row) -> Got {
+    fn item(&mut self, row: u64, r: &Row) -> Got {
         let mut item = Item {
             id: None,
             assets: Default::default(),
@@ -245,9 +292,9 @@ impl Rows {
             match name.as_str() {
                 "id" => item.id = text(value),
                 "collection" => item.collection = text(value),
-                "datetime" => item.properties.datetime = time(value),
-                "start_datetime" => item.properties.start_datetime = time(value),
-                "end_datetime" => item.properties.end_datetime = time(value),
+                "datetime" => item.properties.datetime = self.time(name, value),
+                "start_datetime" => item.properties.start_datetime = self.time(name, value),
+                "end_datetime" => item.properties.end_datetime = self.time(name, value),
                 "links" => item.links = links(value),
                 "assets" => item.assets = assets(value),
                 _ => {}
@@ -275,16 +322,22 @@ fn text(f: &Field) -> Option<String> {
     }
 }
 
-/// A time as RFC 3339 (a timestamp column, as stac-geoparquet writes
-/// them, or a string as it was given).
-fn time(f: &Field) -> Option<String> {
+/// A time as RFC 3339: a timestamp column, as stac-geoparquet writes
+/// them (milli-, micro- or, `nanos`, nanoseconds: an integer to the record
+/// API), a date (midnight UTC), or a string as it was given; `Ok(None)`
+/// for a null; what the value is when it is none of these.
+fn time(f: &Field, nanos: bool) -> Result<Option<String>, &'static str> {
     let at = match f {
-        Field::Str(s) => return Some(s.clone()),
+        Field::Null => return Ok(None),
+        Field::Str(s) => return Ok(Some(s.clone())),
         Field::TimestampMicros(us) => chrono::DateTime::from_timestamp_micros(*us),
         Field::TimestampMillis(ms) => chrono::DateTime::from_timestamp_millis(*ms),
-        _ => None,
-    }?;
-    Some(at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+        Field::Long(ns) if nanos => Some(chrono::DateTime::from_timestamp_nanos(*ns)),
+        Field::Date(days) => chrono::DateTime::from_timestamp(i64::from(*days) * 86_400, 0),
+        Field::Long(_) => return Err("integers"),
+        _ => return Err("another type"),
+    };
+    Ok(at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)))
 }
 
 fn links(f: &Field) -> Vec<Link> {

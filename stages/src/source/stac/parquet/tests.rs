@@ -202,3 +202,28 @@ async fn a_damaged_file_is_named_not_a_panic() {
     );
     assert!(got.len() < 500, "the source ended at the damage");
 }
+
+/// Times as other writers store them: nanoseconds (`TIMESTAMP(NANOS)`,
+/// which the record API reads as integers) and a `DATE` are read as
+/// times; a plain integer column is not a time, and is left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nanosecond_and_date_times_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("times.parquet");
+    warpline_testkit::geoparquet::write_other_times(&path).unwrap();
+    let mut source = spec(&path, &["B04"]).open().unwrap();
+    let got = all(&mut source).await;
+    let stac: Vec<Value> = got
+        .iter()
+        .map(|g| g.as_ref().unwrap().meta["stac"].clone())
+        .collect();
+    assert_eq!(stac.len(), 2);
+    assert_eq!(stac[0]["datetime"], "2024-06-01T00:00:00.000000005Z");
+    assert_eq!(stac[1]["datetime"], "2024-06-01T00:00:01.000000005Z");
+    assert_eq!(stac[0]["start_datetime"], "2024-06-01T00:00:00Z");
+    assert!(
+        stac[0].get("end_datetime").is_none_or(Value::is_null),
+        "{}",
+        stac[0]
+    );
+}
