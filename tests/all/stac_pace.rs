@@ -6,7 +6,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use warpline_testkit::{Faults, StacApi, Strict, TileServer};
+use warpline_testkit::tileserver::PageCounts;
+use warpline_testkit::{Fault, Faults, StacApi, Strict, TileServer};
 
 use crate::common::{self, runtime};
 
@@ -15,15 +16,43 @@ use crate::common::{self, runtime};
 /// every item fetched once, no failed page, and the server did refuse.
 #[test]
 fn a_stac_api_of_5_pages_throttling_at_5_per_second_loses_nothing() {
+    let faults = Faults {
+        strict: Some(Strict::sliding(5)),
+        ..Faults::default()
+    };
+    let (refused, _) = search_and_fetch(faults);
+    assert!(refused > 0, "the server throttled");
+}
+
+/// Every request's first try refused (429, `Retry-After: 1`), pages
+/// included: the source's own requests are tried again through the
+/// host's gate, and no page fails (the window above may refuse only
+/// tiles).
+#[test]
+fn refused_pages_are_tried_again() {
+    let faults = Faults {
+        throttle: Some((Fault::all(1), 1)),
+        ..Faults::default()
+    };
+    let (_, pages) = search_and_fetch(faults);
+    // The first page is `/search`, the other four `search?...`: each of
+    // those refused once.
+    assert!(
+        pages.refused >= 4,
+        "pages refused and tried again: {pages:?}"
+    );
+}
+
+/// Searches a STAC API of 10 items, 2 a page, on a server with `faults`,
+/// and fetches each item's asset from it: every item done once, every
+/// page read once. What the strict limit refused, and what the server
+/// did with pages.
+fn search_and_fetch(faults: Faults) -> (u64, PageCounts) {
     let api = StacApi::new(10, 2);
     let body = Arc::new(vec![7u8; 1024]);
     let tiles: Vec<(String, Arc<Vec<u8>>)> = (0..api.items)
         .map(|n| (StacApi::tile(n), Arc::clone(&body)))
         .collect();
-    let faults = Faults {
-        strict: Some(Strict::sliding(5)),
-        ..Faults::default()
-    };
     let rt = runtime();
     rt.block_on(async {
         let server = TileServer::start_stac(tiles, faults, api).await.unwrap();
@@ -52,9 +81,8 @@ kind = "discard"
         let pages = server.page_counts();
         assert_eq!(pages.served, 5, "every page read once: {pages:?}");
         assert_eq!(server.served(), 10, "every asset fetched once");
-        let strict = server.strict_counts();
-        assert!(strict.refused > 0, "the server throttled: {strict:?}");
-    });
+        (server.strict_counts().refused, pages)
+    })
 }
 
 /// The stac-geoparquet example of docs/pipeline.md, run over a file of
