@@ -7,8 +7,9 @@
 //! - One token for the stage, shared by its workers and its range reads:
 //!   asked for when first needed, and again when it has expired or is about
 //!   to (less than `refresh_before` left, at most a tenth of the lifetime
-//!   it was handed out with), by one request at a time: the others wait for
-//!   its answer or, while the old token still holds, go on with it.
+//!   it was handed out with), by one request at a time: about to expire, in
+//!   the background while every caller goes on with the token that still
+//!   holds; expired (or none yet), the callers wait for its answer.
 //! - A `403` whose body says the signature expired (Azure's "Signature not
 //!   valid in the specified time frame", S3's "Request has expired") gets a
 //!   fresh token (one request for it, whoever else was refused with the same
@@ -78,8 +79,8 @@ pub(crate) struct Signer {
     client: reqwest::Client,
     /// The token in use.
     current: Mutex<Option<Arc<Token>>>,
-    /// Held by the one caller asking for a token.
-    asking: tokio::sync::Mutex<LastFailure>,
+    /// Held by the one caller (or background renewal) asking for a token.
+    asking: Arc<tokio::sync::Mutex<LastFailure>>,
 }
 
 /// A token, and when to ask for the next.
@@ -181,7 +182,7 @@ impl Signer {
             clock,
             client,
             current: Mutex::new(None),
-            asking: tokio::sync::Mutex::new(LastFailure::default()),
+            asking: Arc::new(tokio::sync::Mutex::new(LastFailure::default())),
         })
     }
 
@@ -208,9 +209,11 @@ impl Signer {
     }
 
     /// A token to sign with: the one in use while it is not about to
-    /// expire; else a new one (asked for by one caller at a time; while the
-    /// old one still holds, the others go on with it).
-    pub(crate) async fn token(&self) -> Result<Arc<Token>, NoToken> {
+    /// expire. One about to expire that still holds is renewed in the
+    /// background (one renewal at a time) while every caller goes on with
+    /// it: no item waits for the endpoint. An expired one (or none) is
+    /// renewed by one caller at a time, the others waiting for its answer.
+    pub(crate) async fn token(self: &Arc<Self>) -> Result<Arc<Token>, NoToken> {
         let held = self.current();
         if let Some(t) = &held {
             let now = self.now();
@@ -218,11 +221,15 @@ impl Signer {
                 return Ok(Arc::clone(t));
             }
             if t.holds(now) {
-                let Ok(mut last) = self.asking.try_lock() else {
-                    // Another caller is asking: this one still holds.
-                    return Ok(Arc::clone(t));
-                };
-                return Ok(self.renewed(&mut last).await.unwrap_or(Arc::clone(t)));
+                if let Ok(mut last) = Arc::clone(&self.asking).try_lock_owned() {
+                    let signer = Arc::clone(self);
+                    tokio::spawn(async move {
+                        // A failure stays in `last` for the callers that
+                        // find the token expired.
+                        let _ = signer.renewed(&mut last).await;
+                    });
+                }
+                return Ok(Arc::clone(t));
             }
         }
         let mut last = self.asking.lock().await;
@@ -334,7 +341,7 @@ pub(crate) enum Unsent {
 /// expired is made once more with a fresh token; any other answer is
 /// given back as it is (a `403` with its body read in part).
 pub(crate) async fn send(
-    signer: Option<&Signer>,
+    signer: Option<&Arc<Signer>>,
     url: &str,
     build: impl Fn(&str) -> reqwest::RequestBuilder,
 ) -> Result<(reqwest::Response, String), Unsent> {
@@ -407,10 +414,10 @@ impl Fetch {
         shown: &str,
         build: impl Fn(&str) -> reqwest::RequestBuilder,
     ) -> Result<(reqwest::Response, String), StageError> {
-        let signer = self.signer.as_deref();
+        let signer = self.signer.as_ref();
         send(signer, url, build)
             .await
-            .map_err(|e| e.stage_error(shown, signer))
+            .map_err(|e| e.stage_error(shown, signer.map(|s| &**s)))
     }
 
     /// As [`send_signed`](Self::send_signed), for an answer that must be

@@ -164,7 +164,7 @@ impl Inner {
                 url,
                 signer,
             } => {
-                self.get_http(client, url, signer.as_deref(), offset, buf)
+                self.get_http(client, url, signer.as_ref(), offset, buf)
                     .await
             }
             Source::S3 { store, path } => self.get_object(store, path, offset, buf).await,
@@ -205,7 +205,7 @@ impl Inner {
         &self,
         client: &reqwest::Client,
         url: &str,
-        signer: Option<&super::Signer>,
+        signer: Option<&Arc<super::Signer>>,
         offset: u64,
         buf: &mut [u8],
     ) -> Result<usize, Failed> {
@@ -221,7 +221,7 @@ impl Inner {
                 .header(reqwest::header::RANGE, format!("bytes={offset}-{last}"))
         };
         let (mut response, _) = super::signer::send(signer, url, range).await.map_err(|e| {
-            let e = e.stage_error(&self.shown, signer);
+            let e = e.stage_error(&self.shown, signer.map(|s| &**s));
             Failed {
                 transient: e.kind == warpline_engine::ErrorKind::Transient,
                 wait: None,

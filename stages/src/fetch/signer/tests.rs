@@ -55,7 +55,11 @@ fn a_refusal_that_says_the_signature_expired_is_told_from_others() {
 }
 
 fn signer(prefixes: &[&str], clock: Clock) -> Signer {
-    let mut toml = String::from("signer = { url = \"https://pc.example/api/sas/v1/token/c\"");
+    signer_of("https://pc.example/api/sas/v1/token/c", prefixes, clock)
+}
+
+fn signer_of(url: &str, prefixes: &[&str], clock: Clock) -> Signer {
+    let mut toml = format!("signer = {{ url = {url:?}");
     if !prefixes.is_empty() {
         toml.push_str(&format!(", prefixes = {prefixes:?}"));
     }
@@ -159,4 +163,50 @@ fn every_mistake_in_the_table_is_named_with_its_key() {
         said[2].contains("stages.fetch.signer.token_field"),
         "{said:#?}"
     );
+}
+
+/// A token about to expire is renewed in the background: the caller that
+/// notices goes on with the token that still holds (inline renewal would
+/// hand it the new one), one request for the next goes to the endpoint,
+/// and the callers after it get the new token. Before that point, no
+/// request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_about_to_expire_is_renewed_in_the_background() {
+    use warpline_testkit::{Clock as SasClock, Sas, TokenServer};
+    let clock = SasClock::stopped(SystemTime::UNIX_EPOCH + Duration::from_secs(1_714_557_600));
+    let sas = Sas::new(clock.clone(), Duration::from_secs(20), Duration::ZERO);
+    let tokens = TokenServer::start(Arc::clone(&sas), None).await.unwrap();
+    let now = clock.clone();
+    let s = Arc::new(signer_of(
+        &tokens.url("c"),
+        &[],
+        Arc::new(move || now.now()),
+    ));
+    let first = s.token().await.unwrap();
+    assert_eq!(tokens.requests(), 1);
+    // 20 s tokens are renewed from 18 s on (a tenth of their lifetime).
+    clock.advance(Duration::from_secs(17));
+    assert_eq!(s.token().await.unwrap().query, first.query);
+    assert_eq!(tokens.requests(), 1, "a fresh token is not renewed");
+    clock.advance(Duration::from_millis(1500));
+    let noticed = s.token().await.unwrap();
+    assert_eq!(
+        noticed.query, first.query,
+        "the caller goes on with the token that holds"
+    );
+    // The renewal's answer: polled, up to a generous bound.
+    let renewed = async {
+        loop {
+            let t = s.token().await.unwrap();
+            if t.query != first.query {
+                return t;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let next = tokio::time::timeout(Duration::from_secs(30), renewed)
+        .await
+        .expect("the token was renewed in the background");
+    assert_ne!(next.query, first.query);
+    assert_eq!(tokens.requests(), 2, "one request for the next token");
 }
