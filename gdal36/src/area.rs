@@ -140,8 +140,14 @@ pub(crate) fn one_area(src: &SpatialRef, dst: &SpatialRef) -> OneArea {
     if src.is_compound() || dst.is_compound() {
         // Heights are involved: never.
         OneArea::No
+    } else if !epochs_argued(src) || !epochs_argued(dst) {
+        OneArea::No
     } else if same_geog_cs(src, dst) {
         OneArea::SameDatum
+    } else if !versions_proven() {
+        // The checks below cannot help on a GDAL or PROJ the argument was
+        // not read from (issue 36): none of them runs there.
+        OneArea::No
     } else if by_proj_string(src) || by_proj_string(dst) {
         OneArea::ByProjString
     } else if unregistered(src, dst) {
@@ -151,10 +157,46 @@ pub(crate) fn one_area(src: &SpatialRef, dst: &SpatialRef) -> OneArea {
     }
 }
 
+/// Whether the warp's options leave the argument as it was read: on
+/// GDAL 3.6 always (its transformer reads none of those below); on
+/// another GDAL, no `ALLOW_BALLPARK` or `ONLY_BEST` transformer option
+/// (GDAL 3.11+ hands them to `proj_create_crs_to_crs_from_pj`, 3.12.1
+/// gdaltransformer.cpp 2732-2743, ogrct.cpp 1757-1770) and no coordinate
+/// epoch (3.12.1 ogrct.cpp 1772-1786 then hands PROJ coordinate metadata,
+/// whose point motion operations PROJ 9.6 takes from its database:
+/// coordinateoperationfactory.cpp 3822-3884). Not argued: no shared area.
+pub(crate) fn spec_argued(spec: &warpline_gdal::WarpSpec) -> bool {
+    if gdal_36() {
+        return true;
+    }
+    // `COORDINATE_EPOCH` ends `SRC_` and `DST_COORDINATE_EPOCH` too.
+    let unargued = ["ALLOW_BALLPARK", "ONLY_BEST", "COORDINATE_EPOCH"];
+    spec.src_coord_epoch.is_none()
+        && spec.dst_coord_epoch.is_none()
+        && !spec.transformer_options.iter().any(|(k, _)| {
+            let k = k.to_ascii_uppercase();
+            unargued.iter().any(|u| k.ends_with(u))
+        })
+}
+
+/// Whether this process runs GDAL 3.6.
+fn gdal_36() -> bool {
+    let v = warpline_gdal::versions().gdal;
+    (v.major, v.minor) == (3, 6)
+}
+
+/// Whether `srs`'s coordinate epoch leaves the argument as it was read:
+/// always on GDAL 3.6 (as [`spec_argued`]); elsewhere only without one.
+fn epochs_argued(srs: &SpatialRef) -> bool {
+    // SAFETY: a valid handle (owned by `srs`), only read.
+    let epoch = unsafe { sys::OSRGetCoordinateEpoch(srs.to_c_hsrs()) };
+    gdal_36() || epoch == 0.0
+}
+
 /// Whether PROJ's registry holds no operation for `src` or for `dst`
 /// (`registry.rs`, with the `proj-db` feature). Asked only where the
-/// answer can be used (GDAL 3.6, PROJ 9.1, see [`proven`]): the check
-/// costs some 0.6 G instructions per CRS.
+/// answer can be used (a GDAL and PROJ the argument was read from, see
+/// [`proven`]): the check costs some 0.6 G instructions per CRS.
 fn unregistered(src: &SpatialRef, dst: &SpatialRef) -> bool {
     #[cfg(feature = "proj-db")]
     {
@@ -221,17 +263,47 @@ fn by_proj_string(srs: &SpatialRef) -> bool {
     SpatialRef::from_proj4(&text).is_ok_and(|parsed| plain(&parsed))
 }
 
-/// Whether this process runs the GDAL and PROJ the argument was read
-/// from (3.6 and 9.1).
-pub(crate) fn versions_proven() -> bool {
-    static VERSIONS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+/// A GDAL and PROJ the argument was read from, by (major, minor) each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Proven {
+    /// GDAL 3.6 with PROJ 9.1 (Debian 12's 3.6.2 and 9.1.1).
+    Gdal36Proj91,
+    /// GDAL 3.12 with PROJ 9.6 (the bundled 3.12.1 and 9.6.2).
+    Gdal312Proj96,
+}
+
+/// The pairs the argument was read from: GDAL 3.6 with PROJ 9.1, and
+/// GDAL 3.12 with PROJ 9.6.
+const PROVEN: [((i32, i32), (i32, i32), Proven); 2] = [
+    ((3, 6), (9, 1), Proven::Gdal36Proj91),
+    ((3, 12), (9, 6), Proven::Gdal312Proj96),
+];
+
+/// Which of the pairs the argument was read from ([`PROVEN`]) this
+/// process runs, if any.
+pub(crate) fn versions() -> Option<Proven> {
+    static VERSIONS: std::sync::OnceLock<Option<Proven>> = std::sync::OnceLock::new();
     *VERSIONS.get_or_init(|| {
         let (mut major, mut minor, mut patch) = (0, 0, 0);
         // SAFETY: three valid out-pointers for the call.
         unsafe { sys::OSRGetPROJVersion(&mut major, &mut minor, &mut patch) };
         let gdal = warpline_gdal::versions().gdal;
-        (gdal.major, gdal.minor) == (3, 6) && (major, minor) == (9, 1)
+        let gdal = (
+            i32::try_from(gdal.major).ok()?,
+            i32::try_from(gdal.minor).ok()?,
+        );
+        PROVEN
+            .iter()
+            .find(|(g, p, _)| *g == gdal && *p == (major, minor))
+            .map(|(_, _, pair)| *pair)
     })
+}
+
+/// Whether this process runs one of the pairs of GDAL and PROJ the
+/// argument was read from: GDAL 3.6 with PROJ 9.1, or GDAL 3.12 with
+/// PROJ 9.6.
+pub(crate) fn versions_proven() -> bool {
+    versions().is_some()
 }
 
 /// Whether this process runs the GDAL and PROJ the argument was read from,

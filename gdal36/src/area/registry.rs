@@ -108,10 +108,33 @@ fn texts(srs: &SpatialRef) -> Option<Vec<String>> {
             text.push_str(" +type=crs");
         }
         texts.push(text);
+    } else if super::versions() == Some(super::Proven::Gdal312Proj96) {
+        // GDAL 3.12 hands PROJJSON where 3.6 handed WKT2 (2018)
+        // (3.12.1 ogrct.cpp 186-195).
+        texts.push(projjson(srs)?);
     } else {
         texts.push(super::export_wkt(srs, c"FORMAT=WKT2_2018")?);
     }
     Some(texts)
+}
+
+/// `srs` as PROJJSON, as GDAL 3.12 exports it for its transformation (no
+/// options), or `None` if GDAL cannot.
+fn projjson(srs: &SpatialRef) -> Option<String> {
+    let mut out: *mut c_char = std::ptr::null_mut();
+    // SAFETY: a valid handle, no options (a null list) and an out-pointer;
+    // GDAL allocates the result, freed below with VSIFree.
+    let err = unsafe { gdal_sys::OSRExportToPROJJSON(srs.to_c_hsrs(), &mut out, std::ptr::null()) };
+    if out.is_null() {
+        return None;
+    }
+    // SAFETY: GDAL returned a NUL-terminated string, read before the free.
+    let text = unsafe { CStr::from_ptr(out) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: `out` was allocated by GDAL and is not used after this.
+    unsafe { gdal_sys::VSIFree(out.cast()) };
+    (err == gdal_sys::OGRErr::OGRERR_NONE).then_some(text)
 }
 
 /// `srs`'s authority name and code, as GDAL reads them for its text.
@@ -254,7 +277,30 @@ impl Proj {
         }
     }
 
+    /// Whether `src` to `dst` gets one operation, a ballpark one, with
+    /// the grid availability `proj_create_crs_to_crs_from_pj` asks for:
+    /// PROJ 9.1 asks for known grids with the network on, else for
+    /// discarding missing ones (4D_api.cpp 1928-1934); PROJ 9.6 asks for
+    /// known grids also when the context's default "only best" setting
+    /// warns or errors (crs_to_crs.cpp 568-576), which the C API does not
+    /// tell: so on 9.6 both uses are checked.
     fn ballpark_only(&self, src: &Pj, dst: &Pj) -> bool {
+        // SAFETY: a valid context.
+        let network = unsafe { ffi::proj_context_is_network_enabled(self.ctx) } != 0;
+        let grids: &[c_int] = match (network, super::versions()) {
+            (true, _) => &[ffi::PROJ_GRID_AVAILABILITY_KNOWN_AVAILABLE],
+            (false, Some(super::Proven::Gdal312Proj96)) => &[
+                ffi::PROJ_GRID_AVAILABILITY_KNOWN_AVAILABLE,
+                ffi::PROJ_GRID_AVAILABILITY_DISCARD_OPERATION_IF_MISSING_GRID,
+            ],
+            (false, _) => &[ffi::PROJ_GRID_AVAILABILITY_DISCARD_OPERATION_IF_MISSING_GRID],
+        };
+        grids
+            .iter()
+            .all(|&grids| self.ballpark_only_with(src, dst, grids))
+    }
+
+    fn ballpark_only_with(&self, src: &Pj, dst: &Pj, grids: c_int) -> bool {
         // SAFETY: a valid context; every call below gets it and the
         // factory context, destroyed at the end of this function.
         unsafe {
@@ -267,11 +313,6 @@ impl Proj {
                 oc,
                 ffi::PROJ_SPATIAL_CRITERION_PARTIAL_INTERSECTION,
             );
-            let grids = if ffi::proj_context_is_network_enabled(self.ctx) != 0 {
-                ffi::PROJ_GRID_AVAILABILITY_KNOWN_AVAILABLE
-            } else {
-                ffi::PROJ_GRID_AVAILABILITY_DISCARD_OPERATION_IF_MISSING_GRID
-            };
             ffi::proj_operation_factory_context_set_grid_availability_use(self.ctx, oc, grids);
             ffi::proj_operation_factory_context_set_crs_extent_use(
                 self.ctx,
