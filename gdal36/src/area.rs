@@ -63,7 +63,7 @@
 //!
 //! GDAL's cache keeps one transformation per key (the area printed with
 //! six decimals among it) and lends it out: `FindFromCache` removes it
-//! until its user destroys it (on GDAL 3.12.1, ogrct.cpp 130-151, 1108,
+//! until its user destroys it (on GDAL 3.12.1, ogrct.cpp 132-152, 1108,
 //! 3803-3829, 988-999), so two workers warping at once with the same area
 //! would make the second build its own. Each thread therefore has an area
 //! of its own ([`shared_area`]): the whole world with the south edge moved
@@ -174,7 +174,7 @@ pub(crate) fn one_area(src: &SpatialRef, dst: &SpatialRef) -> OneArea {
 /// gdaltransformer.cpp 2732-2743, ogrct.cpp 1757-1770) and no coordinate
 /// epoch (3.12.1 ogrct.cpp 1772-1786 then hands PROJ coordinate metadata,
 /// whose point motion operations PROJ 9.6 takes from its database:
-/// coordinateoperationfactory.cpp 3822-3884). Not argued: no shared area.
+/// coordinateoperationfactory.cpp 3825-3886). Not argued: no shared area.
 pub(crate) fn spec_argued(spec: &warpline_gdal::WarpSpec) -> bool {
     if gdal_36() {
         return true;
@@ -199,8 +199,7 @@ fn gdal_36() -> bool {
 /// always on GDAL 3.6 (as [`spec_argued`]); elsewhere only without one.
 fn epochs_argued(srs: &SpatialRef) -> bool {
     // SAFETY: a valid handle (owned by `srs`), only read.
-    let epoch = unsafe { sys::OSRGetCoordinateEpoch(srs.to_c_hsrs()) };
-    gdal_36() || epoch == 0.0
+    gdal_36() || unsafe { sys::OSRGetCoordinateEpoch(srs.to_c_hsrs()) } == 0.0
 }
 
 /// Whether PROJ's registry holds no operation for `src` or for `dst`
