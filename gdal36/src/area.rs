@@ -13,27 +13,34 @@
 //! - **The same geographic CRS on both sides.** No datum transformation is
 //!   involved: PROJ chains the two conversions, whatever the area.
 //! - **A CRS PROJ knows only by its PROJ string** ([`by_proj_string`]), on
-//!   either side, with the GDAL and PROJ this was read from (GDAL 3.6,
-//!   PROJ 9.1) and GDAL's default choice of operation. The argument, from
-//!   their sources:
+//!   either side, with a GDAL and PROJ this was read from ([`Proven`]:
+//!   GDAL 3.6.2 with PROJ 9.1.1, and GDAL 3.12.1 with PROJ 9.6.2; line
+//!   numbers are given in that order, `a; b`) and GDAL's default choice of
+//!   operation. The argument, from their sources:
 //!   1. GDAL hands the area to PROJ only as `proj_create_crs_to_crs_from_pj`'s
-//!      area (ogrct.cpp 1562-1590, for `OGR_CT_OP_SELECTION` unset and
-//!      `OSR_USE_APPROX_TMERC` off); it reads it nowhere else.
-//!   2. PROJ reads the area only in `FilterResults`
-//!      (coordinateoperationfactory.cpp 1016, the one caller of
-//!      `getAreaOfInterest`).
+//!      area (ogrct.cpp 1562-1590; 1662-1694 and 1734-1789), for
+//!      `OGR_CT_OP_SELECTION` unset and `OSR_USE_APPROX_TMERC` off; it
+//!      reads it nowhere else. GDAL 3.12 also hands PROJ the transformer's
+//!      `ALLOW_BALLPARK` and `ONLY_BEST`, and coordinate metadata for
+//!      epochs (1755-1786): [`spec_argued`] and [`one_area`] leave those
+//!      warps out.
+//!   2. PROJ reads the area in `FilterResults` (coordinateoperationfactory.cpp
+//!      1016; 1144), and in 9.6 also in `createOperationsFromDatabase`'s
+//!      test of too small areas (4020-4074), which needs a non-empty list
+//!      of registry operations: neither is on the way below.
 //!   3. When the source or the target, as PROJ parses the text GDAL hands
 //!      it, carries its own PROJ string extension (and, having no
 //!      identifier and the name `unknown` or `unnamed`, is not swapped for
-//!      a database CRS by `getResolvedCRS`, 6218-6300),
+//!      a database CRS by `getResolvedCRS`, 6218-6300; 7413-7554),
 //!      `Private::createOperations` returns at once the single operation
-//!      `createOperationsFromProj4Ext` makes (3147-3160, 3331-3378): no
-//!      database search, so no `FilterResults` on the way.
+//!      `createOperationsFromProj4Ext` makes (3147-3160, 3331-3378;
+//!      3523-3536, 3744-3790): no database search on the way.
 //!   4. That operation has no domain, hence no extent (oputils.cpp
-//!      453-470). `filterOut` skips it in its loop and keeps it in its
-//!      fallback whatever the area (1092-1238); `andSort` keeps a lone
-//!      operation. `proj_create_crs_to_crs_from_pj` returns it as is when
-//!      it is the only one (4D_api.cpp 1956-1961).
+//!      453-470; 457-477). `filterOut` skips it in its loop and keeps it in
+//!      its fallback whatever the area (1092-1238; 1220-1366); `andSort`
+//!      keeps a lone operation. `proj_create_crs_to_crs_from_pj` returns
+//!      it as is when it is the only one (4D_api.cpp 1956-1961;
+//!      crs_to_crs.cpp 617-643).
 //!
 //!   So every area gives the same operation. Such CRSs come from PROJ
 //!   strings PROJ cannot model fully, such as `+proj=utm +approx`. Not
@@ -54,13 +61,14 @@
 //!
 //! Anything else keeps GDAL's area for each tile, as gdalwarp does.
 //!
-//! GDAL's cache keeps one transformation per key and lends it out
-//! (`FindFromCache` removes it until the user destroys it), so two
-//! workers warping at once with the same area would make the second build
-//! its own. Each thread therefore has an area of its own ([`shared_area`]):
-//! the whole world with the south edge moved by a ten-thousandth of a
-//! degree per thread, which by the argument above gives the same
-//! operation.
+//! GDAL's cache keeps one transformation per key (the area printed with
+//! six decimals among it) and lends it out: `FindFromCache` removes it
+//! until its user destroys it (on GDAL 3.12.1, ogrct.cpp 132-152, 1108,
+//! 3803-3829, 988-999), so two workers warping at once with the same area
+//! would make the second build its own. Each thread therefore has an area
+//! of its own ([`shared_area`]): the whole world with the south edge moved
+//! by a ten-thousandth of a degree per thread, which by the argument
+//! above gives the same operation.
 
 use std::ffi::{c_char, CStr};
 
@@ -109,12 +117,14 @@ pub(crate) enum OneArea {
     /// The same geographic CRS on both sides.
     SameDatum,
     /// A CRS PROJ knows only by its PROJ string, on one side: holds with
-    /// GDAL 3.6, PROJ 9.1 and GDAL's default choice of operation, which
-    /// [`OneArea::holds`] reads each time (the configuration may change).
+    /// a GDAL and PROJ the argument was read from ([`Proven`]) and GDAL's
+    /// default choice of operation, which [`OneArea::holds`] reads each
+    /// time (the configuration may change).
     ByProjString,
     /// A CRS PROJ's registry holds no operation for, on one side: holds
-    /// with GDAL 3.6, PROJ 9.1, GDAL's default choice of operation and no
-    /// auxiliary database, which [`OneArea::holds`] reads each time.
+    /// with a GDAL and PROJ the argument was read from, GDAL's default
+    /// choice of operation and no auxiliary database, which
+    /// [`OneArea::holds`] reads each time.
     Unregistered,
     /// None of these: each tile keeps its own area.
     No,
@@ -140,8 +150,14 @@ pub(crate) fn one_area(src: &SpatialRef, dst: &SpatialRef) -> OneArea {
     if src.is_compound() || dst.is_compound() {
         // Heights are involved: never.
         OneArea::No
+    } else if !epochs_argued(src) || !epochs_argued(dst) {
+        OneArea::No
     } else if same_geog_cs(src, dst) {
         OneArea::SameDatum
+    } else if !versions_proven() {
+        // The checks below cannot help on a GDAL or PROJ the argument was
+        // not read from (issue 36): none of them runs there.
+        OneArea::No
     } else if by_proj_string(src) || by_proj_string(dst) {
         OneArea::ByProjString
     } else if unregistered(src, dst) {
@@ -151,10 +167,45 @@ pub(crate) fn one_area(src: &SpatialRef, dst: &SpatialRef) -> OneArea {
     }
 }
 
+/// Whether the warp's options leave the argument as it was read: on
+/// GDAL 3.6 always (its transformer reads none of those below); on
+/// another GDAL, no `ALLOW_BALLPARK` or `ONLY_BEST` transformer option
+/// (GDAL 3.11+ hands them to `proj_create_crs_to_crs_from_pj`, 3.12.1
+/// gdaltransformer.cpp 2732-2743, ogrct.cpp 1757-1770) and no coordinate
+/// epoch (3.12.1 ogrct.cpp 1772-1786 then hands PROJ coordinate metadata,
+/// whose point motion operations PROJ 9.6 takes from its database:
+/// coordinateoperationfactory.cpp 3825-3886). Not argued: no shared area.
+pub(crate) fn spec_argued(spec: &warpline_gdal::WarpSpec) -> bool {
+    if gdal_36() {
+        return true;
+    }
+    // `COORDINATE_EPOCH` ends `SRC_` and `DST_COORDINATE_EPOCH` too.
+    let unargued = ["ALLOW_BALLPARK", "ONLY_BEST", "COORDINATE_EPOCH"];
+    spec.src_coord_epoch.is_none()
+        && spec.dst_coord_epoch.is_none()
+        && !spec.transformer_options.iter().any(|(k, _)| {
+            let k = k.to_ascii_uppercase();
+            unargued.iter().any(|u| k.ends_with(u))
+        })
+}
+
+/// Whether this process runs GDAL 3.6.
+fn gdal_36() -> bool {
+    let v = warpline_gdal::versions().gdal;
+    (v.major, v.minor) == (3, 6)
+}
+
+/// Whether `srs`'s coordinate epoch leaves the argument as it was read:
+/// always on GDAL 3.6 (as [`spec_argued`]); elsewhere only without one.
+fn epochs_argued(srs: &SpatialRef) -> bool {
+    // SAFETY: a valid handle (owned by `srs`), only read.
+    gdal_36() || unsafe { sys::OSRGetCoordinateEpoch(srs.to_c_hsrs()) } == 0.0
+}
+
 /// Whether PROJ's registry holds no operation for `src` or for `dst`
 /// (`registry.rs`, with the `proj-db` feature). Asked only where the
-/// answer can be used (GDAL 3.6, PROJ 9.1, see [`proven`]): the check
-/// costs some 0.6 G instructions per CRS.
+/// answer can be used (a GDAL and PROJ the argument was read from, see
+/// [`proven`]): the check costs some 0.6 G instructions per CRS.
 fn unregistered(src: &SpatialRef, dst: &SpatialRef) -> bool {
     #[cfg(feature = "proj-db")]
     {
@@ -179,11 +230,13 @@ fn same_geog_cs(a: &SpatialRef, b: &SpatialRef) -> bool {
 /// string alone (step 3 of the module's argument).
 ///
 /// What counts is the CRS PROJ makes of the text GDAL hands it
-/// (ogrct.cpp `GetTextRepresentation`, `GetWktOrProjString`): the PROJ
-/// string when the CRS's WKT1 has a root `EXTENSION["PROJ4", ...]`, else
-/// its WKT2. PROJ keeps a PROJ string as the CRS's own extension only when
-/// the string says something its CRS model cannot, and says so in the
-/// CRS's WKT2 remark (`PROJ CRS string: ...`, crs.cpp 938-979); a WKT1
+/// (ogrct.cpp `GetTextRepresentation`, with `GetWktOrProjString` on 3.6,
+/// `GetAsAProjRecognizableString` on 3.12): the PROJ string when the CRS's
+/// WKT1 has a root `EXTENSION["PROJ4", ...]`, else its WKT2 (3.6) or
+/// PROJJSON (3.12). PROJ keeps a PROJ string as the CRS's own extension
+/// only when the string says something its CRS model cannot, and says so
+/// in the CRS's WKT2 remark (`PROJ CRS string: ...`, crs.cpp 938-979;
+/// 955-1000); a WKT1
 /// `EXTENSION` node alone proves nothing, as PROJ writes one for methods
 /// WKT1 cannot name even without an extension (`+proj=geos +sweep=x`). So
 /// the CRS and its PROJ string parsed again as GDAL's transformation will
@@ -221,17 +274,47 @@ fn by_proj_string(srs: &SpatialRef) -> bool {
     SpatialRef::from_proj4(&text).is_ok_and(|parsed| plain(&parsed))
 }
 
-/// Whether this process runs the GDAL and PROJ the argument was read
-/// from (3.6 and 9.1).
-pub(crate) fn versions_proven() -> bool {
-    static VERSIONS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+/// A GDAL and PROJ the argument was read from, by (major, minor) each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Proven {
+    /// GDAL 3.6 with PROJ 9.1 (Debian 12's 3.6.2 and 9.1.1).
+    Gdal36Proj91,
+    /// GDAL 3.12 with PROJ 9.6 (the bundled 3.12.1 and 9.6.2).
+    Gdal312Proj96,
+}
+
+/// The pairs the argument was read from: GDAL 3.6 with PROJ 9.1, and
+/// GDAL 3.12 with PROJ 9.6.
+const PROVEN: [((i32, i32), (i32, i32), Proven); 2] = [
+    ((3, 6), (9, 1), Proven::Gdal36Proj91),
+    ((3, 12), (9, 6), Proven::Gdal312Proj96),
+];
+
+/// Which of the pairs the argument was read from ([`PROVEN`]) this
+/// process runs, if any.
+pub(crate) fn versions() -> Option<Proven> {
+    static VERSIONS: std::sync::OnceLock<Option<Proven>> = std::sync::OnceLock::new();
     *VERSIONS.get_or_init(|| {
         let (mut major, mut minor, mut patch) = (0, 0, 0);
         // SAFETY: three valid out-pointers for the call.
         unsafe { sys::OSRGetPROJVersion(&mut major, &mut minor, &mut patch) };
         let gdal = warpline_gdal::versions().gdal;
-        (gdal.major, gdal.minor) == (3, 6) && (major, minor) == (9, 1)
+        let gdal = (
+            i32::try_from(gdal.major).ok()?,
+            i32::try_from(gdal.minor).ok()?,
+        );
+        PROVEN
+            .iter()
+            .find(|(g, p, _)| *g == gdal && *p == (major, minor))
+            .map(|(_, _, pair)| *pair)
     })
+}
+
+/// Whether this process runs one of the pairs of GDAL and PROJ the
+/// argument was read from: GDAL 3.6 with PROJ 9.1, or GDAL 3.12 with
+/// PROJ 9.6.
+pub(crate) fn versions_proven() -> bool {
+    versions().is_some()
 }
 
 /// Whether this process runs the GDAL and PROJ the argument was read from,

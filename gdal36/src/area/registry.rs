@@ -2,58 +2,75 @@
 //! [`super::one_area`] (see `area.rs` for the first steps of the
 //! argument: GDAL hands PROJ the area only as
 //! `proj_create_crs_to_crs_from_pj`'s, and PROJ reads it only in
-//! `FilterResults`).
+//! `FilterResults` and, in 9.6, behind a non-empty registry result).
 //!
-//! The argument, from PROJ 9.1.1's sources (coordinateoperationfactory.cpp)
-//! and checked against a traced build of it on the mixed corpus's
+//! The argument, from PROJ 9.1.1's and 9.6.2's sources
+//! (coordinateoperationfactory.cpp unless said; line numbers `9.1; 9.6`).
+//! On 9.1 it was checked against a traced build on the mixed corpus's
 //! `masked` and `geos` CRSs, twelve areas each (whole world, no area,
 //! tiles, degenerate points, beyond 85°, across the antimeridian): the
-//! same search, query for query, and the same operation.
+//! same search, query for query, and the same operation. On 9.6 it was
+//! read again, and the tests move points with GDAL's transformation for
+//! such areas on both (`tests.rs`).
 //!
 //! 1. Every registry query of operations is keyed by a source and a
-//!    target code (findOpsInRegistryDirect 1689-1745,
-//!    findsOpsInRegistryWithIntermediate 1937-2037), and the codes of a
-//!    CRS, its geodetic CRS and its datum come from their identifiers or
-//!    from an exact-name match (buildCRSIds 1562-1640,
-//!    findCandidateGeodCRSForDatum 1817-1866, getResolvedCRS 6218-6300).
-//!    [`unregistered`] checks that the CRS, its geodetic CRS and its
-//!    datum have no identifier, and that no exact-name match of any of
-//!    them (equivalent or not), nor any geodetic CRS of its datum, is the
-//!    source or target of an operation in the database PROJ reads. Then
-//!    every query with a code of that side returns nothing.
+//!    target code (findOpsInRegistryDirect 1689-1745; 1814-1892,
+//!    findsOpsInRegistryWithIntermediate 1937-2037; 1998-2199), and the
+//!    codes of a CRS, its geodetic CRS and its datum come from their
+//!    identifiers or from an exact-name match (buildCRSIds 1562-1640;
+//!    1701-1783, findCandidateGeodCRSForDatum 1817-1866; 1965-1975 with
+//!    factory.cpp 9749-9792, getResolvedCRS 6218-6300; 7413-7554). 9.6
+//!    adds searches between CRSs of one datum (factory.cpp 8054-8573),
+//!    and shortcuts that return nothing for an `unknown` CRS or datum
+//!    (1820-1825, 2017-2031, 3104-3113). [`unregistered`] checks that the
+//!    CRS, its geodetic CRS and its datum have no identifier, and that no
+//!    exact-name match of any of them (equivalent or not), nor any
+//!    geodetic CRS of its datum, is the source or target of an operation
+//!    in the database PROJ reads (`coordinate_operation_view`, as PROJ
+//!    9.6 itself asks: factory.cpp 7445-7452). Then every query with a
+//!    code of that side returns nothing.
 //! 2. Queries with codes of the other side alone (the datum pivot's,
-//!    createOperationsWithDatumPivot 2826-3070) are used only through
-//!    operations from candidates of this side (2883, 3046-3051): none.
+//!    createOperationsWithDatumPivot 2826-3070; 3072-3443) are used only
+//!    through operations from candidates of this side (2883, 3046-3051;
+//!    3357-3401, 3405-3445): none.
 //!    The other side must be a plain projected or geographic 2D CRS
 //!    ([`Proj::plain`]): a bound or compound one has searches of its own
 //!    (createOperationsBoundToGeog and others) this does not argue.
 //! 3. So no intermediate `FilterResults` runs: each sits behind a
-//!    non-empty query result (1727, 1797, 2020; hasPerfectAccuracyResult
-//!    3096 filters an empty list at 3416 and runs at 3545 only on a
-//!    non-empty one). The list entering the final filter does not depend
-//!    on the area.
+//!    non-empty query result (1727, 1797, 2020; 1875-1880, 1945-1948,
+//!    2185-2189; hasPerfectAccuracyResult 3096; 3469 filters an empty list
+//!    at 3416; 3896 and runs at 3545; 4109 only on a non-empty one), as
+//!    does 9.6's test of too small areas (4020-4074). The list entering
+//!    the final filter does not depend on the area.
 //! 4. [`Proj::one_ballpark`] checks that list: with no area and no CRS
 //!    extent (nothing filtered out), PROJ returns one operation, a
-//!    ballpark one, in each direction. A non-ballpark operation would
-//!    have survived `andSort` (`removeUninterestingOps` needs the entry
-//!    before to have an accuracy, which a ballpark has not;
-//!    `removeSyntheticNullTransforms` does nothing without an area;
+//!    ballpark one, in each direction, with each grid use
+//!    `proj_create_crs_to_crs_from_pj` may ask for. A non-ballpark
+//!    operation would have survived `andSort` (`removeUninterestingOps`
+//!    needs the entry before to have an accuracy, which a ballpark has
+//!    not; `removeSyntheticNullTransforms` does nothing without an area;
 //!    `removeDuplicateOps` keeps the first of equal ones), so the list
 //!    holds ballpark operations only. The traces show it holds exactly
 //!    one, and `filterOut` keeps such an operation for any area: dropped
 //!    for an area outside its extent, it is put back by the fallback, as
-//!    no non-ballpark operation with an extent was seen (1220-1235). One
-//!    operation is returned as it is (4D_api.cpp 1956-1962). (Copies of
-//!    one ballpark operation, which `andSort` would fold into one, are
-//!    not excluded by the check itself; the code paths above make one.)
+//!    no non-ballpark operation with an extent was seen (1220-1235;
+//!    1348-1363). One operation is returned as it is (4D_api.cpp
+//!    1956-1962; crs_to_crs.cpp 617-643, whatever PROJ 9.6's "only best"
+//!    default: a ballpark operation can be instantiated). (Copies of one
+//!    ballpark operation, which `andSort` would fold into one, are not
+//!    excluded by the check itself; the code paths above make one.)
 //!
 //! The check runs on each text GDAL may hand PROJ for either CRS
-//! ([`texts`]: its code, and its PROJ string or its WKT2, as GDAL picks
-//! them). It holds with GDAL 3.6 and PROJ 9.1, GDAL's default choice of
-//! operation and no auxiliary database, which [`super::OneArea::holds`]
-//! reads each time; for a CRS whose datum
-//! PROJ has operations for (NAD27, say), step 1 fails and each tile keeps
-//! its own area. The tests (`registry/tests.rs`) have, for each
+//! ([`texts`]: its code, and its PROJ string or its WKT2 on GDAL 3.6,
+//! PROJJSON on 3.12, as GDAL picks them). It holds with a GDAL and PROJ
+//! the argument was read from, GDAL's default choice of operation and no
+//! auxiliary database, which [`super::OneArea::holds`] reads each time;
+//! for a CRS whose datum PROJ has operations for (NAD27, say), step 1
+//! fails and each tile keeps its own area. It reads the database PROJ
+//! reads, a file or, in a static PROJ 9.6 with none found, the copy
+//! built into the library (PROJ names it by a URI of its in-memory
+//! SQLite file system, which the same SQLite opens); if it cannot, no
+//! area is shared. The tests (`registry/tests.rs`) have, for each
 //! sub-check, a CRS only that one turns down.
 
 use std::ffi::{c_char, c_int, CStr, CString};
@@ -77,12 +94,14 @@ pub(super) fn unregistered(side: &SpatialRef, other: &SpatialRef) -> bool {
         .all(|s| proj.unregistered(s) && others.iter().all(|o| proj.one_ballpark(s, o)))
 }
 
-/// The texts GDAL 3.6 may hand PROJ for `srs` (ogrct.cpp
-/// `GetTextRepresentation` and `GetWktOrProjString`, 178-272): its
+/// The texts GDAL may hand PROJ for `srs` (ogrct.cpp
+/// `GetTextRepresentation` and `GetWktOrProjString`, 178-272 on 3.6.2;
+/// `GetAsAProjRecognizableString`, 167-279 on 3.12.1): its
 /// authority code, if it has one (GDAL takes it when the code's CRS is the
 /// same and its configuration does not say otherwise), and the text
 /// GDAL takes else: the PROJ string (with `+type=crs`) when the CRS's
-/// WKT1 has a root `EXTENSION["PROJ4", ...]`, else its WKT2 (2018).
+/// WKT1 has a root `EXTENSION["PROJ4", ...]`, else its WKT2 (2018) on
+/// GDAL 3.6 and its PROJJSON on 3.12.
 fn texts(srs: &SpatialRef) -> Option<Vec<String>> {
     let mut texts = Vec::new();
     if let Some((auth, code)) = authority(srs) {
@@ -90,7 +109,8 @@ fn texts(srs: &SpatialRef) -> Option<Vec<String>> {
     }
     // GDAL reads the extension in its WKT1 tree, which PROJ writes as
     // WKT1_GDAL whatever `OSR_WKT_FORMAT` says (ogrspatialreference.cpp
-    // 335-363), except for a CRS imported from a WKT with `CENTER_LONG`,
+    // 335-363 on 3.6.2, 397-433 on 3.12.1), except for a CRS imported
+    // from a WKT with `CENTER_LONG`,
     // whose tree is the WKT's own: not argued.
     let wkt1 = super::export_wkt(srs, c"FORMAT=WKT1_GDAL")?;
     if wkt1.contains("CENTER_LONG") {
@@ -108,10 +128,33 @@ fn texts(srs: &SpatialRef) -> Option<Vec<String>> {
             text.push_str(" +type=crs");
         }
         texts.push(text);
+    } else if !super::gdal_36() {
+        // GDAL 3.12 hands PROJJSON where 3.6 handed WKT2 (2018)
+        // (3.12.1 ogrct.cpp 186-195).
+        texts.push(projjson(srs)?);
     } else {
         texts.push(super::export_wkt(srs, c"FORMAT=WKT2_2018")?);
     }
     Some(texts)
+}
+
+/// `srs` as PROJJSON, as GDAL 3.12 exports it for its transformation (no
+/// options), or `None` if GDAL cannot.
+fn projjson(srs: &SpatialRef) -> Option<String> {
+    let mut out: *mut c_char = std::ptr::null_mut();
+    // SAFETY: a valid handle, no options (a null list) and an out-pointer;
+    // GDAL allocates the result, freed below with VSIFree.
+    let err = unsafe { gdal_sys::OSRExportToPROJJSON(srs.to_c_hsrs(), &mut out, std::ptr::null()) };
+    if out.is_null() {
+        return None;
+    }
+    // SAFETY: GDAL returned a NUL-terminated string, read before the free.
+    let text = unsafe { CStr::from_ptr(out) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: `out` was allocated by GDAL and is not used after this.
+    unsafe { gdal_sys::VSIFree(out.cast()) };
+    (err == gdal_sys::OGRErr::OGRERR_NONE).then_some(text)
 }
 
 /// `srs`'s authority name and code, as GDAL reads them for its text.
@@ -254,7 +297,30 @@ impl Proj {
         }
     }
 
+    /// Whether `src` to `dst` gets one operation, a ballpark one, with
+    /// the grid availability `proj_create_crs_to_crs_from_pj` asks for:
+    /// PROJ 9.1 asks for known grids with the network on, else for
+    /// discarding missing ones (4D_api.cpp 1928-1934); PROJ 9.6 asks for
+    /// known grids also when the context's default "only best" setting
+    /// warns or errors (crs_to_crs.cpp 568-576), which the C API does not
+    /// tell: so on 9.6 both uses are checked.
     fn ballpark_only(&self, src: &Pj, dst: &Pj) -> bool {
+        // SAFETY: a valid context.
+        let network = unsafe { ffi::proj_context_is_network_enabled(self.ctx) } != 0;
+        let grids: &[c_int] = match (network, super::versions()) {
+            (true, _) => &[ffi::PROJ_GRID_AVAILABILITY_KNOWN_AVAILABLE],
+            (false, Some(super::Proven::Gdal312Proj96)) => &[
+                ffi::PROJ_GRID_AVAILABILITY_KNOWN_AVAILABLE,
+                ffi::PROJ_GRID_AVAILABILITY_DISCARD_OPERATION_IF_MISSING_GRID,
+            ],
+            (false, _) => &[ffi::PROJ_GRID_AVAILABILITY_DISCARD_OPERATION_IF_MISSING_GRID],
+        };
+        grids
+            .iter()
+            .all(|&grids| self.ballpark_only_with(src, dst, grids))
+    }
+
+    fn ballpark_only_with(&self, src: &Pj, dst: &Pj, grids: c_int) -> bool {
         // SAFETY: a valid context; every call below gets it and the
         // factory context, destroyed at the end of this function.
         unsafe {
@@ -267,11 +333,6 @@ impl Proj {
                 oc,
                 ffi::PROJ_SPATIAL_CRITERION_PARTIAL_INTERSECTION,
             );
-            let grids = if ffi::proj_context_is_network_enabled(self.ctx) != 0 {
-                ffi::PROJ_GRID_AVAILABILITY_KNOWN_AVAILABLE
-            } else {
-                ffi::PROJ_GRID_AVAILABILITY_DISCARD_OPERATION_IF_MISSING_GRID
-            };
             ffi::proj_operation_factory_context_set_grid_availability_use(self.ctx, oc, grids);
             ffi::proj_operation_factory_context_set_crs_extent_use(
                 self.ctx,
@@ -411,7 +472,8 @@ unsafe fn text(p: *const c_char) -> Option<String> {
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
-/// The few calls of PROJ's C API this check makes (proj.h of PROJ 9.1;
+/// The few calls of PROJ's C API this check makes (proj.h of PROJ 9.1,
+/// the same in 9.6;
 /// GDAL already loads libproj, the binding links it by name). No crate
 /// binds PROJ without generating its bindings at build time (libclang),
 /// for some twenty functions.

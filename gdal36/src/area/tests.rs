@@ -306,3 +306,66 @@ fn a_crs_with_operations_in_the_registry_keeps_its_own_areas() {
         assert_eq!(one_area(&srs(&text), &web), OneArea::No, "{text}");
     }
 }
+
+#[test]
+fn the_pair_proven_is_the_one_this_process_runs() {
+    if crate::area_skipped() {
+        return;
+    }
+    let v = warpline_gdal::versions().gdal;
+    let pair = match (v.major, v.minor) {
+        (3, 6) => Proven::Gdal36Proj91,
+        _ => Proven::Gdal312Proj96,
+    };
+    assert_eq!(versions(), Some(pair));
+}
+
+#[test]
+fn options_and_epochs_the_argument_leaves_out_keep_each_tiles_area() {
+    if crate::area_skipped() {
+        return;
+    }
+    // GDAL 3.6's transformer reads none of them; 3.12's hands them to
+    // PROJ, which the argument does not cover.
+    let on_36 = versions() == Some(Proven::Gdal36Proj91);
+    let plain = warpline_gdal::WarpSpec::new("EPSG:3857");
+    assert!(spec_argued(&plain));
+    for (key, value) in [
+        ("ALLOW_BALLPARK", "NO"),
+        ("only_best", "YES"),
+        ("COORDINATE_EPOCH", "2020"),
+        ("SRC_COORDINATE_EPOCH", "2020"),
+        ("DST_COORDINATE_EPOCH", "2020"),
+    ] {
+        let mut spec = plain.clone();
+        spec.transformer_options
+            .push((key.to_owned(), value.to_owned()));
+        assert_eq!(spec_argued(&spec), on_36, "{key}");
+    }
+    // Other transformer options leave it as it was.
+    let mut spec = plain.clone();
+    spec.transformer_options
+        .push(("INSERT_CENTER_LONG".to_owned(), "NO".to_owned()));
+    assert!(spec_argued(&spec));
+    for epoch in [
+        |s: &mut warpline_gdal::WarpSpec| s.src_coord_epoch = Some(2020.0),
+        |s: &mut warpline_gdal::WarpSpec| s.dst_coord_epoch = Some(2020.0),
+    ] {
+        let mut spec = plain.clone();
+        epoch(&mut spec);
+        assert_eq!(spec_argued(&spec), on_36);
+    }
+    // A CRS with a coordinate epoch of its own, on either side.
+    let web = srs("EPSG:3857");
+    let utm = srs("EPSG:32618");
+    assert_eq!(one_area(&utm, &web), OneArea::SameDatum);
+    // SAFETY: a valid handle owned by `utm`, changed before any other use.
+    unsafe { sys::OSRSetCoordinateEpoch(utm.to_c_hsrs(), 2020.0) };
+    let why = if on_36 {
+        OneArea::SameDatum
+    } else {
+        OneArea::No
+    };
+    assert_eq!(one_area(&utm, &web), why);
+    assert_eq!(one_area(&web, &utm), why);
+}
