@@ -61,6 +61,9 @@ pub(crate) struct Chunk<'a, T> {
     pub(crate) dst_valid: Option<&'a mut [u32]>,
     pub(crate) dst_density: Option<&'a mut [f32]>,
     pub(crate) dst_nodata: Option<Vec<f64>>,
+    /// Whether `GWKOverlayDensity` composes the destination density in
+    /// `f32` (GDAL 3.12) rather than in `f64` rounded once (3.6).
+    pub(crate) overlay_f32: bool,
     /// The source window: size and offset in the source raster.
     pub(crate) src_size: (usize, usize),
     pub(crate) src_off: (i32, i32),
@@ -261,7 +264,10 @@ impl<'a, T: Sample> Chunk<'a, T> {
     pub(super) fn overlay(&mut self, at: usize, density: f64) {
         if density >= 0.0001 {
             if let Some(d) = self.dst_density.as_deref_mut() {
-                d[at] = (1.0 - (1.0 - density) * (1.0 - f64::from(d[at]))) as f32;
+                d[at] = match self.overlay_f32 {
+                    true => 1.0 - (1.0 - density as f32) * (1.0 - d[at]),
+                    false => (1.0 - (1.0 - density) * (1.0 - f64::from(d[at]))) as f32,
+                };
             }
         }
         if let Some(m) = self.dst_valid.as_deref_mut() {

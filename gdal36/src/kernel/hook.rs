@@ -89,6 +89,16 @@ fn gdal_3_6() -> bool {
     fields_offset() == Some(std::mem::size_of::<*const c_void>())
 }
 
+/// Whether `GWKOverlayDensity` composes the destination density in
+/// `f32`: GDAL 3.12 does (`1.0f - (1.0f - float(dfDensity)) * (1.0f -
+/// pafDstDensity[i])`, 3.12.1 alg/gdalwarpkernel.cpp:1393-1402); 3.6
+/// computes in `double` and rounds once. An alpha band is written from
+/// that density, truncated (`GDALWarpDstAlphaMasker`), so the last bit
+/// shows.
+fn overlay_in_f32() -> bool {
+    !gdal_3_6()
+}
+
 /// Whether the replica's setup of a warp whose output edges do not round
 /// trip (gdalwarp's inverse check, `limb.rs`) is this GDAL's: proven on
 /// 3.6 only (on 3.12 every geostationary tile of the mixed corpus differs).
@@ -456,6 +466,7 @@ unsafe fn chunk<'a, T: Sample>(wk: &'a mut WarpKernel) -> Chunk<'a, T> {
                 .then(|| std::slice::from_raw_parts_mut(wk.dst_density, dst_n)),
             dst_nodata: (!wk.dst_nodata.is_null())
                 .then(|| std::slice::from_raw_parts(wk.dst_nodata as *const f64, bands).to_vec()),
+            overlay_f32: overlay_in_f32(),
             src_size: (sw, sh),
             src_off: (wk.src_x_off, wk.src_y_off),
             dst_size: (dw, dh),
