@@ -36,6 +36,7 @@ mod average;
 mod bilinear;
 mod cubic;
 mod downsample;
+mod edge;
 mod four;
 mod hook;
 mod limb;

@@ -99,6 +99,13 @@ fn overlay_in_f32() -> bool {
     !gdal_3_6()
 }
 
+/// Whether GDAL's loops take a valid neighbour of an invalid source
+/// pixel on the edge of the validity area (`edge.rs`): 3.12 does, 3.6
+/// does not.
+fn edge_neighbours() -> bool {
+    !gdal_3_6()
+}
+
 /// Whether the replica's setup of a warp whose output edges do not round
 /// trip (gdalwarp's inverse check, `limb.rs`) is this GDAL's: proven on
 /// 3.6 only (on 3.12 every geostationary tile of the mixed corpus differs).
@@ -356,6 +363,14 @@ impl Transform for KernelTransform {
             )
         };
     }
+
+    fn forward(&mut self, mut x: f64, mut y: f64) -> bool {
+        let (mut z, mut ok) = (0f64, 0i32);
+        // SAFETY: one point, out-pointers to locals; the transformer and
+        // its argument are the warp's.
+        unsafe { (self.f)(self.arg, 0, 1, &mut x, &mut y, &mut z, &mut ok) };
+        ok != 0
+    }
 }
 
 /// Warps the chunk with warpline's loop, for the kernel's working type.
@@ -467,6 +482,8 @@ unsafe fn chunk<'a, T: Sample>(wk: &'a mut WarpKernel) -> Chunk<'a, T> {
             dst_nodata: (!wk.dst_nodata.is_null())
                 .then(|| std::slice::from_raw_parts(wk.dst_nodata as *const f64, bands).to_vec()),
             overlay_f32: overlay_in_f32(),
+            edge_neighbours: edge_neighbours(),
+            edge: false,
             src_size: (sw, sh),
             src_off: (wk.src_x_off, wk.src_y_off),
             dst_size: (dw, dh),
