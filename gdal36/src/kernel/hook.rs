@@ -108,31 +108,21 @@ fn edge_neighbours() -> bool {
 
 /// Whether the replica's setup of a warp whose output edges do not round
 /// trip (gdalwarp's inverse check, `limb.rs`) is this GDAL's: proven on
-/// 3.6 only (on 3.12 every geostationary tile of the mixed corpus differs).
+/// 3.6 and 3.12 (every geostationary tile of the mixed corpus, and the
+/// limb tests, equal gdalwarp on each).
 pub(crate) fn checked_warps_mirrored() -> bool {
-    gdal_3_6()
+    layout_known()
 }
 
-/// Why warpline's warp is not proven on this GDAL for `method`, a source
-/// with an alpha band or not, geostationary or not: on 3.12 the mixed
-/// corpus's tiles equal gdalwarp with near, bilinear and cubic, but for an
-/// alpha band's values and a geostationary source's pixels (every limb
-/// tile, and some others); its average differs on every kind.
-pub(super) fn unproven(
-    method: sys::GDALResampleAlg::Type,
-    alpha: bool,
-    geostationary: impl FnOnce() -> bool,
-) -> Option<&'static str> {
+/// Why warpline's warp is not proven on this GDAL for `method`: on 3.12
+/// the mixed corpus's tiles (a geostationary disk's and an alpha band's
+/// too) equal gdalwarp with near, bilinear and cubic; its average
+/// differs on every kind.
+pub(super) fn unproven(method: sys::GDALResampleAlg::Type) -> Option<&'static str> {
     if gdal_3_6() {
         return None;
     }
-    if method == sys::GDALResampleAlg::GRA_Average {
-        return Some("average on this GDAL");
-    }
-    if alpha {
-        return Some("alpha band on this GDAL");
-    }
-    geostationary().then_some("geostationary source on this GDAL")
+    (method == sys::GDALResampleAlg::GRA_Average).then_some("average on this GDAL")
 }
 
 /// What the hook did with a warp's chunks, and what it needs to know.
