@@ -36,6 +36,7 @@ mod average;
 mod bilinear;
 mod cubic;
 mod downsample;
+mod edge;
 mod four;
 mod hook;
 mod limb;
@@ -152,7 +153,7 @@ pub(crate) fn source_refusal(src: &Dataset, plan: &Plan) -> Option<&'static str>
     if has_alpha(src) && count < 2 {
         return Some("alpha band alone");
     }
-    if let Some(why) = hook::unproven(plan.method, has_alpha(src), || geostationary(src)) {
+    if let Some(why) = hook::unproven(plan.method) {
         return Some(why);
     }
     // Nothing invalid (no nodata, no mask, no alpha): GDAL warps with its
@@ -180,13 +181,6 @@ pub(crate) fn source_refusal(src: &Dataset, plan: &Plan) -> Option<&'static str>
         (Ok(a), Ok(b)) if !vertical(&a) && !vertical(&b) => None,
         _ => Some("CRS"),
     }
-}
-
-/// Whether `src`'s CRS is a geostationary satellite view (`+proj=geos`).
-fn geostationary(src: &Dataset) -> bool {
-    src.spatial_ref()
-        .and_then(|s| s.to_proj4())
-        .is_ok_and(|p| p.contains("+proj=geos"))
 }
 
 /// Whether the last band is an alpha band, which gdalwarp then takes as
@@ -273,8 +267,8 @@ fn warp_with(src: &Dataset, plan: &Plan, allow_plain: bool) -> Result<Warp, Warp
     let gen = Transformer::new(src, &plan.transformer_options())?;
     let (gt, pixels, lines, checked) = output_grid(src, &gen)?;
     if checked && !hook::checked_warps_mirrored() {
-        // gdalwarp 3.12 warps an output whose edges do not round trip
-        // (a geostationary disk's limb) otherwise than 3.6 did.
+        // An output whose edges do not round trip (a geostationary
+        // disk's limb), on a GDAL whose setup of it is not mirrored.
         return Ok(Warp::Refused("inverse check"));
     }
     let bands = Bands::of(src);

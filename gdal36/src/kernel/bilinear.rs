@@ -61,6 +61,14 @@ pub(crate) struct Chunk<'a, T> {
     pub(crate) dst_valid: Option<&'a mut [u32]>,
     pub(crate) dst_density: Option<&'a mut [f32]>,
     pub(crate) dst_nodata: Option<Vec<f64>>,
+    /// Whether `GWKOverlayDensity` composes the destination density in
+    /// `f32` (GDAL 3.12) rather than in `f64` rounded once (3.6).
+    pub(crate) overlay_f32: bool,
+    /// Whether GDAL takes a valid neighbour of an invalid source pixel
+    /// on the edge of the validity area (3.12, `edge.rs`), and whether
+    /// it does in this chunk (set when a loop starts).
+    pub(crate) edge_neighbours: bool,
+    pub(crate) edge: bool,
     /// The source window: size and offset in the source raster.
     pub(crate) src_size: (usize, usize),
     pub(crate) src_off: (i32, i32),
@@ -87,6 +95,9 @@ pub(crate) enum Sampler {
 /// and z of each point in place, and whether each succeeded.
 pub(crate) trait Transform {
     fn transform(&mut self, x: &mut [f64], y: &mut [f64], z: &mut [f64], ok: &mut [i32]);
+    /// Whether source pixel/line `(x, y)` projects to the destination
+    /// (one point, source to destination, as GDAL's loops ask).
+    fn forward(&mut self, x: f64, y: f64) -> bool;
 }
 
 impl<'a, T: Sample> Chunk<'a, T> {
@@ -104,6 +115,7 @@ impl<'a, T: Sample> Chunk<'a, T> {
         let mut y = vec![0f64; w];
         let mut z = vec![0f64; w];
         let mut ok = vec![0i32; w];
+        self.start_edge(tr);
         if self.src.len() == 1 {
             // One band: each pixel at once, as GDAL goes.
             let view = self.view(0);
@@ -190,10 +202,10 @@ impl<'a, T: Sample> Chunk<'a, T> {
         ok: &mut [i32],
     ) -> Option<Corners> {
         let offset = self.source_offset(tr, row, col, x, y, ok)?;
-        let density = self.source_density(offset)?;
+        let (pixel, density) = self.real_gate(tr, offset)?;
         let sx = x[col] - f64::from(self.src_off.0);
         let sy = y[col] - f64::from(self.src_off.1);
-        let mut c = Corners::new((sx, sy), offset, self.src_size, col, density);
+        let mut c = Corners::new((sx, sy), pixel, self.src_size, col, density);
         // The band-independent half of `Source::all_valid`'s test.
         c.inside = c.inside
             && self
@@ -261,7 +273,10 @@ impl<'a, T: Sample> Chunk<'a, T> {
     pub(super) fn overlay(&mut self, at: usize, density: f64) {
         if density >= 0.0001 {
             if let Some(d) = self.dst_density.as_deref_mut() {
-                d[at] = (1.0 - (1.0 - density) * (1.0 - f64::from(d[at]))) as f32;
+                d[at] = match self.overlay_f32 {
+                    true => 1.0 - (1.0 - density as f32) * (1.0 - d[at]),
+                    false => (1.0 - (1.0 - density) * (1.0 - f64::from(d[at]))) as f32,
+                };
             }
         }
         if let Some(m) = self.dst_valid.as_deref_mut() {

@@ -104,31 +104,33 @@ impl<T: Sample> Chunk<'_, T> {
         let mut z = vec![0f64; w];
         let mut ok = vec![0i32; w];
         let mut row_buf = RowBuf::new(filter);
+        self.start_edge(tr);
         for row in 0..self.dst_size.1 {
             self.source_coordinates(tr, row, [&mut x, &mut y, &mut z], &mut ok);
             for col in 0..w {
                 let Some(offset) = self.source_offset(tr, row, col, &mut x, &mut y, &mut ok) else {
                     continue;
                 };
+                let Some((_, density)) = self.real_gate(tr, offset) else {
+                    continue;
+                };
                 let sx = x[col] - f64::from(self.src_off.0);
                 let sy = y[col] - f64::from(self.src_off.1);
-                self.scaled_pixel(offset, row * w + col, (sx, sy), filter, &mut row_buf);
+                self.scaled_pixel(density, row * w + col, (sx, sy), filter, &mut row_buf);
             }
         }
     }
 
-    /// One destination pixel `at`, whose source pixel is `offset`.
+    /// One destination pixel `at`, whose source pixel's unified density
+    /// is `density`.
     fn scaled_pixel(
         &mut self,
-        offset: usize,
+        density: f64,
         at: usize,
         s: (f64, f64),
         f: Filter,
         buf: &mut RowBuf,
     ) {
-        let Some(density) = self.source_density(offset) else {
-            return;
-        };
         let win = Window::new(s, f, self.src_size);
         self.prepare(&win, f, buf);
         let mut found = false;

@@ -89,33 +89,40 @@ fn gdal_3_6() -> bool {
     fields_offset() == Some(std::mem::size_of::<*const c_void>())
 }
 
-/// Whether the replica's setup of a warp whose output edges do not round
-/// trip (gdalwarp's inverse check, `limb.rs`) is this GDAL's: proven on
-/// 3.6 only (on 3.12 every geostationary tile of the mixed corpus differs).
-pub(crate) fn checked_warps_mirrored() -> bool {
-    gdal_3_6()
+/// Whether `GWKOverlayDensity` composes the destination density in
+/// `f32`: GDAL 3.12 does (`1.0f - (1.0f - float(dfDensity)) * (1.0f -
+/// pafDstDensity[i])`, 3.12.1 alg/gdalwarpkernel.cpp:1393-1402); 3.6
+/// computes in `double` and rounds once. An alpha band is written from
+/// that density, truncated (`GDALWarpDstAlphaMasker`), so the last bit
+/// shows.
+fn overlay_in_f32() -> bool {
+    !gdal_3_6()
 }
 
-/// Why warpline's warp is not proven on this GDAL for `method`, a source
-/// with an alpha band or not, geostationary or not: on 3.12 the mixed
-/// corpus's tiles equal gdalwarp with near, bilinear and cubic, but for an
-/// alpha band's values and a geostationary source's pixels (every limb
-/// tile, and some others); its average differs on every kind.
-pub(super) fn unproven(
-    method: sys::GDALResampleAlg::Type,
-    alpha: bool,
-    geostationary: impl FnOnce() -> bool,
-) -> Option<&'static str> {
+/// Whether GDAL's loops take a valid neighbour of an invalid source
+/// pixel on the edge of the validity area (`edge.rs`): 3.12 does, 3.6
+/// does not.
+fn edge_neighbours() -> bool {
+    !gdal_3_6()
+}
+
+/// Whether the replica's setup of a warp whose output edges do not round
+/// trip (gdalwarp's inverse check, `limb.rs`) is this GDAL's: proven on
+/// 3.6 and 3.12 (every geostationary tile of the mixed corpus, and the
+/// limb tests, equal gdalwarp on each).
+pub(crate) fn checked_warps_mirrored() -> bool {
+    layout_known()
+}
+
+/// Why warpline's warp is not proven on this GDAL for `method`: on 3.12
+/// the mixed corpus's tiles (a geostationary disk's and an alpha band's
+/// too) equal gdalwarp with near, bilinear and cubic; its average
+/// differs on every kind.
+pub(super) fn unproven(method: sys::GDALResampleAlg::Type) -> Option<&'static str> {
     if gdal_3_6() {
         return None;
     }
-    if method == sys::GDALResampleAlg::GRA_Average {
-        return Some("average on this GDAL");
-    }
-    if alpha {
-        return Some("alpha band on this GDAL");
-    }
-    geostationary().then_some("geostationary source on this GDAL")
+    (method == sys::GDALResampleAlg::GRA_Average).then_some("average on this GDAL")
 }
 
 /// What the hook did with a warp's chunks, and what it needs to know.
@@ -346,6 +353,14 @@ impl Transform for KernelTransform {
             )
         };
     }
+
+    fn forward(&mut self, mut x: f64, mut y: f64) -> bool {
+        let (mut z, mut ok) = (0f64, 0i32);
+        // SAFETY: one point, out-pointers to locals; the transformer and
+        // its argument are the warp's.
+        unsafe { (self.f)(self.arg, 0, 1, &mut x, &mut y, &mut z, &mut ok) };
+        ok != 0
+    }
 }
 
 /// Warps the chunk with warpline's loop, for the kernel's working type.
@@ -456,6 +471,9 @@ unsafe fn chunk<'a, T: Sample>(wk: &'a mut WarpKernel) -> Chunk<'a, T> {
                 .then(|| std::slice::from_raw_parts_mut(wk.dst_density, dst_n)),
             dst_nodata: (!wk.dst_nodata.is_null())
                 .then(|| std::slice::from_raw_parts(wk.dst_nodata as *const f64, bands).to_vec()),
+            overlay_f32: overlay_in_f32(),
+            edge_neighbours: edge_neighbours(),
+            edge: false,
             src_size: (sw, sh),
             src_off: (wk.src_x_off, wk.src_y_off),
             dst_size: (dw, dh),

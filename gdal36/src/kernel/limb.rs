@@ -1,14 +1,19 @@
 //! gdalwarp's inverse check, skipped where it provably passes.
 //!
 //! When the suggested output's edges do not round trip (a geostationary
-//! source whose tiles hold the limb, say), gdalwarp 3.6 turns on
+//! source whose tiles hold the limb, say), gdalwarp turns on
 //! `CHECK_WITH_INVERT_PROJ` and warps with it: every point the warp
 //! transforms exactly (PROJ's forward projection of the target point to
 //! the source CRS) is then projected back and compared with where it
 //! started (ogr/ogrct.cpp, `OGRProjCT::TransformWithErrorCodes`); a point
 //! that comes back more than `THRESHOLD` away (10 km for a projected
 //! target, 0.1 degree for a geographic one) fails. The check changes
-//! nothing else: a point either keeps its forward result or fails.
+//! nothing else: a point either keeps its forward result or fails. GDAL
+//! 3.12 does the same (3.12.1 apps/gdalwarp_lib.cpp:4254-4330, the
+//! transformer keeping the option from the retried suggestion,
+//! alg/gdaltransformer.cpp:358-368 and 2797-2813; ogr/ogrct.cpp:1385-1397
+//! and 2852-2866), and PROJ 9.6.2's ellipsoidal inverse sets up the
+//! quadratic [`Disk::inside`] tests (src/projections/geos.cpp:153-177).
 //!
 //! For a geostationary source on an ellipsoid (on a sphere PROJ's forward
 //! tests no visibility, and the shortcut is not used) the check can fail

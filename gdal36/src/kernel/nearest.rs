@@ -53,23 +53,24 @@ impl<T: Nearest> Chunk<'_, T> {
         let mut y = vec![0f64; w];
         let mut z = vec![0f64; w];
         let mut ok = vec![0i32; w];
+        self.start_edge(tr);
         for row in 0..self.dst_size.1 {
             self.source_coordinates(tr, row, [&mut x, &mut y, &mut z], &mut ok);
             for col in 0..w {
                 let Some(offset) = self.source_offset(tr, row, col, &mut x, &mut y, &mut ok) else {
                     continue;
                 };
-                self.nearest_pixel(offset, row * w + col);
+                if let Some((offset, density)) = self.nearest_gate(tr, offset) {
+                    self.nearest_pixel(offset, density, row * w + col);
+                }
             }
         }
     }
 
-    /// One destination pixel `at` from source pixel `offset`.
+    /// One destination pixel `at` from source pixel `offset`, whose
+    /// unified density is `density`.
     #[inline(always)]
-    fn nearest_pixel(&mut self, offset: usize, at: usize) {
-        let Some(density) = self.source_density(offset) else {
-            return;
-        };
+    fn nearest_pixel(&mut self, offset: usize, density: f64, at: usize) {
         for band in 0..self.src.len() {
             // `GWKGetPixelT`: the unified mask again, then the band's.
             let invalid = self.unified_valid.is_some_and(|m| !bit(m, offset))

@@ -33,16 +33,15 @@ const OURS_AT_LEAST: [(&str, u64); 4] = [
 ];
 
 /// Of `all` tiles, those the accelerator takes with `method` on the GDAL
-/// this process runs: every one on 3.6; on 3.12 (where its average, an
-/// alpha band's values and the geostationary limb are not proven, and are
-/// GDALWarp's) none with average, and with the others all but the 6
-/// `rgba-u16` and the 6 `geos` tiles.
+/// this process runs: every one on 3.6; on 3.12 (where its average is not
+/// proven, and is GDALWarp's) none with average, and every one with the
+/// others.
 fn proven_here(method: &str, all: u64) -> u64 {
     let v = warpline::stages::gdal::versions().gdal;
     match ((v.major, v.minor), method) {
         ((3, 6), _) => all,
         (_, "average") => 0,
-        _ => all - 12,
+        _ => all,
     }
 }
 

@@ -60,13 +60,7 @@ fn limb_tiles_warp_to_gdalwarps_pixels_through_the_shortcut() {
             let src = window(crs, at);
             let args = stage_args("EPSG:3857", method);
             let plan = Plan::from_args(&args).unwrap();
-            let crate::kernel::Warp::Done(mine, took, checks) =
-                crate::kernel::warp(&src, &plan).unwrap()
-            else {
-                // Proven on GDAL 3.6 only: 3.12 leaves the limb to GDALWarp.
-                assert!(!crate::kernel::checked_warps_mirrored(), "{crs} refused");
-                continue;
-            };
+            let (mine, took, checks) = crate::kernel::warp(&src, &plan).unwrap().done(crs);
             let options = warpline_gdal::ffi::WarpOptions::new(&args).unwrap();
             let gdals = warpline_gdal::warp::warp(&[&src], &options).unwrap();
             let what = format!("{crs} at {at:?} {method}");
@@ -202,8 +196,6 @@ fn the_shortcut_transforms_every_point_as_the_checked_transformer() {
 /// not give the checked one's results.
 #[test]
 fn the_shortcut_is_refused_where_its_argument_does_not_hold() {
-    // Only GDAL 3.6 warps a geostationary source through the replica
-    // (`hook::unproven`): its argument is about 3.6 and PROJ 9.1.
     if crate::skipped() || !crate::kernel::checked_warps_mirrored() {
         return;
     }
