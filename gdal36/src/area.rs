@@ -283,9 +283,12 @@ pub(crate) enum Proven {
     Gdal312Proj96,
 }
 
+/// A (major, minor) version.
+type MajorMinor = (i32, i32);
+
 /// The pairs the argument was read from: GDAL 3.6 with PROJ 9.1, and
 /// GDAL 3.12 with PROJ 9.6.
-const PROVEN: [((i32, i32), (i32, i32), Proven); 2] = [
+const PROVEN: [(MajorMinor, MajorMinor, Proven); 2] = [
     ((3, 6), (9, 1), Proven::Gdal36Proj91),
     ((3, 12), (9, 6), Proven::Gdal312Proj96),
 ];

@@ -106,6 +106,18 @@ fn edge_neighbours() -> bool {
     !gdal_3_6()
 }
 
+/// Whether a coordinate transformation returns FALSE when any point of a
+/// batch fails, not only when every one does: GDAL 3.12 does ("FALSE if
+/// some or all points fail", 3.12.1 ogr/ogr_spatialref.h:814, each
+/// `bRet = FALSE` of ogr/ogrct.cpp 2478-2863 beside a point set to
+/// `HUGE_VAL`, and `GDALGenImgProjTransform` passes it on,
+/// alg/gdaltransformer.cpp 3098-3181); 3.6 returns TRUE if some point
+/// transforms. The limb shortcut returns what the checked transformer
+/// would.
+pub(super) fn fails_with_any_point() -> bool {
+    !gdal_3_6()
+}
+
 /// Whether the replica's setup of a warp whose output edges do not round
 /// trip (gdalwarp's inverse check, `limb.rs`) is this GDAL's: proven on
 /// 3.6 and 3.12 (every geostationary tile of the mixed corpus, and the

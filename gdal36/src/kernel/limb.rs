@@ -57,7 +57,7 @@ use gdal::spatial_ref::SpatialRef;
 use gdal::Dataset;
 use gdal_sys as sys;
 
-use super::{default_config, Plan, Transformer};
+use super::{default_config, hook, Plan, Transformer};
 
 /// How far inside the antimeridian a target point must be (radians).
 const LON_MARGIN: f64 = 0.02;
@@ -273,6 +273,10 @@ pub(super) struct Shortcut {
     /// the checked transformer after it.
     pub(super) skipped: AtomicU64,
     pub(super) kept: AtomicU64,
+    /// Whether this GDAL's transformers return FALSE when any point of a
+    /// batch fails (3.12), not only when every one does (3.6): see
+    /// [`hook::fails_with_any_point`].
+    any_point_fails: bool,
 }
 
 impl Shortcut {
@@ -283,6 +287,7 @@ impl Shortcut {
             geometry,
             skipped: AtomicU64::new(0),
             kept: AtomicU64::new(0),
+            any_point_fails: hook::fails_with_any_point(),
         }
     }
 
@@ -300,9 +305,9 @@ impl Shortcut {
                 .collect();
             let mut ours = Points::from(&start);
             let mut theirs = Points::from(&start);
-            self.dst_to_src(&mut ours.batch(), &start);
-            Self::call(&self.checked, 1, &mut theirs.batch());
-            ours.same(&theirs)
+            let mine = self.dst_to_src(&mut ours.batch(), &start);
+            let gdals = Self::call(&self.checked, 1, &mut theirs.batch());
+            mine == gdals && ours.same(&theirs)
         });
         self.skipped.store(0, Relaxed);
         self.kept.store(0, Relaxed);
@@ -391,10 +396,14 @@ impl Shortcut {
     }
 
     /// Destination to source: the plain transformer, then the checked
-    /// one for every point not proven safe.
-    /// `start` holds the batch's points as they came.
+    /// one for every point not proven safe. Returns what the checked
+    /// transformer would return for the whole batch: on 3.6 TRUE unless
+    /// no point transforms, on 3.12 TRUE only if every point does (each
+    /// point the checked transformer fails, the plain one fails or the
+    /// check does). `start` holds the batch's points as they came.
     fn dst_to_src(&self, b: &mut Batch<'_>, start: &[(f64, f64, f64)]) -> i32 {
-        if Self::call(&self.plain, 1, b) == 0 {
+        let went = Self::call(&self.plain, 1, b) != 0;
+        if !self.usable(went, b.ok) {
             return self.all_checked(b, start);
         }
         let redo: Vec<usize> = (0..b.x.len())
@@ -409,26 +418,36 @@ impl Shortcut {
         let done = b.ok.iter().filter(|&&ok| ok != 0).count() - m;
         self.skipped.fetch_add(done as u64, Relaxed);
         self.kept.fetch_add(m as u64, Relaxed);
-        if redo.is_empty() {
-            return 1;
+        if m > 0 {
+            let (mut x, mut y, mut z, mut ok) =
+                (vec![0.0; m], vec![0.0; m], vec![0.0; m], vec![0; m]);
+            for (k, &i) in redo.iter().enumerate() {
+                (x[k], y[k], z[k]) = start[i];
+            }
+            let mut sub = Batch {
+                x: &mut x,
+                y: &mut y,
+                z: &mut z,
+                ok: &mut ok,
+            };
+            let went = Self::call(&self.checked, 1, &mut sub) != 0;
+            if !self.usable(went, sub.ok) {
+                return self.all_checked(b, start);
+            }
+            for (k, &i) in redo.iter().enumerate() {
+                (b.x[i], b.y[i], b.z[i], b.ok[i]) = (x[k], y[k], z[k], ok[k]);
+            }
         }
-        let (mut x, mut y, mut z, mut ok) = (vec![0.0; m], vec![0.0; m], vec![0.0; m], vec![0; m]);
-        for (k, &i) in redo.iter().enumerate() {
-            (x[k], y[k], z[k]) = start[i];
-        }
-        let mut sub = Batch {
-            x: &mut x,
-            y: &mut y,
-            z: &mut z,
-            ok: &mut ok,
-        };
-        if Self::call(&self.checked, 1, &mut sub) == 0 {
-            return self.all_checked(b, start);
-        }
-        for (k, &i) in redo.iter().enumerate() {
-            (b.x[i], b.y[i], b.z[i], b.ok[i]) = (x[k], y[k], z[k], ok[k]);
-        }
-        1
+        i32::from(!self.any_point_fails || b.ok.iter().all(|&ok| ok != 0))
+    }
+
+    /// Whether a batch a transformer returned `went` for holds per-point
+    /// results to keep: always when it went; on a GDAL whose FALSE means
+    /// "some point failed" (3.12), also when some point is marked done.
+    /// Otherwise (nothing transformed, or an error) the whole batch is
+    /// left to gdalwarp's checked transformer.
+    fn usable(&self, went: bool, ok: &[i32]) -> bool {
+        went || (self.any_point_fails && ok.iter().any(|&ok| ok != 0))
     }
 
     /// The whole batch, from its points as they came, through gdalwarp's
