@@ -153,9 +153,6 @@ pub(crate) fn source_refusal(src: &Dataset, plan: &Plan) -> Option<&'static str>
     if has_alpha(src) && count < 2 {
         return Some("alpha band alone");
     }
-    if let Some(why) = hook::unproven(plan.method) {
-        return Some(why);
-    }
     // Nothing invalid (no nodata, no mask, no alpha): GDAL warps with its
     // fast path, which this replica would only reach the long way.
     let all_valid = (1..=count).all(|i| {

@@ -1,12 +1,12 @@
 //! # warpline-gdal36
 //!
 //! warpline's warp accelerator, proven on GDAL 3.6 with PROJ 9.1 (every
-//! path) and on GDAL 3.12 with PROJ 9.6 (every path but the average
-//! loop): code that mirrors GDAL versions' internals, so it is an optional
-//! plug-in (cargo feature `gdal36` of `warpline` and `warpline-cli`, named
-//! after the version it was first proven on), installed at start-up
-//! ([`install`]) and probed once: on any other GDAL it switches itself off
-//! and says why, and every warp is GDAL's own.
+//! path) and on GDAL 3.12 with PROJ 9.6 (every path, three of the loops
+//! keyed on the version): code that mirrors GDAL versions' internals, so
+//! it is an optional plug-in (cargo feature `gdal36` of `warpline` and
+//! `warpline-cli`, named after the version it was first proven on),
+//! installed at start-up ([`install`]) and probed once: on any other GDAL
+//! it switches itself off and says why, and every warp is GDAL's own.
 //!
 //! Its rooms, in the order a warp meets them:
 //!

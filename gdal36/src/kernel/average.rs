@@ -10,6 +10,14 @@
 //! later band that found none still stores (at the density its last
 //! sample read, which leaves the pixel as it was unless that density is
 //! NaN); the destination density is overlaid with 1.
+//!
+//! GDAL 3.12 (`Chunk::mean_312`) averages otherwise, and so does this on
+//! 3.12: a weighted incremental mean over the samples of positive weight
+//! (`dfValueReal += (dfWeight / dfTotalWeight) * (v - dfValueReal)`,
+//! 3.12.1 alg/gdalwarpkernel.cpp:7596-7640), a footprint that misses the
+//! source window takes nothing, and a footprint across the antimeridian
+//! is one only where the pixel's middle transforms left of it
+//! (`GWKAverageOrModeComputeSourceCoords`, 6596-6680).
 
 use super::bilinear::{bit, Chunk, Sample, Transform, BAND_DENSITY_THRESHOLD};
 
@@ -88,7 +96,7 @@ impl<T: Sample> Chunk<'_, T> {
                     continue;
                 }
                 let corners = ((x[col], y[col]), (x2[col], y2[col]));
-                if let Some(f) = self.footprint(corners, scale) {
+                if let Some(f) = self.footprint(tr, (col, row), corners, scale) {
                     self.average_pixel(row * w + col, &f);
                 }
             }
@@ -100,6 +108,8 @@ impl<T: Sample> Chunk<'_, T> {
     /// check for issue 2365).
     fn footprint(
         &self,
+        tr: &mut impl Transform,
+        (col, row): (usize, usize),
         ((mut x, mut y), (mut x2, mut y2)): ((f64, f64), (f64, f64)),
         scale: (f64, f64),
     ) -> Option<Footprint> {
@@ -125,12 +135,18 @@ impl<T: Sample> Chunk<'_, T> {
         let threshold = f64::from(2.min(sw / 10));
         let wrap = self.src_off.0 == 0
             && x * scale.0 < threshold
-            && (f64::from(sw) - x2) * scale.0 < threshold;
+            && (f64::from(sw) - x2) * scale.0 < threshold
+            && (!self.mean_312 || self.middle_left_of(tr, (col, row), x));
         if wrap {
             std::mem::swap(&mut x, &mut x2);
             x2 += f64::from(sw);
         }
         let x_min = x - xoff;
+        let misses =
+            |min: f64, max: f64, size: i32| !(max > -1e-10 && min < f64::from(size) + 1e-10);
+        if self.mean_312 && misses(x_min, x2 - xoff, sw) {
+            return None;
+        }
         let ix_min = ((x_min + 1e-10).floor().max(0.0)).min(f64::from(sw)) as i32;
         let x_max = x2 - xoff;
         let mut ix_max = (x_max - 1e-10).ceil().min(f64::from(i32::MAX)) as i32;
@@ -144,6 +160,9 @@ impl<T: Sample> Chunk<'_, T> {
             std::mem::swap(&mut y, &mut y2);
         }
         let y_min = y - yoff;
+        if self.mean_312 && misses(y_min, y2 - yoff, sh) {
+            return None;
+        }
         let iy_min = ((y_min + 1e-10).floor().max(0.0)).min(f64::from(sh)) as i32;
         let y_max = y2 - yoff;
         let mut iy_max = (y_max - 1e-10).ceil().min(f64::from(sh)) as i32;
@@ -157,6 +176,17 @@ impl<T: Sample> Chunk<'_, T> {
             iy: (iy_min, iy_max),
             wrap,
         })
+    }
+
+    /// GDAL 3.12's test of a footprint across the antimeridian: the
+    /// middle of the pixel's top edge transforms left of `x`.
+    fn middle_left_of(&self, tr: &mut impl Transform, (col, row): (usize, usize), x: f64) -> bool {
+        let mut mx = [col as f64 + 0.5 + f64::from(self.dst_off.0)];
+        // `iDstY + nDstYOff`: an integer sum, then a double.
+        let mut my = [(row as i64 + i64::from(self.dst_off.1)) as f64];
+        let (mut mz, mut ok) = ([0f64], [0i32]);
+        tr.transform(&mut mx, &mut my, &mut mz, &mut ok);
+        ok[0] != 0 && mx[0] < x
     }
 
     /// One destination pixel `at`: each band's weighted average, stored.
@@ -216,14 +246,23 @@ impl<T: Sample> Chunk<'_, T> {
                 if let Some(v) = value {
                     if density != 0.0 && density > BAND_DENSITY_THRESHOLD {
                         let wt = f.weight(ix, wy);
-                        weight += wt;
-                        total += v * wt;
+                        if !self.mean_312 {
+                            weight += wt;
+                            total += v * wt;
+                        } else if wt > 0.0 {
+                            // `total` is the running mean.
+                            weight += wt;
+                            total += (wt / weight) * (v - total);
+                        }
                     }
                 }
             }
         }
         if weight > 0.0 {
-            (Some(1.0), total / weight)
+            (
+                Some(1.0),
+                if self.mean_312 { total } else { total / weight },
+            )
         } else {
             (None, 0.0)
         }

@@ -126,15 +126,13 @@ pub(crate) fn checked_warps_mirrored() -> bool {
     layout_known()
 }
 
-/// Why warpline's warp is not proven on this GDAL for `method`: on 3.12
-/// the mixed corpus's tiles (a geostationary disk's and an alpha band's
-/// too) equal gdalwarp with near, bilinear and cubic; its average
-/// differs on every kind.
-pub(super) fn unproven(method: sys::GDALResampleAlg::Type) -> Option<&'static str> {
-    if gdal_3_6() {
-        return None;
-    }
-    (method == sys::GDALResampleAlg::GRA_Average).then_some("average on this GDAL")
+/// Whether the average loop keeps a weighted incremental mean of the
+/// samples of positive weight, skips a footprint that misses the source
+/// window and tests a footprint across the antimeridian at the pixel's
+/// middle: GDAL 3.12 does (3.12.1 alg/gdalwarpkernel.cpp:7596-7640,
+/// 6596-6680; `average.rs`), 3.6 sums and divides once.
+fn mean_incremental() -> bool {
+    !gdal_3_6()
 }
 
 /// What the hook did with a warp's chunks, and what it needs to know.
@@ -486,6 +484,7 @@ unsafe fn chunk<'a, T: Sample>(wk: &'a mut WarpKernel) -> Chunk<'a, T> {
             overlay_f32: overlay_in_f32(),
             edge_neighbours: edge_neighbours(),
             edge: false,
+            mean_312: mean_incremental(),
             src_size: (sw, sh),
             src_off: (wk.src_x_off, wk.src_y_off),
             dst_size: (dw, dh),

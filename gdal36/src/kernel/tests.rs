@@ -282,8 +282,6 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
     // Cases warpline's downsampling loop took (a chunk or more), and
     // cases warped over the plain base (`plain.rs`).
     let (mut scaled, mut plain) = (0, 0);
-    // Cases left to GDALWarp where a path is not proven on this GDAL.
-    let mut unproven = 0;
     let cases = std::env::var("WARPLINE_KERNEL_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -304,11 +302,6 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
             None => {}
             // GDAL's fast path: still compared, through the replica.
             Some("no invalid pixels") => {}
-            // Not proven on this GDAL (3.12: average): GDALWarp's.
-            Some(why) if why.ends_with("on this GDAL") => {
-                unproven += 1;
-                continue;
-            }
             Some(why) => panic!("{what}: refused ({why})"),
         }
         super::downsample::SCALED.with(|c| c.set(0));
@@ -339,11 +332,8 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
         }
     }
     eprintln!(
-        "warpline's loop: {ours} cases ({methods:?}: {ours_by:?}; downsampling: {scaled}), GDAL's: {theirs}; plain base: {plain}; not proven on this GDAL: {unproven}"
+        "warpline's loop: {ours} cases ({methods:?}: {ours_by:?}; downsampling: {scaled}), GDAL's: {theirs}; plain base: {plain}"
     );
-    // Only 3.6 leaves none to GDALWarp (3.12: average).
-    let average_proven = super::hook::unproven(gdal_sys::GDALResampleAlg::GRA_Average).is_none();
-    assert_eq!(unproven == 0, average_proven);
     // Four of five cases have nodata, a mask or alpha (GDAL's loop for the
     // others, and for a few data types and windows).
     assert!(
@@ -354,10 +344,6 @@ fn the_loop_equals_gdal_on_random_rasters_grids_crs_pairs_and_nodata() {
     // (cubic the least: GDAL keeps its own loops for cubic with only an
     // alpha band and for cubic downsampling).
     for (method, n) in methods.iter().zip(ours_by) {
-        if *method == "average" && !average_proven {
-            assert_eq!(n, 0, "average is GDALWarp's on this GDAL");
-            continue;
-        }
         assert!(
             n >= (cases / 40).max(1),
             "warpline's {method} loop took only {n} of {cases} cases"
