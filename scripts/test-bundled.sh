@@ -5,8 +5,7 @@
 # which proves that warpline builds and passes on a GDAL other than
 # Debian's and that every test passes with the accelerator left out; then
 # the accelerator's own proofs with it (its crate's tests, the fidelity
-# and raster suites), which on 3.12 take near, bilinear and cubic warps
-# without an alpha band or a geostationary source.
+# and raster suites), which on 3.12 take every warp they take on 3.6.
 #
 # Run by scripts/test.sh when WARPLINE_TEST_BUNDLED=1 (as .ci/run does),
 # inside the servers it started; on its own it needs the same environment
