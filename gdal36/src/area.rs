@@ -355,6 +355,17 @@ fn export_wkt(srs: &SpatialRef, option: &CStr) -> Option<String> {
     // SAFETY: a valid handle, a null-terminated option list and an
     // out-pointer; GDAL allocates the result, freed below with VSIFree.
     let err = unsafe { sys::OSRExportToWktEx(srs.to_c_hsrs(), &mut out, options.as_ptr()) };
+    // SAFETY: `out` is null or the string the export allocated.
+    unsafe { exported(err, out) }
+}
+
+/// The text of an `OSRExportTo*` call that returned `err` and allocated
+/// `out` (freed here), or `None` if GDAL failed.
+///
+/// # Safety
+/// `out` is null or a NUL-terminated string GDAL allocated, not used
+/// after this call.
+pub(super) unsafe fn exported(err: sys::OGRErr::Type, out: *mut c_char) -> Option<String> {
     if out.is_null() {
         return None;
     }

@@ -145,16 +145,8 @@ fn projjson(srs: &SpatialRef) -> Option<String> {
     // SAFETY: a valid handle, no options (a null list) and an out-pointer;
     // GDAL allocates the result, freed below with VSIFree.
     let err = unsafe { gdal_sys::OSRExportToPROJJSON(srs.to_c_hsrs(), &mut out, std::ptr::null()) };
-    if out.is_null() {
-        return None;
-    }
-    // SAFETY: GDAL returned a NUL-terminated string, read before the free.
-    let text = unsafe { CStr::from_ptr(out) }
-        .to_string_lossy()
-        .into_owned();
-    // SAFETY: `out` was allocated by GDAL and is not used after this.
-    unsafe { gdal_sys::VSIFree(out.cast()) };
-    (err == gdal_sys::OGRErr::OGRERR_NONE).then_some(text)
+    // SAFETY: `out` is null or the string the export allocated.
+    unsafe { super::exported(err, out) }
 }
 
 /// `srs`'s authority name and code, as GDAL reads them for its text.

@@ -11,9 +11,9 @@
 //! sample read, which leaves the pixel as it was unless that density is
 //! NaN); the destination density is overlaid with 1.
 //!
-//! GDAL 3.12 (`Chunk::mean_312`) averages otherwise, and so does this on
-//! 3.12: a weighted incremental mean over the samples of positive weight
-//! (`dfValueReal += (dfWeight / dfTotalWeight) * (v - dfValueReal)`,
+//! GDAL 3.12 (`Chunk::mean_incremental`) averages otherwise, and so does
+//! this on 3.12: a weighted incremental mean over the samples of positive
+//! weight (`dfValueReal += (dfWeight / dfTotalWeight) * (v - dfValueReal)`,
 //! 3.12.1 alg/gdalwarpkernel.cpp:7596-7640), a footprint that misses the
 //! source window takes nothing, and a footprint across the antimeridian
 //! is one only where the pixel's middle transforms left of it
@@ -136,7 +136,7 @@ impl<T: Sample> Chunk<'_, T> {
         let wrap = self.src_off.0 == 0
             && x * scale.0 < threshold
             && (f64::from(sw) - x2) * scale.0 < threshold
-            && (!self.mean_312 || self.middle_left_of(tr, (col, row), x));
+            && (!self.mean_incremental || self.middle_left_of(tr, (col, row), x));
         if wrap {
             std::mem::swap(&mut x, &mut x2);
             x2 += f64::from(sw);
@@ -144,7 +144,7 @@ impl<T: Sample> Chunk<'_, T> {
         let x_min = x - xoff;
         let misses =
             |min: f64, max: f64, size: i32| !(max > -1e-10 && min < f64::from(size) + 1e-10);
-        if self.mean_312 && misses(x_min, x2 - xoff, sw) {
+        if self.mean_incremental && misses(x_min, x2 - xoff, sw) {
             return None;
         }
         let ix_min = ((x_min + 1e-10).floor().max(0.0)).min(f64::from(sw)) as i32;
@@ -160,7 +160,7 @@ impl<T: Sample> Chunk<'_, T> {
             std::mem::swap(&mut y, &mut y2);
         }
         let y_min = y - yoff;
-        if self.mean_312 && misses(y_min, y2 - yoff, sh) {
+        if self.mean_incremental && misses(y_min, y2 - yoff, sh) {
             return None;
         }
         let iy_min = ((y_min + 1e-10).floor().max(0.0)).min(f64::from(sh)) as i32;
@@ -246,7 +246,7 @@ impl<T: Sample> Chunk<'_, T> {
                 if let Some(v) = value {
                     if density != 0.0 && density > BAND_DENSITY_THRESHOLD {
                         let wt = f.weight(ix, wy);
-                        if !self.mean_312 {
+                        if !self.mean_incremental {
                             weight += wt;
                             total += v * wt;
                         } else if wt > 0.0 {
@@ -261,7 +261,11 @@ impl<T: Sample> Chunk<'_, T> {
         if weight > 0.0 {
             (
                 Some(1.0),
-                if self.mean_312 { total } else { total / weight },
+                if self.mean_incremental {
+                    total
+                } else {
+                    total / weight
+                },
             )
         } else {
             (None, 0.0)

@@ -70,7 +70,7 @@ pub(crate) struct Chunk<'a, T> {
     pub(crate) edge_neighbours: bool,
     pub(crate) edge: bool,
     /// Whether the average loop is GDAL 3.12's (`average.rs`).
-    pub(crate) mean_312: bool,
+    pub(crate) mean_incremental: bool,
     /// The source window: size and offset in the source raster.
     pub(crate) src_size: (usize, usize),
     pub(crate) src_off: (i32, i32),

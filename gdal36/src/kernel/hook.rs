@@ -484,7 +484,7 @@ unsafe fn chunk<'a, T: Sample>(wk: &'a mut WarpKernel) -> Chunk<'a, T> {
             overlay_f32: overlay_in_f32(),
             edge_neighbours: edge_neighbours(),
             edge: false,
-            mean_312: mean_incremental(),
+            mean_incremental: mean_incremental(),
             src_size: (sw, sh),
             src_off: (wk.src_x_off, wk.src_y_off),
             dst_size: (dw, dh),
