@@ -369,11 +369,11 @@ impl HostGate {
             s.in_flight = s.in_flight.saturating_sub(1);
             let before = s.report.decreases;
             match answer {
-                Answer::Ok => self.succeeded(&mut s, now, now - started),
+                Answer::Ok => self.succeeded(&mut s, now, started),
                 Answer::Refused(retry_after) => {
                     let paused_since = self.pause(&mut s, now, started, retry_after);
                     if self.decrease(&mut s, now, why(retry_after)) {
-                        s.rate.refused(now, paused_since);
+                        s.rate.refused(now, started, paused_since);
                     }
                 }
                 Answer::RefusedAtRate(retry_after) => {
@@ -389,9 +389,10 @@ impl HostGate {
         lowered
     }
 
-    fn succeeded(&self, s: &mut State, now: Instant, rtt: Duration) {
+    fn succeeded(&self, s: &mut State, now: Instant, started: Instant) {
         s.refused_in_a_row = 0;
-        s.rate.succeeded(now);
+        s.rate.succeeded(now, started);
+        let rtt = now - started;
         let verdict = s.rtt.add(now, rtt, self.settings.latency);
         match verdict {
             Some(Verdict::Slower) => {

@@ -13,12 +13,13 @@
 //! No rate until the first refusal (429, 503); then:
 //!
 //! - **probe**: at the first refusal, what got through in the last second,
-//!   less the base margin, doubled each second (+1 per success) until the
-//!   next refusal measures the limit (one within half a second of the
-//!   pause's end is far over, below);
+//!   less the base margin, rising [`PROBE_STEP`] per success (about 7x a
+//!   second) until the next refusal measures the limit (one within half a
+//!   second of the pause's end is far over, below);
 //! - **climbing**: a limit a probe or a ramp measured may be low (they rose
 //!   through it within that second): it rises [`CLIMB`] a second until a
-//!   refusal measures it at the gate's pace;
+//!   refusal measures it at the gate's pace. Not one a probe measured
+//!   within a second of its pause: that counted a window from its start;
 //! - **steady**: the limit less the margins, held. A refusal at that pace
 //!   with the pace's worth got through keeps the limit and widens the
 //!   margin; with clearly less got through (or soon after a pause) the
@@ -45,6 +46,12 @@
 //!   half a second, it stays;
 //! - after [`PROBE_AFTER`] without a refusal it probes up again (the limit
 //!   may have risen).
+//!
+//! A success answered after the refusal that counted the limit, of a try
+//! sent before the refused try, was let through before it (a server
+//! decides as requests come, then answers, and answers do not come back in
+//! the order they were decided): it is added to the count (until a later
+//! try succeeds: that flight's answers are back).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -67,7 +74,12 @@ const MAX_BACKS: u32 = 10;
 /// any margin: a count of one second is off by a request or two.
 const BASE_MARGIN: f64 = 0.05;
 /// How fast a limit measured by a probe rises, a share of it a second.
-const CLIMB: f64 = 0.05;
+const CLIMB: f64 = 0.08;
+/// What each success adds to a probe's rate (its rate `r` gets `r`
+/// successes a second, so it grows `e^PROBE_STEP` a second): fast, so that
+/// it reaches the limit within the second after its pause, before a fixed
+/// window's edge lets a second window's worth into the count.
+const PROBE_STEP: f64 = 2.0;
 /// A refusal at a steady pace this soon after the last one (a refusal, its
 /// pause and a second) says the limit measured is too high...
 const QUICK: Duration = Duration::from_secs(3);
@@ -115,6 +127,11 @@ pub(super) struct Rate {
     last_refusal: Option<Instant>,
     /// Returns to `high` refused since the last that was not.
     backs_refused: u32,
+    /// The refusal whose count of successes set the limit (or a probe's
+    /// start): when it came, and when its try was sent. Tries sent before
+    /// that and answered after the refusal add to the count, until a try
+    /// sent later succeeds (the answers of that flight are back).
+    counted_at: Option<(Instant, Instant)>,
 }
 
 impl Rate {
@@ -132,6 +149,7 @@ impl Rate {
             successes: VecDeque::new(),
             last_refusal: None,
             backs_refused: 0,
+            counted_at: None,
         }
     }
 
@@ -140,9 +158,20 @@ impl Rate {
         (self.limit * (1.0 - BASE_MARGIN) * (1.0 - self.learned.at(now))).max(0.1)
     }
 
-    /// A try answered at `now`.
-    pub(super) fn succeeded(&mut self, now: Instant) {
+    /// A try sent at `started` answered at `now`.
+    pub(super) fn succeeded(&mut self, now: Instant, started: Instant) {
         self.successes.push_back(now);
+        if let (Some((at, sent)), Some(r)) = (self.counted_at, self.per_s) {
+            if started < sent && now >= at {
+                // Let through before the refusal that counted the limit.
+                self.limit += 1.0;
+                self.per_s = Some(match self.mode {
+                    Mode::Probe => r + (1.0 - BASE_MARGIN),
+                    _ => self.steady(now),
+                });
+                return;
+            }
+        }
         while self
             .successes
             .front()
@@ -150,6 +179,7 @@ impl Rate {
         {
             self.successes.pop_front();
         }
+        self.counted_at = None;
         let Some(r) = self.per_s else {
             return;
         };
@@ -163,7 +193,7 @@ impl Rate {
             self.mode = Mode::Probe;
         }
         self.per_s = Some(match self.mode {
-            Mode::Probe => r + 1.0,
+            Mode::Probe => r + PROBE_STEP,
             Mode::Ramp => r + 0.25,
             Mode::Steady
                 if self.back.is_none() && quiet >= BACK_AFTER && self.limit < 0.75 * self.high =>
@@ -183,21 +213,23 @@ impl Rate {
         });
     }
 
-    /// A refusal at `now` lowered the limits (one per window); the host's
-    /// last pause ended at `unpaused_since`.
-    pub(super) fn refused(&mut self, now: Instant, unpaused_since: Option<Instant>) {
+    /// A refusal at `now` of a try sent at `sent` lowered the limits (one
+    /// per window); the host's last pause ended at `unpaused_since`.
+    pub(super) fn refused(&mut self, now: Instant, sent: Instant, unpaused_since: Option<Instant>) {
         let from = unpaused_since.map_or(now - WINDOW, |p| p.max(now - WINDOW));
         // What got through since the pause, within the last second (a
         // count, not a rate: a strict server counts it so).
         let got = self.successes.iter().filter(|t| **t >= from).count();
         let soon = now - from < WINDOW.mul_f64(0.99);
         self.last_refusal = Some(now);
+        self.counted_at = None;
         let Some(r) = self.per_s else {
             // The first: probe up from what got through.
             let last_window = self.successes.iter().filter(|t| now - **t <= WINDOW);
             self.per_s =
                 Some(((last_window.count() as f64).max(1.0) * (1.0 - BASE_MARGIN)).max(0.1));
             self.mode = Mode::Probe;
+            self.counted_at = Some((now, sent));
             return;
         };
         if let Some((was, _)) = self.back.take() {
@@ -276,9 +308,13 @@ impl Rate {
                 // A climb that went that long measured a limit that held.
                 self.high = self.high.max(got as f64);
             }
-            self.climbing = !steady;
+            // A probe refused within a second of its pause counted a
+            // window from its start: that is the limit, kept.
+            let fresh = self.mode == Mode::Probe && soon;
+            self.climbing = !(steady || fresh);
             self.limit = got as f64;
             self.set_at = now;
+            self.counted_at = Some((now, sent));
         }
         self.mode = Mode::Steady;
         self.per_s = Some(self.steady(now));

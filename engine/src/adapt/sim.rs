@@ -67,6 +67,28 @@ impl Host {
         host
     }
 
+    /// The same host, its jitter drawn from `seed`.
+    pub(super) fn seeded(self, seed: u64) -> Self {
+        *self.rng.lock().unwrap() = fastrand::Rng::with_seed(seed);
+        self
+    }
+
+    /// Served answers per second from the first served to the last, and
+    /// the share of all answers refused.
+    pub(super) fn whole_run(&self) -> (f64, f64) {
+        let log = self.log.lock().unwrap();
+        let served: Vec<Duration> = log
+            .iter()
+            .filter(|(_, ok)| *ok)
+            .map(|(at, _)| *at)
+            .collect();
+        let (Some(first), Some(last)) = (served.first(), served.last()) else {
+            return (0.0, 1.0);
+        };
+        let rate = served.len() as f64 / (*last - *first).as_secs_f64().max(1e-9);
+        (rate, (log.len() - served.len()) as f64 / log.len() as f64)
+    }
+
     fn limit(&self, since: Duration) -> f64 {
         let now = self.limits.iter().rev().find(|(at, _)| *at <= since);
         now.map_or(f64::INFINITY, |(_, r)| *r)

@@ -196,44 +196,73 @@ async fn refusals_that_are_not_about_the_rate_do_not_starve_the_host() {
     assert!(took <= Duration::from_secs(30), "{took:?}");
 }
 
-/// Strict servers (issue 39) at 20 requests a second, answering in 50-55
-/// ms: a sliding window, a token bucket holding 2 and a fixed window.
-/// After the first 5 s the rate is at 0.90 of the limit or more, and at
-/// most 2% of the requests are refused.
+/// Strict servers (issue 39) at 20 requests a second: a sliding window,
+/// a token bucket holding 2 and a fixed window, answering in 40-70 ms plus
+/// up to 5-15 ms of jitter, over 12 seeds each (the phase of a fixed
+/// window's edge against the gate's pauses differs with each). Over the
+/// whole run, from the first answer served to the last, the rate is at
+/// 0.92 of the limit or more against either window (a probe that straddled
+/// a fixed window's edge held some runs at 0.88) and 0.85 against the
+/// bucket (whose first refusal measures its burst, not its rate: the
+/// probe must rise through it, and lands low); after the first 5 s, 0.90
+/// against all three; at most 2% of the requests are refused.
 #[tokio::test(start_paused = true)]
 async fn a_strict_limit_is_followed_closely_with_few_refusals() {
     use warpline_testkit::tileserver::Strict;
     let s = Duration::from_secs;
-    for strict in [
-        Strict::sliding(20),
-        Strict::bucket(20.0, 2),
-        Strict::fixed(20),
+    for (strict, whole) in [
+        (Strict::sliding(20), 0.92),
+        (Strict::bucket(20.0, 2), 0.85),
+        (Strict::fixed(20), 0.92),
     ] {
-        let host = Arc::new(sim::Host::strict(
-            strict,
-            Duration::from_millis(50),
-            Duration::from_millis(5),
-        ));
-        let gate = Arc::new(HostGate::new(settings(), None));
-        sim::run(Arc::clone(&gate), Arc::clone(&host), 32, 800).await;
-        let end = host.log.lock().unwrap().last().unwrap().0;
-        for sec in 0..=end.as_secs() {
+        for seed in 0..12 {
+            let latency = Duration::from_millis(40 + seed % 7 * 5);
+            let jitter = Duration::from_millis(5 + seed % 3 * 5);
+            let host = Arc::new(sim::Host::strict(strict, latency, jitter).seeded(seed));
+            let gate = Arc::new(HostGate::new(settings(), None));
+            sim::run(Arc::clone(&gate), Arc::clone(&host), 32, 800).await;
+            let (rate, refused) = host.whole_run();
+            let end = host.log.lock().unwrap().last().unwrap().0;
+            let after = host.served_in(s(5), end - s(5));
+            let kind = strict.kind();
             eprintln!(
-                "{} {sec:>3} s: served {:>3}, refused {:>3}",
-                strict.kind(),
-                host.served_in(s(sec), s(1)),
-                host.refused_in(s(sec), s(sec + 1))
+                "{kind} seed {seed}: {rate:.2}/s, {after:.2}/s after 5 s, {refused:.3} refused"
             );
+            assert!(rate >= whole * 20.0, "{kind} seed {seed}: {rate}");
+            assert!(
+                after >= 0.90 * 20.0,
+                "{kind} seed {seed}: {after} after 5 s"
+            );
+            assert!(refused <= 0.02, "{kind} seed {seed}: {refused} refused");
         }
-        let rate = host.served_in(s(5), end - s(5));
-        let refused = host.refused_in(s(0), end + s(1));
-        let requests = host.log.lock().unwrap().len();
-        eprintln!(
-            "{}: {rate:.2}/s after 5 s, {refused} refused of {requests}, {:?}",
-            strict.kind(),
-            gate.limits()
-        );
-        assert!(rate >= 0.90 * 20.0, "{}: {rate}", strict.kind());
-        assert!(refused * 50 <= requests, "{}: {refused}", strict.kind());
     }
+}
+
+/// At a refusal, tries sent before the refused one that come back after
+/// it were let through before it (the server answered them late): they
+/// count toward the limit, until a try sent later succeeds.
+#[tokio::test(start_paused = true)]
+async fn successes_still_on_their_way_at_a_refusal_count_toward_the_limit() {
+    let ms = Duration::from_millis;
+    let t0 = tokio::time::Instant::now();
+    let mut rate = super::rate::Rate::new();
+    for i in 0..18 {
+        rate.succeeded(t0 + ms(100 + i * 10), t0 + ms(50 + i * 10));
+    }
+    // The 21st try, sent at 300 ms, refused at 350 ms: 18 got through.
+    rate.refused(t0 + ms(350), t0 + ms(300), None);
+    let counted = rate.per_s.unwrap();
+    assert!((counted - 18.0 * 0.95).abs() < 1e-9, "{counted}");
+    // Two sent before it (at 280 and 290 ms) come back after it.
+    rate.succeeded(t0 + ms(360), t0 + ms(280));
+    rate.succeeded(t0 + ms(370), t0 + ms(290));
+    let with_late = rate.per_s.unwrap();
+    assert!((with_late - 20.0 * 0.95).abs() < 1e-9, "{with_late}");
+    // One sent after it succeeds: the flight is back; the probe rises
+    // by its step, and a later straggler no longer counts.
+    rate.succeeded(t0 + ms(1400), t0 + ms(1350));
+    let probing = rate.per_s.unwrap();
+    assert!(probing > with_late + 1.5, "{probing}");
+    rate.succeeded(t0 + ms(1410), t0 + ms(295));
+    assert!(rate.per_s.unwrap() > probing + 1.5);
 }
