@@ -3,7 +3,8 @@
 //! session credentials as a container's or an instance's metadata service
 //! does (EKS Pod Identity's `GET` of `AWS_CONTAINER_CREDENTIALS_FULL_URI`
 //! with the token file's content in `Authorization`; IMDSv2's token `PUT`,
-//! role and credentials `GET`s at `AWS_METADATA_ENDPOINT`), each answer a
+//! role and credentials `GET`s at `AWS_METADATA_ENDPOINT`), and a web
+//! identity's STS endpoint ([`sts`](crate::sts)), each answer a
 //! new session token that expires `lifetime` after it is handed out; and a
 //! proxy in front of the S3 server ([`expiry_checking_proxy`]) that
 //! refuses a request whose session token (`x-amz-security-token`) has
@@ -20,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The role the instance metadata service names.
@@ -31,8 +32,9 @@ const ROLE: &str = "warpline-test-role";
 pub struct Credentials {
     key: String,
     secret: String,
-    /// What `Authorization` must say to the container endpoint.
-    authorization: String,
+    /// What `Authorization` must say to the container endpoint, and a
+    /// web identity's token to STS.
+    pub(crate) authorization: String,
     lifetime: Duration,
     /// Every session token handed out, and when it expires.
     issued: Mutex<HashMap<String, SystemTime>>,
@@ -45,7 +47,8 @@ pub struct Credentials {
 
 impl Credentials {
     /// Session credentials of `key` and `secret` that last `lifetime`; the
-    /// container endpoint answers requests authorized by `authorization`.
+    /// container endpoint answers requests authorized by `authorization`,
+    /// STS a web identity whose token is the same.
     pub fn new(key: &str, secret: &str, authorization: &str, lifetime: Duration) -> Arc<Self> {
         Arc::new(Credentials {
             key: key.to_owned(),
@@ -62,17 +65,36 @@ impl Credentials {
 
     /// New session credentials, as the metadata services write them.
     pub fn issue(&self) -> String {
+        let (token, expiration) = self.session();
+        format!(
+            "{{\"Code\":\"Success\",\"Type\":\"AWS-HMAC\",\"AccessKeyId\":\"{}\",\
+             \"SecretAccessKey\":\"{}\",\"Token\":\"{token}\",\"Expiration\":\"{expiration}\"}}",
+            self.key, self.secret
+        )
+    }
+
+    /// New session credentials, as STS's `AssumeRoleWithWebIdentity`
+    /// writes them.
+    pub fn issue_xml(&self) -> String {
+        let (token, expiration) = self.session();
+        format!(
+            "<AssumeRoleWithWebIdentityResponse><AssumeRoleWithWebIdentityResult><Credentials>\
+             <AccessKeyId>{}</AccessKeyId><SecretAccessKey>{}</SecretAccessKey>\
+             <SessionToken>{token}</SessionToken><Expiration>{expiration}</Expiration>\
+             </Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>",
+            self.key, self.secret
+        )
+    }
+
+    /// A new session token and its expiry (RFC 3339).
+    fn session(&self) -> (String, String) {
         let n = lock(&self.issued).len();
         let token = format!("warpline-session-{n}-{:016x}", random());
         let expiry = SystemTime::now() + self.lifetime;
         lock(&self.issued).insert(token.clone(), expiry);
         let expiration = chrono::DateTime::<chrono::Utc>::from(expiry)
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        format!(
-            "{{\"Code\":\"Success\",\"Type\":\"AWS-HMAC\",\"AccessKeyId\":\"{}\",\
-             \"SecretAccessKey\":\"{}\",\"Token\":\"{token}\",\"Expiration\":\"{expiration}\"}}",
-            self.key, self.secret
-        )
+        (token, expiration)
     }
 
     /// Credentials handed out so far.
@@ -146,16 +168,16 @@ fn random() -> u64 {
 
 /// One request as read off a connection: its method, target, headers
 /// (names lowercased) and body.
-struct Request {
-    method: String,
-    target: String,
+pub(crate) struct Request {
+    pub(crate) method: String,
+    pub(crate) target: String,
     headers: Vec<(String, String)>,
     head: Vec<u8>,
     body: Vec<u8>,
 }
 
 impl Request {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
@@ -165,7 +187,10 @@ impl Request {
 
 /// Reads one request (its body by `Content-Length`); `None` when the
 /// client closed the connection or sent something else.
-async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Request> {
+pub(crate) async fn read_request<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+) -> Option<Request> {
     let mut chunk = [0u8; 8192];
     let end = loop {
         if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -208,7 +233,12 @@ async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Reque
     })
 }
 
-async fn respond(stream: &mut TcpStream, status: &str, kind: &str, body: &str) -> bool {
+pub(crate) async fn respond<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    status: &str,
+    kind: &str,
+    body: &str,
+) -> bool {
     let answer = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()

@@ -10,7 +10,8 @@
 //! server makes of a signed request), for fetch's `signer`; and
 //! [`credentials`], object-store session credentials that expire (a
 //! container's and an instance's metadata service, and a proxy that holds
-//! the S3 server's clients to their expiry); and
+//! the S3 server's clients to their expiry), with [`sts`], a web
+//! identity's STS endpoint over https handing out the same; and
 //! [`runtime`], the tests' two-worker tokio runtime; and [`gdal_tool`], a
 //! GDAL command line tool run for the tests' and benchmarks' rasters; and
 //! [`pipelines`], the pipeline files they share; and [`geoparquet`],
@@ -24,6 +25,7 @@ pub mod geoparquet;
 pub mod pipelines;
 pub mod proxy;
 pub mod sas;
+pub mod sts;
 pub mod tileserver;
 
 pub use proxy::{gated_proxy, watching_proxy, Gate, OnNeedle};

@@ -1,8 +1,9 @@
 //! Object-store credentials that expire during a run (issue 39, item 2):
 //! session credentials from a container's (EKS Pod Identity's full URI)
-//! or an instance's (IMDSv2) metadata service on loopback, each lasting
-//! 2 s, and a proxy in front of the S3 test server that refuses a request
-//! whose session token has expired (`400 ExpiredToken`, as S3 does). A run
+//! or an instance's (IMDSv2) metadata service, or from STS for a web
+//! identity (over https), on loopback, each lasting 2 s, and a proxy in
+//! front of the S3 test server that refuses a request whose session token
+//! has expired (`400 ExpiredToken`, as S3 does). A run
 //! of 4.8 s at least (80 ms a request, one at a time) keeps working:
 //! `object_store` asks for new credentials before the ones it holds expire
 //! (it takes any with less than 5 minutes left as due, and asks at most
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use super::server::{items, run_with, s3, warpline, S3};
 use warpline_testkit::credentials::{expiry_checking_proxy, CredentialServer, Credentials};
+use warpline_testkit::sts::StsServer;
 
 /// Objects read, one request each, 80 ms apiece at the proxy: a run of
 /// 4.8 s at least, more than twice the credentials' lifetime.
@@ -141,6 +143,40 @@ fn instance_credentials_that_expire_during_a_run_are_renewed() {
     let run = Run::new(s3);
     let mut command = run.command();
     command.env("AWS_METADATA_ENDPOINT", run.server.metadata_endpoint());
+    let (report, said) = run.run(command, 0);
+    run.assert_kept_working(&report, &said);
+}
+
+/// A web identity (EKS's IAM roles for service accounts): the token file,
+/// the role, and STS on loopback over https (`AWS_ENDPOINT_URL_STS`, its
+/// authority trusted through `SSL_CERT_FILE`), whose session credentials
+/// last 2 s. STS is asked again as they run out, with the token file's
+/// token each time.
+#[test]
+fn web_identity_credentials_that_expire_during_a_run_are_renewed() {
+    let _serial = super::server::serial();
+    let Some(s3) = s3("creds-web-identity") else {
+        return;
+    };
+    let run = Run::new(s3);
+    let sts = run
+        .s3
+        .rt
+        .block_on(StsServer::start(Arc::clone(&run.credentials)))
+        .unwrap();
+    let token_file = run.work.path().join("web-identity-token");
+    std::fs::write(&token_file, "eks-pod-token").unwrap();
+    let authority = run.work.path().join("sts-authority.pem");
+    std::fs::write(&authority, sts.ca_pem()).unwrap();
+    let mut command = run.command();
+    command
+        .env("AWS_WEB_IDENTITY_TOKEN_FILE", &token_file)
+        .env(
+            "AWS_ROLE_ARN",
+            "arn:aws:iam::000000000000:role/warpline-test",
+        )
+        .env("AWS_ENDPOINT_URL_STS", sts.endpoint())
+        .env("SSL_CERT_FILE", &authority);
     let (report, said) = run.run(command, 0);
     run.assert_kept_working(&report, &said);
 }
