@@ -163,12 +163,14 @@ impl Rate {
         self.successes.push_back(now);
         if let (Some((at, sent)), Some(r)) = (self.counted_at, self.per_s) {
             if started < sent && now >= at {
-                // Let through before the refusal that counted the limit.
-                self.limit += 1.0;
-                self.per_s = Some(match self.mode {
-                    Mode::Probe => r + (1.0 - BASE_MARGIN),
-                    _ => self.steady(now),
-                });
+                // Let through before the refusal that counted the limit
+                // (a probe's start counted no limit, only its rate).
+                if self.mode == Mode::Probe {
+                    self.per_s = Some(r + (1.0 - BASE_MARGIN));
+                } else {
+                    self.limit += 1.0;
+                    self.per_s = Some(self.steady(now));
+                }
                 return;
             }
         }
