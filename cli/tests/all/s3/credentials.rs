@@ -114,37 +114,48 @@ kind = "discard"
     }
 }
 
-#[test]
-fn container_credentials_that_expire_during_a_run_are_renewed() {
+/// A run on `s3` under the name `name`, its binary given the source of
+/// credentials by `configure` (which may start a server, held to the end
+/// of the run), keeps working as the credentials expire.
+fn kept_working_with<G>(name: &str, configure: impl FnOnce(&Run, &mut Command) -> G) {
     let _serial = super::server::serial();
-    let Some(s3) = s3("creds-container") else {
+    let Some(s3) = s3(name) else {
         return;
     };
     let run = Run::new(s3);
-    let token_file = run.work.path().join("eks-token");
-    std::fs::write(&token_file, "eks-pod-token").unwrap();
     let mut command = run.command();
-    command
-        .env(
-            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-            run.server.container_uri(),
-        )
-        .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token_file);
+    let _held = configure(&run, &mut command);
     let (report, said) = run.run(command, 0);
     run.assert_kept_working(&report, &said);
 }
 
+impl Run {
+    /// A file of the run's holding `text`.
+    fn file(&self, name: &str, text: &str) -> std::path::PathBuf {
+        let path = self.work.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+#[test]
+fn container_credentials_that_expire_during_a_run_are_renewed() {
+    kept_working_with("creds-container", |run, command| {
+        let token_file = run.file("eks-token", "eks-pod-token");
+        command
+            .env(
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                run.server.container_uri(),
+            )
+            .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", token_file);
+    });
+}
+
 #[test]
 fn instance_credentials_that_expire_during_a_run_are_renewed() {
-    let _serial = super::server::serial();
-    let Some(s3) = s3("creds-instance") else {
-        return;
-    };
-    let run = Run::new(s3);
-    let mut command = run.command();
-    command.env("AWS_METADATA_ENDPOINT", run.server.metadata_endpoint());
-    let (report, said) = run.run(command, 0);
-    run.assert_kept_working(&report, &said);
+    kept_working_with("creds-instance", |run, command| {
+        command.env("AWS_METADATA_ENDPOINT", run.server.metadata_endpoint());
+    });
 }
 
 /// A web identity (EKS's IAM roles for service accounts): the token file,
@@ -154,31 +165,22 @@ fn instance_credentials_that_expire_during_a_run_are_renewed() {
 /// token each time.
 #[test]
 fn web_identity_credentials_that_expire_during_a_run_are_renewed() {
-    let _serial = super::server::serial();
-    let Some(s3) = s3("creds-web-identity") else {
-        return;
-    };
-    let run = Run::new(s3);
-    let sts = run
-        .s3
-        .rt
-        .block_on(StsServer::start(Arc::clone(&run.credentials)))
-        .unwrap();
-    let token_file = run.work.path().join("web-identity-token");
-    std::fs::write(&token_file, "eks-pod-token").unwrap();
-    let authority = run.work.path().join("sts-authority.pem");
-    std::fs::write(&authority, sts.ca_pem()).unwrap();
-    let mut command = run.command();
-    command
-        .env("AWS_WEB_IDENTITY_TOKEN_FILE", &token_file)
-        .env(
-            "AWS_ROLE_ARN",
-            "arn:aws:iam::000000000000:role/warpline-test",
-        )
-        .env("AWS_ENDPOINT_URL_STS", sts.endpoint())
-        .env("SSL_CERT_FILE", &authority);
-    let (report, said) = run.run(command, 0);
-    run.assert_kept_working(&report, &said);
+    kept_working_with("creds-web-identity", |run, command| {
+        let start = StsServer::start(Arc::clone(&run.credentials));
+        let sts = run.s3.rt.block_on(start).unwrap();
+        command
+            .env(
+                "AWS_WEB_IDENTITY_TOKEN_FILE",
+                run.file("web-identity-token", "eks-pod-token"),
+            )
+            .env(
+                "AWS_ROLE_ARN",
+                "arn:aws:iam::000000000000:role/warpline-test",
+            )
+            .env("AWS_ENDPOINT_URL_STS", sts.endpoint())
+            .env("SSL_CERT_FILE", run.file("sts-authority.pem", sts.ca_pem()));
+        sts
+    });
 }
 
 /// The control: session credentials given once (as `AWS_SESSION_TOKEN`)
